@@ -1,0 +1,303 @@
+//! The cache-blocked Bloom filter: every key lives in one 64-byte line.
+
+use crate::bitmap::Bitmap;
+use crate::block::{self, BATCH};
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::hash::{BloomKey, HashPair};
+use crate::probe;
+use crate::sizing::{self, BlockedParams};
+use crate::snapshot::{self, Header, KeyKind, Layout};
+
+/// A blocked Bloom filter: each key picks one block and sets `k` bits in it,
+/// so an insert or a lookup touches exactly one cache line.
+///
+/// Blocks are 512 bits (one aligned 64-byte line) for filters you build;
+/// 128-bit blocks exist only as the projection of a
+/// [`crate::CountingBloom`]. [`BlockedBloom::with_fpr`] sizes the filter with
+/// the exact blocked formula, so the measured rate at `n` items is at or
+/// below the target.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, Filter};
+/// let mut f = BlockedBloom::with_fpr(1_000_000, 0.01).unwrap();
+/// for id in 1..=1000u64 {
+///     f.insert(&id);
+/// }
+/// assert!(f.contains(&7u64));
+/// assert!(f.expected_fpr(1_000_000) <= 0.01);
+/// assert!((f.bits() as f64 / 1e6) < 9.59 * 1.15); // bits per key at 1%
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedBloom {
+    bits: Bitmap,
+    blocks: u64,
+    block_words: usize,
+    hashes: u32,
+    seed: u64,
+    items: u64,
+}
+
+impl BlockedBloom {
+    /// An empty 512-bit-block filter for `n` items at rate `p`, seed 0.
+    ///
+    /// # Errors
+    /// See [`sizing::blocked`].
+    pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
+        Self::new(sizing::blocked(n, p, 512)?, 0)
+    }
+
+    /// An empty filter of the given shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for zero blocks, a block size other than
+    /// 128 or 512, or a hash count outside `1..=32`; [`Error::TooLarge`].
+    pub fn new(params: BlockedParams, seed: u64) -> Result<Self> {
+        check_shape(params)?;
+        Ok(Self {
+            bits: Bitmap::new(params.bits())?,
+            blocks: params.blocks,
+            block_words: (params.block_bits / 64) as usize,
+            hashes: params.hashes,
+            seed,
+            items: 0,
+        })
+    }
+
+    pub(crate) fn from_parts(bits: Bitmap, params: BlockedParams, seed: u64, items: u64) -> Self {
+        Self {
+            bits,
+            blocks: params.blocks,
+            block_words: (params.block_bits / 64) as usize,
+            hashes: params.hashes,
+            seed,
+            items,
+        }
+    }
+
+    /// This filter's shape.
+    #[must_use]
+    pub const fn params(&self) -> BlockedParams {
+        BlockedParams {
+            blocks: self.blocks,
+            block_bits: self.block_words as u32 * 64,
+            hashes: self.hashes,
+        }
+    }
+
+    /// Adds a key; true when at least one of its bits was newly set.
+    #[inline]
+    pub fn insert<K: BloomKey + ?Sized>(&mut self, key: &K) -> bool {
+        self.insert_hash(key.hash_pair(self.seed))
+    }
+
+    /// Adds a key that was already hashed with this filter's seed.
+    #[inline]
+    pub fn insert_hash(&mut self, h: HashPair) -> bool {
+        self.items += 1;
+        let idx = block::block_index(h.h1, self.blocks);
+        if self.block_words == 8 {
+            let line = &mut self.bits.lines_mut()[idx].0;
+            block::apply(line, &block::mask::<8>(h.h2, self.hashes))
+        } else {
+            match self.bits.words_mut()[idx * 2..].first_chunk_mut::<2>() {
+                Some(b) => block::apply(b, &block::mask::<2>(h.h2, self.hashes)),
+                None => unreachable!("block index is always below the block count"),
+            }
+        }
+    }
+
+    /// The global bit positions of a key (`block · block_bits + offset`), in
+    /// hash order. Stable across releases.
+    pub fn positions<K: BloomKey + ?Sized>(&self, key: &K) -> impl Iterator<Item = u64> {
+        let h = key.hash_pair(self.seed);
+        let block_bits = self.block_words as u32 * 64;
+        let base = block::block_index(h.h1, self.blocks) as u64 * u64::from(block_bits);
+        let log2 = block_bits.trailing_zeros();
+        block::Positions::new(h.h2, self.hashes, log2).map(move |p| base + u64::from(p))
+    }
+
+    /// Adds many keys, hashing and prefetching a batch ahead of the writes.
+    pub fn insert_many<K: BloomKey>(&mut self, keys: &[K]) {
+        let mut hashes = [HashPair { h1: 0, h2: 0 }; BATCH];
+        for chunk in keys.chunks(BATCH) {
+            for (slot, key) in hashes.iter_mut().zip(chunk) {
+                *slot = key.hash_pair(self.seed);
+                self.prefetch(slot.h1);
+            }
+            for h in &hashes[..chunk.len()] {
+                self.insert_hash(*h);
+            }
+        }
+    }
+
+    /// Tests many keys at once, writing one answer per key into `out`.
+    /// Hashes and prefetches a batch of blocks before probing, so the cache
+    /// misses of a large filter overlap instead of queueing.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `out.len() != keys.len()`.
+    pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
+        if out.len() != keys.len() {
+            return Err(Error::LengthMismatch {
+                expected: keys.len(),
+                got: out.len(),
+            });
+        }
+        let mut hashes = [HashPair { h1: 0, h2: 0 }; BATCH];
+        for (chunk, answers) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            for (slot, key) in hashes.iter_mut().zip(chunk) {
+                *slot = key.hash_pair(self.seed);
+                self.prefetch(slot.h1);
+            }
+            for (answer, h) in answers.iter_mut().zip(&hashes) {
+                *answer = self.contains_hash(*h);
+            }
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, h1: u64) {
+        let idx = block::block_index(h1, self.blocks);
+        let line = idx * self.block_words / 8;
+        block::prefetch(&self.bits.lines()[line]);
+    }
+
+    /// ORs another filter of the same shape and seed into this one.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the shape or seed differ.
+    pub fn union(&mut self, other: &Self) -> Result<()> {
+        if (self.params(), self.seed) != (other.params(), other.seed) {
+            return Err(Error::ShapeMismatch(format!(
+                "{:?} seed {} vs {:?} seed {}",
+                self.params(),
+                self.seed,
+                other.params(),
+                other.seed
+            )));
+        }
+        self.bits.union_with(&other.bits)?;
+        self.items += other.items;
+        Ok(())
+    }
+
+    /// The underlying bitmap.
+    #[must_use]
+    pub const fn bitmap(&self) -> &Bitmap {
+        &self.bits
+    }
+
+    /// Encodes the filter as a snapshot.
+    #[must_use]
+    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
+        snapshot::encode(&self.header(key_kind), self.bits.words())
+    }
+
+    /// Writes the filter to `path` atomically (temporary file, fsync, rename).
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn save(&self, path: &std::path::Path, key_kind: KeyKind) -> Result<()> {
+        snapshot::write_atomic(path, &self.header(key_kind), self.bits.words())
+    }
+
+    /// Decodes a snapshot made by [`BlockedBloom::to_bytes`], verifying everything.
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] for anything but a valid blocked snapshot.
+    pub fn from_bytes(bytes: &[u8]) -> Result<(Self, KeyKind)> {
+        let (h, payload) = snapshot::decode(bytes, Some(Layout::Blocked))?;
+        let bits = snapshot::bitmap_from_payload(h.bits, payload)?;
+        let params = BlockedParams {
+            blocks: h.bits / u64::from(h.block_bits),
+            block_bits: h.block_bits,
+            hashes: h.hashes,
+        };
+        Ok((Self::from_parts(bits, params, h.seed, h.items), h.key_kind))
+    }
+
+    /// Reads and verifies a snapshot file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Snapshot`].
+    pub fn load(path: &std::path::Path) -> Result<(Self, KeyKind)> {
+        Self::from_bytes(&snapshot::read_file(path)?)
+    }
+
+    pub(crate) fn header(&self, key_kind: KeyKind) -> Header {
+        Header {
+            layout: Layout::Blocked,
+            hashes: self.hashes,
+            seed: self.seed,
+            bits: self.bits.len(),
+            items: self.items,
+            block_bits: self.block_words as u32 * 64,
+            key_kind,
+        }
+    }
+}
+
+pub(crate) fn check_shape(p: BlockedParams) -> Result<()> {
+    if p.blocks == 0 {
+        return Err(Error::InvalidParameter {
+            name: "blocks",
+            reason: "must be at least 1".into(),
+        });
+    }
+    if p.block_bits != 128 && p.block_bits != 512 {
+        return Err(Error::InvalidParameter {
+            name: "block_bits",
+            reason: format!("must be 128 or 512, got {}", p.block_bits),
+        });
+    }
+    if !(1..=sizing::MAX_BLOCKED_HASHES).contains(&p.hashes) {
+        return Err(Error::InvalidParameter {
+            name: "hashes",
+            reason: format!(
+                "must be in 1..={}, got {}",
+                sizing::MAX_BLOCKED_HASHES,
+                p.hashes
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl Filter for BlockedBloom {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+    #[inline]
+    fn contains_hash(&self, h: HashPair) -> bool {
+        if self.block_words == 8 {
+            let idx = block::block_index(h.h1, self.blocks);
+            block::covers(
+                &self.bits.lines()[idx].0,
+                &block::mask::<8>(h.h2, self.hashes),
+            )
+        } else {
+            probe::blocked_contains(self.bits.words(), self.blocks, 2, self.hashes, h)
+        }
+    }
+    fn bits(&self) -> u64 {
+        self.bits.len()
+    }
+    fn hashes(&self) -> u32 {
+        self.hashes
+    }
+    fn items(&self) -> u64 {
+        self.items
+    }
+    fn bytes(&self) -> usize {
+        self.bits.bytes()
+    }
+    fn count_ones(&self) -> u64 {
+        self.bits.count_ones()
+    }
+    fn expected_fpr(&self, n_items: u64) -> f64 {
+        let p = self.params();
+        sizing::blocked_fpr(p.blocks, p.block_bits, p.hashes, n_items)
+    }
+}

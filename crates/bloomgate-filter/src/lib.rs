@@ -1,0 +1,58 @@
+//! Fast, exactly sized Bloom filters for guarding a data store against
+//! lookups of keys that do not exist.
+//!
+//! | type | what it is for |
+//! |---|---|
+//! | [`BlockedBloom`] | the default: one cache line per key, exact sizing |
+//! | [`AtomicBloom`] | the same, with `insert(&self)` from many threads |
+//! | [`ClassicBloom`] | the textbook scheme, bit-compatible with seed 000's `BloomFilter.h` |
+//! | [`CountingBloom`] | 4-bit counters, so keys can be removed |
+//! | [`ScalableBloom`] | a chain that grows past its first capacity at a fixed total rate |
+//! | [`MappedBloom`] | a zero-copy, read-only view of a snapshot file |
+//! | [`Bitmap`] | the underlying 64-byte aligned bit array |
+//!
+//! All of them answer through the [`Filter`] trait. A "no" is exact: a key
+//! that was inserted is always found. Sizing lives in [`sizing`], hashing in
+//! [`hash`], the file format in [`snapshot`].
+//!
+//! This crate does no network I/O; its only I/O is reading and writing
+//! snapshot files.
+//!
+//! ```
+//! use bloomgate_filter::{BlockedBloom, Filter};
+//! let mut skus = BlockedBloom::with_fpr(200_000, 0.001).unwrap();
+//! for id in 1..=200_000u64 {
+//!     skus.insert(&id);
+//! }
+//! assert!(skus.contains(&199_999u64));
+//! let rejected = (200_001..300_001u64).filter(|id| !skus.contains(id)).count();
+//! assert!(rejected > 99_800); // about 0.1% of absent ids get through
+//! ```
+#![deny(missing_docs)]
+
+mod bitmap;
+mod block;
+mod blocked;
+mod classic;
+mod concurrent;
+mod counting;
+pub mod error;
+mod filter;
+pub mod hash;
+mod mmap;
+mod probe;
+mod scalable;
+pub mod sizing;
+pub mod snapshot;
+
+pub use bitmap::{Bitmap, Line, LINE_BITS};
+pub use blocked::BlockedBloom;
+pub use classic::ClassicBloom;
+pub use concurrent::AtomicBloom;
+pub use counting::{CountingBloom, SATURATED};
+pub use error::{Error, Result, SnapshotError};
+pub use filter::Filter;
+pub use hash::{BloomKey, HashPair};
+pub use mmap::{MappedBloom, MappedFile};
+pub use scalable::{ScalableBloom, ScalableOptions, SubFilterInfo};
+pub use snapshot::{KeyKind, Layout};

@@ -1,0 +1,60 @@
+//! Membership probes over raw words, shared by heap filters and mmap'd views.
+
+use crate::block;
+use crate::hash::HashPair;
+
+/// The `i`-th classic position: `(h1 + i·h2) mod m` in wrapping 64-bit
+/// arithmetic, `h2` forced non-zero, exactly as seed 000's `BloomFilter.h`.
+#[inline(always)]
+pub(crate) fn classic_position(h: HashPair, i: u32, bits: u64) -> u64 {
+    let h2 = if h.h2 == 0 { 1 } else { h.h2 };
+    h.h1.wrapping_add(u64::from(i).wrapping_mul(h2)) % bits
+}
+
+#[inline]
+pub(crate) fn classic_contains(words: &[u64], bits: u64, k: u32, h: HashPair) -> bool {
+    (0..k).all(|i| {
+        let p = classic_position(h, i, bits);
+        words[(p / 64) as usize] & (1 << (p % 64)) != 0
+    })
+}
+
+/// Probe of a blocked filter with `block_words` words (8 or 2) per block.
+#[inline(always)]
+pub(crate) fn blocked_contains(
+    words: &[u64],
+    blocks: u64,
+    block_words: usize,
+    k: u32,
+    h: HashPair,
+) -> bool {
+    let idx = block::block_index(h.h1, blocks);
+    if block_words == 8 {
+        probe_block::<8>(words, idx, k, h.h2)
+    } else {
+        probe_block::<2>(words, idx, k, h.h2)
+    }
+}
+
+#[inline(always)]
+pub(crate) fn probe_block<const W: usize>(words: &[u64], idx: usize, k: u32, h2: u64) -> bool {
+    match words[idx * W..].first_chunk::<W>() {
+        Some(b) => block::covers(b, &block::mask::<W>(h2, k)),
+        None => unreachable!("block index is always below the block count"),
+    }
+}
+
+/// Position of counter `p` of block `idx` in a counting filter: (word, shift).
+#[inline(always)]
+pub(crate) const fn counter_slot(idx: usize, p: u32) -> (usize, u32) {
+    (idx * 8 + (p / 16) as usize, (p % 16) * 4)
+}
+
+#[inline]
+pub(crate) fn counting_contains(words: &[u64], blocks: u64, k: u32, h: HashPair) -> bool {
+    let idx = block::block_index(h.h1, blocks);
+    block::Positions::new(h.h2, k, 7).all(|p| {
+        let (w, s) = counter_slot(idx, p);
+        (words[w] >> s) & 0xF != 0
+    })
+}

@@ -1,0 +1,1 @@
+//! The bloomgate SKU service.
