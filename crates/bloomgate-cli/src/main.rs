@@ -1,1 +1,136 @@
-fn main() {}
+//! `bloomgate`: the command line for the filter library and the SKU service.
+#![forbid(unsafe_code)]
+
+mod attack;
+mod filters;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bloomgate",
+    version,
+    about = "Bloom-filter gate against cache penetration"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the SKU service (SQLite and in-process cache by default).
+    Serve {
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Generate the deterministic SKU catalogue (ids 1..=COUNT) in SQL.
+    Seed {
+        /// Number of SKUs.
+        #[arg(long, default_value_t = 200_000)]
+        count: u64,
+        /// Database URL (default: the configured one).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Show m, k, bytes and expected FPR for the classic and blocked layouts.
+    Calc(filters::CalcArgs),
+    /// Build a filter snapshot from keys (one per line) in a file or stdin.
+    Build(filters::BuildArgs),
+    /// Query a snapshot: prints `maybe` or `no` per key (keys from args or stdin).
+    Query(filters::QueryArgs),
+    /// Describe a snapshot.
+    Info(filters::InfoArgs),
+    /// Measure insert and query throughput and the actual FPR on this machine.
+    Bench(filters::BenchArgs),
+    /// Send random-id GETs to a running service and report what got through.
+    Attack(attack::AttackArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve { config } => serve(config),
+        Command::Seed {
+            count,
+            database_url,
+            config,
+        } => seed(count, database_url, config),
+        Command::Calc(a) => filters::calc(&a),
+        Command::Build(a) => filters::build(&a),
+        Command::Query(a) => filters::query(&a),
+        Command::Info(a) => filters::info(&a),
+        Command::Bench(a) => filters::bench(&a),
+        Command::Attack(a) => runtime().and_then(|rt| rt.block_on(attack::attack(a))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // A closed pipe (`bloomgate query … | head`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("bloomgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
+    init_logging();
+    let config = bloomgate_service::Config::load(config.as_deref())?;
+    runtime()?.block_on(bloomgate_service::serve(
+        config,
+        bloomgate_service::shutdown_signal(),
+    ))?;
+    Ok(())
+}
+
+fn seed(count: u64, database_url: Option<String>, config: Option<PathBuf>) -> anyhow::Result<()> {
+    if count == 0 || count > i64::MAX as u64 {
+        anyhow::bail!("--count must be between 1 and {}", i64::MAX);
+    }
+    let mut config = bloomgate_service::Config::load(config.as_deref())?;
+    if let Some(url) = database_url {
+        config.database_url = url;
+    }
+    runtime()?.block_on(async {
+        let store = bloomgate_service::store::SkuStore::connect(&config.database_url).await?;
+        let bar = filters::progress_bar(count, "seeding");
+        let started = std::time::Instant::now();
+        let inserted = store.seed_range(1, count as i64, |n| bar.inc(n)).await?;
+        bar.finish_and_clear();
+        println!(
+            "seeded {inserted} new SKUs (ids 1..={count}, {} already present) in {:.2}s",
+            count - inserted.min(count),
+            started.elapsed().as_secs_f64()
+        );
+        store.close().await;
+        Ok(())
+    })
+}

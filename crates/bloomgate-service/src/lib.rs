@@ -1,1 +1,124 @@
-//! The bloomgate SKU service.
+//! The seckill SKU service: `GET /api/seckill/{skuId}` through a funnel of
+//! Bloom filter → in-process L1 → Redis → SQL, with operator endpoints to
+//! warm the caches and rebuild the filter, and a stats endpoint.
+//!
+//! Tests and the CLI use [`router`] (no socket) or [`run`] (a bound
+//! listener and a shutdown future).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod gate;
+pub mod model;
+pub mod reader;
+pub mod routes;
+pub mod state;
+pub mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::Config;
+pub use routes::router;
+pub use state::{AppState, StartError};
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains
+/// in-flight requests.
+///
+/// # Errors
+/// I/O errors from the listener.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Seeds an empty database with `config.seed_if_empty` catalogue SKUs and,
+/// when configured, starts building the filter in the background (reads
+/// fail open until it is ready). Returns the build task, if any.
+///
+/// # Errors
+/// [`StartError::Store`].
+pub async fn prepare(
+    state: &AppState,
+    config: &Config,
+) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
+    let store = &state.reader.store;
+    if config.seed_if_empty > 0 && store.count().await? == 0 {
+        tracing::info!(
+            count = config.seed_if_empty,
+            "empty database: seeding the catalogue"
+        );
+        let inserted = store
+            .seed_range(1, config.seed_if_empty as i64, |_| {})
+            .await?;
+        tracing::info!(inserted, "catalogue seeded");
+    }
+    if config.cache.bloom_enabled && config.cache.bloom_build_on_start {
+        let gate = Arc::clone(&state.reader.gate);
+        let store = store.clone();
+        return Ok(Some(tokio::spawn(async move {
+            if let Err(e) = gate.rebuild(&store).await {
+                tracing::error!(error = %e, "building the filter at start-up failed; reads fail open");
+            }
+        })));
+    }
+    Ok(None)
+}
+
+/// Starts the whole service from a configuration: connect, seed if empty,
+/// build the filter in the background, listen, serve until `shutdown`.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let state = AppState::connect(&config).await?;
+    prepare(&state, &config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    tracing::info!(addr = %config.listen, "listening");
+    run(listener, state.clone(), shutdown)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    state.reader.store.close().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,284 @@
+//! Configuration in layers: defaults, then a TOML file, then environment
+//! variables; validated once into a typed [`Config`].
+//!
+//! Keys follow seed 000's `cache.bloom_*` names. Environment variables are
+//! `BLOOMGATE_` plus the key in upper case with `__` between levels
+//! (`BLOOMGATE_CACHE__BLOOM_ENABLED=false`, `BLOOMGATE_LISTEN=127.0.0.1:9000`);
+//! `DATABASE_URL` and `REDIS_URL` are honoured too (the `BLOOMGATE_` forms win).
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The default embedded database: a SQLite file under `./data/`.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/bloomgate.db";
+
+/// Everything the service needs to start.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// SQL database URL: `sqlite://…`, `mysql://…` or `postgres://…`.
+    pub database_url: String,
+    /// Redis URL; without one the service runs filter + L1 + SQL.
+    pub redis_url: Option<String>,
+    /// Bearer token for the admin endpoints (warm, SKU writes).
+    pub admin_token: Option<String>,
+    /// How many SKUs to generate when the database is empty at start (0: none).
+    pub seed_if_empty: u64,
+    /// Cache and filter settings.
+    pub cache: CacheConfig,
+}
+
+/// The `cache.*` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Gate reads with the Bloom filter.
+    pub bloom_enabled: bool,
+    /// Items the filter is sized for.
+    pub bloom_expected: u64,
+    /// Target false-positive rate at `bloom_expected` items.
+    pub bloom_fpp: f64,
+    /// Build the filter from SQL at start-up (in the background; fail-open until ready).
+    pub bloom_build_on_start: bool,
+    /// Deletes since the last build that trigger a background rebuild.
+    pub bloom_rebuild_after_deletes: u64,
+    /// Entries in the in-process L1 cache.
+    pub l1_capacity: u64,
+    /// L1 lifetime of a found SKU, seconds.
+    pub l1_ttl_secs: u64,
+    /// L1 lifetime of a "not found" answer, seconds.
+    pub l1_negative_ttl_secs: u64,
+    /// Redis lifetime of a SKU value, seconds (±10% jitter).
+    pub redis_ttl_secs: u64,
+    /// Redis lifetime of a `__nil__` sentinel, seconds (±10% jitter).
+    pub redis_nil_ttl_secs: u64,
+    /// Prefix of every Redis key the service writes.
+    pub redis_prefix: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: DEFAULT_DATABASE_URL.into(),
+            redis_url: None,
+            admin_token: None,
+            seed_if_empty: 200_000,
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            bloom_enabled: true,
+            bloom_expected: 500_000,
+            bloom_fpp: 0.001,
+            bloom_build_on_start: true,
+            bloom_rebuild_after_deletes: 10_000,
+            l1_capacity: 100_000,
+            l1_ttl_secs: 30,
+            l1_negative_ttl_secs: 5,
+            redis_ttl_secs: 3600,
+            redis_nil_ttl_secs: 300,
+            redis_prefix: "bloomgate:".into(),
+        }
+    }
+}
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML or an environment value does not parse or has the wrong type.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// The dotted key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// Keys whose environment values are always strings, even when they look
+/// like numbers (a numeric admin token, say).
+const STRING_KEYS: [&str; 5] = [
+    "listen",
+    "database_url",
+    "redis_url",
+    "admin_token",
+    "redis_prefix",
+];
+
+/// Parses an environment value as a TOML scalar (bool, integer, float),
+/// falling back to a string.
+fn env_value(raw: &str) -> toml::Value {
+    if let Ok(b) = raw.parse::<bool>() {
+        return toml::Value::Boolean(b);
+    }
+    if let Ok(i) = raw.parse::<i64>() {
+        return toml::Value::Integer(i);
+    }
+    if let Ok(f) = raw.parse::<f64>() {
+        if raw.contains(['.', 'e', 'E']) {
+            return toml::Value::Float(f);
+        }
+    }
+    toml::Value::String(raw.into())
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if given), then the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the offending key.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// As [`Config::load`], with an explicit environment (for tests).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the offending key.
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                text.parse::<toml::Table>().map_err(|e| {
+                    invalid("(file)", format!("{}: {}", path.display(), e.message()))
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        let mut conventional = Vec::new();
+        for (name, raw) in env {
+            if let Some(rest) = name.strip_prefix("BLOOMGATE_") {
+                let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+                let value = if path
+                    .last()
+                    .is_some_and(|k| STRING_KEYS.contains(&k.as_str()))
+                {
+                    toml::Value::String(raw)
+                } else {
+                    env_value(&raw)
+                };
+                set_path(&mut table, &path, value);
+            } else if name == "DATABASE_URL" || name == "REDIS_URL" {
+                conventional.push((name.to_ascii_lowercase(), raw));
+            }
+        }
+        for (key, raw) in conventional {
+            table.entry(key).or_insert(toml::Value::String(raw));
+        }
+        let config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| invalid(&e.path().to_string(), e.inner().to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but make no sense.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cache;
+        if !(c.bloom_fpp > 0.0 && c.bloom_fpp < 1.0) {
+            return Err(invalid(
+                "cache.bloom_fpp",
+                format!("must be between 0 and 1 (exclusive), got {}", c.bloom_fpp),
+            ));
+        }
+        if c.bloom_expected == 0 {
+            return Err(invalid("cache.bloom_expected", "must be at least 1"));
+        }
+        if c.l1_capacity == 0 {
+            return Err(invalid("cache.l1_capacity", "must be at least 1"));
+        }
+        for (key, v) in [
+            ("cache.l1_ttl_secs", c.l1_ttl_secs),
+            ("cache.l1_negative_ttl_secs", c.l1_negative_ttl_secs),
+            ("cache.redis_ttl_secs", c.redis_ttl_secs),
+            ("cache.redis_nil_ttl_secs", c.redis_nil_ttl_secs),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1 second"));
+            }
+        }
+        let scheme = self.database_url.split(':').next().unwrap_or_default();
+        if !matches!(
+            scheme,
+            "sqlite" | "mysql" | "mariadb" | "postgres" | "postgresql"
+        ) {
+            return Err(invalid(
+                "database_url",
+                format!("unsupported scheme `{scheme}` (sqlite, mysql, postgres)"),
+            ));
+        }
+        if let Some(url) = &self.redis_url {
+            if !(url.starts_with("redis://")
+                || url.starts_with("rediss://")
+                || url.starts_with("unix://"))
+            {
+                return Err(invalid("redis_url", "must start with redis://"));
+            }
+        }
+        if self.admin_token.as_deref() == Some("") {
+            return Err(invalid("admin_token", "must not be empty"));
+        }
+        if self.admin_token.is_none() && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "admin_token",
+                format!(
+                    "required when listening on a non-loopback address ({})",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
+    match path {
+        [] => {}
+        [last] => {
+            table.insert(last.clone(), value);
+        }
+        [head, rest @ ..] => {
+            let entry = table
+                .entry(head.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            if let toml::Value::Table(t) = entry {
+                set_path(t, rest, value);
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The SKU record and the bodies of the write endpoints.
+
+use serde::{Deserialize, Serialize};
+
+/// A seckill SKU, as stored in SQL, cached as JSON and returned by the API.
+/// Prices are integer cents; times are Unix seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sku {
+    /// Positive 64-bit id.
+    pub id: i64,
+    /// Display name.
+    pub name: String,
+    /// List price, cents.
+    pub original_price: i64,
+    /// Flash-sale price, cents.
+    pub seckill_price: i64,
+    /// Units left.
+    pub stock: i64,
+    /// Sale start, Unix seconds.
+    pub seckill_start: i64,
+    /// Sale end, Unix seconds.
+    pub seckill_end: i64,
+    /// Last write, Unix seconds.
+    pub updated_at: i64,
+}
+
+/// The body of `POST /api/skus` and `PUT /api/skus/{id}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkuInput {
+    /// Id for a create; omitted, the next free id is used. Ignored by updates
+    /// unless it differs from the path, which is refused.
+    pub id: Option<i64>,
+    /// Display name, 1 to 255 characters.
+    pub name: String,
+    /// List price, cents, ≥ 0.
+    pub original_price: i64,
+    /// Flash-sale price, cents, ≥ 0 and ≤ the list price.
+    pub seckill_price: i64,
+    /// Units, ≥ 0.
+    pub stock: i64,
+    /// Sale start, Unix seconds.
+    pub seckill_start: i64,
+    /// Sale end, Unix seconds, after the start.
+    pub seckill_end: i64,
+}
+
+impl SkuInput {
+    /// Checks the fields; the error names the first bad one.
+    ///
+    /// # Errors
+    /// A message for an HTTP 400.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(id) = self.id {
+            if id <= 0 {
+                return Err(format!("id must be a positive integer, got {id}"));
+            }
+        }
+        let len = self.name.chars().count();
+        if len == 0 || len > 255 {
+            return Err("name must have 1 to 255 characters".into());
+        }
+        if self.original_price < 0 || self.seckill_price < 0 || self.stock < 0 {
+            return Err("prices and stock must not be negative".into());
+        }
+        if self.seckill_price > self.original_price {
+            return Err("seckill_price must not exceed original_price".into());
+        }
+        if self.seckill_end <= self.seckill_start {
+            return Err("seckill_end must be after seckill_start".into());
+        }
+        Ok(())
+    }
+
+    /// The record this input describes, with `id` and `updated_at` filled in.
+    #[must_use]
+    pub fn into_sku(self, id: i64, now: i64) -> Sku {
+        Sku {
+            id,
+            name: self.name,
+            original_price: self.original_price,
+            seckill_price: self.seckill_price,
+            stock: self.stock,
+            seckill_start: self.seckill_start,
+            seckill_end: self.seckill_end,
+            updated_at: now,
+        }
+    }
+}
+
+/// The deterministic catalogue entry for `id` (seed 000's 200,000 SKUs).
+#[must_use]
+pub fn catalogue_sku(id: i64) -> Sku {
+    let h = bloomgate_filter::hash::splitmix64(id as u64);
+    let original_price = 1_000 + (h % 99_000) as i64;
+    let discount = 50 + ((h >> 20) % 40) as i64; // 50%..89%
+    let base = 1_767_225_600; // 2026-01-01T00:00:00Z
+    let start = base + (id % 720) * 3600;
+    Sku {
+        id,
+        name: format!("Seckill item #{id:06}"),
+        original_price,
+        seckill_price: original_price * discount / 100,
+        stock: ((h >> 40) % 1000) as i64,
+        seckill_start: start,
+        seckill_end: start + 2 * 3600,
+        updated_at: base,
+    }
+}
+
+/// Current Unix time in seconds.
+#[must_use]
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

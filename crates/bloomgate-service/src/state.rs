@@ -1,0 +1,79 @@
+//! Start-up: connecting the stores and assembling the shared state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::{new_l1, RedisTier};
+use crate::config::Config;
+use crate::gate::Gate;
+use crate::reader::ShieldedReader;
+use crate::store::{SkuStore, StoreError};
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The read path (and through it the gate, caches and store).
+    pub reader: ShieldedReader,
+    /// Admin bearer token, if configured.
+    pub admin_token: Option<Arc<str>>,
+    /// Deletes that trigger a filter rebuild.
+    pub rebuild_after_deletes: u64,
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// SQL is unreachable or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis is unreachable.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl AppState {
+    /// Connects SQL (running migrations) and Redis, and builds the state.
+    /// Does not seed or build the filter; see [`crate::prepare`].
+    ///
+    /// # Errors
+    /// [`StartError`].
+    pub async fn connect(config: &Config) -> Result<Self, StartError> {
+        config.validate()?;
+        let store = SkuStore::connect(&config.database_url).await?;
+        let c = &config.cache;
+        let redis = match &config.redis_url {
+            Some(url) => Some(
+                RedisTier::connect(url, &c.redis_prefix, c.redis_ttl_secs, c.redis_nil_ttl_secs)
+                    .await?,
+            ),
+            None => None,
+        };
+        let reader = ShieldedReader {
+            gate: Arc::new(Gate::new(c.bloom_enabled, c.bloom_expected, c.bloom_fpp)),
+            l1: new_l1(
+                c.l1_capacity,
+                Duration::from_secs(c.l1_ttl_secs),
+                Duration::from_secs(c.l1_negative_ttl_secs),
+            ),
+            redis,
+            store,
+            l1_counters: Arc::default(),
+        };
+        Ok(Self {
+            reader,
+            admin_token: config.admin_token.as_deref().map(Arc::from),
+            rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
+        })
+    }
+}

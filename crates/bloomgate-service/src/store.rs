@@ -1,0 +1,437 @@
+//! The source of truth: SKUs in SQL (SQLite, MySQL/MariaDB or PostgreSQL)
+//! through sqlx's `Any` driver, with a small migration runner.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::TryStreamExt;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+use crate::model::Sku;
+
+/// A database failure, with the operation that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("database error during {op}: {source}")]
+pub struct StoreError {
+    /// What the store was doing.
+    pub op: &'static str,
+    /// The driver's error.
+    #[source]
+    pub source: sqlx::Error,
+}
+
+fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError { op, source }
+}
+
+/// Which SQL dialect the URL selected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite (embedded default).
+    Sqlite,
+    /// MySQL or MariaDB.
+    MySql,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Migrations, applied in order and recorded in `bloomgate_migrations`.
+/// The DDL is portable across the three backends.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE IF NOT EXISTS skus (\
+        id BIGINT NOT NULL PRIMARY KEY, \
+        name VARCHAR(255) NOT NULL, \
+        original_price BIGINT NOT NULL, \
+        seckill_price BIGINT NOT NULL, \
+        stock BIGINT NOT NULL, \
+        seckill_start BIGINT NOT NULL, \
+        seckill_end BIGINT NOT NULL, \
+        updated_at BIGINT NOT NULL)",
+)];
+
+const COLUMNS: &str =
+    "id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at";
+
+/// Counters of the queries this store sent, by outcome.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    /// Point lookups sent.
+    pub queries: AtomicU64,
+    /// Point lookups that found a row.
+    pub found: AtomicU64,
+    /// Point lookups that found nothing.
+    pub missing: AtomicU64,
+}
+
+/// The SKU table.
+#[derive(Debug, Clone)]
+pub struct SkuStore {
+    pool: AnyPool,
+    backend: Backend,
+    /// Query counters, shared by clones.
+    pub counters: Arc<StoreCounters>,
+}
+
+impl SkuStore {
+    /// Connects (creating a SQLite file and its directory if needed) and
+    /// runs the migrations.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres") {
+            Backend::Postgres
+        } else {
+            Backend::MySql
+        };
+        let mut url = url.to_string();
+        if backend == Backend::Sqlite {
+            url = prepare_sqlite(&url);
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 16 })
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(&url)
+            .await
+            .map_err(err("connect"))?;
+        let store = Self {
+            pool,
+            backend,
+            counters: Arc::default(),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The dialect in use.
+    #[must_use]
+    pub const fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Placeholder `n` (1-based) in this dialect.
+    fn ph(&self, n: usize) -> String {
+        match self.backend {
+            Backend::Postgres => format!("${n}"),
+            _ => "?".into(),
+        }
+    }
+
+    fn phs(&self, from: usize, count: usize) -> String {
+        (from..from + count)
+            .map(|i| self.ph(i))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            .execute(&self.pool)
+            .await
+            .map_err(err("migrate"))?;
+        let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("migrate"))?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(err("migrate"))?;
+        for &(version, ddl) in MIGRATIONS {
+            if applied.contains(&version) {
+                continue;
+            }
+            sqlx::query(ddl)
+                .execute(&self.pool)
+                .await
+                .map_err(err("migrate"))?;
+            let q = format!(
+                "INSERT INTO bloomgate_migrations (version, applied_at) VALUES ({}, {})",
+                self.ph(1),
+                self.ph(2)
+            );
+            let res = sqlx::query(&q)
+                .bind(version)
+                .bind(crate::model::now_secs())
+                .execute(&self.pool)
+                .await;
+            // Two instances migrating at once: the loser's insert collides.
+            if let Err(e) = res {
+                if !is_unique_violation(&e) {
+                    return Err(err("migrate")(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of SKUs.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn count(&self) -> Result<u64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM skus")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("count"))?;
+        Ok(row.try_get::<i64, _>(0).map_err(err("count"))? as u64)
+    }
+
+    /// One SKU by id (counted in [`StoreCounters`]).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn get(&self, id: i64) -> Result<Option<Sku>, StoreError> {
+        self.counters.queries.fetch_add(1, Ordering::Relaxed);
+        let q = format!("SELECT {COLUMNS} FROM skus WHERE id = {}", self.ph(1));
+        let row = sqlx::query(&q)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("get"))?;
+        let sku = row
+            .map(|r| sku_from_row(&r))
+            .transpose()
+            .map_err(err("get"))?;
+        let counter = if sku.is_some() {
+            &self.counters.found
+        } else {
+            &self.counters.missing
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(sku)
+    }
+
+    /// The first `limit` SKUs by id.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn first(&self, limit: u64) -> Result<Vec<Sku>, StoreError> {
+        let q = format!(
+            "SELECT {COLUMNS} FROM skus ORDER BY id LIMIT {}",
+            self.ph(1)
+        );
+        sqlx::query(&q)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("first"))?
+            .iter()
+            .map(sku_from_row)
+            .collect::<Result<_, _>>()
+            .map_err(err("first"))
+    }
+
+    /// Streams every id in ascending order, `batch` at a time (keyset
+    /// pagination, so no long-lived cursor holds a connection), calling `f`
+    /// with each batch.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn for_each_id_batch(
+        &self,
+        batch: u64,
+        mut f: impl FnMut(&[i64]),
+    ) -> Result<u64, StoreError> {
+        let q = format!(
+            "SELECT id FROM skus WHERE id > {} ORDER BY id LIMIT {}",
+            self.ph(1),
+            self.ph(2)
+        );
+        let mut after = 0i64;
+        let mut total = 0u64;
+        let mut ids = Vec::with_capacity(batch as usize);
+        loop {
+            ids.clear();
+            let mut rows = sqlx::query(&q)
+                .bind(after)
+                .bind(batch as i64)
+                .fetch(&self.pool);
+            while let Some(row) = rows.try_next().await.map_err(err("scan ids"))? {
+                ids.push(row.try_get::<i64, _>(0).map_err(err("scan ids"))?);
+            }
+            drop(rows);
+            if ids.is_empty() {
+                return Ok(total);
+            }
+            f(&ids);
+            total += ids.len() as u64;
+            after = *ids.last().unwrap_or(&after);
+            if (ids.len() as u64) < batch {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Inserts a new SKU. Returns false when the id is taken.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn insert(&self, sku: &Sku) -> Result<bool, StoreError> {
+        let q = format!("INSERT INTO skus ({COLUMNS}) VALUES ({})", self.phs(1, 8));
+        match bind_sku(sqlx::query(&q), sku).execute(&self.pool).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_unique_violation(&e) => Ok(false),
+            Err(e) => Err(err("insert")(e)),
+        }
+    }
+
+    /// The next id after the largest one in use.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn next_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM skus")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("next id"))?;
+        Ok(row.try_get::<i64, _>(0).map_err(err("next id"))? + 1)
+    }
+
+    /// Replaces a SKU's fields. Returns false when no such id.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn update(&self, sku: &Sku) -> Result<bool, StoreError> {
+        let q = format!(
+            "UPDATE skus SET name = {}, original_price = {}, seckill_price = {}, stock = {}, seckill_start = {}, seckill_end = {}, updated_at = {} WHERE id = {}",
+            self.ph(1), self.ph(2), self.ph(3), self.ph(4), self.ph(5), self.ph(6), self.ph(7), self.ph(8)
+        );
+        let res = sqlx::query(&q)
+            .bind(sku.name.clone())
+            .bind(sku.original_price)
+            .bind(sku.seckill_price)
+            .bind(sku.stock)
+            .bind(sku.seckill_start)
+            .bind(sku.seckill_end)
+            .bind(sku.updated_at)
+            .bind(sku.id)
+            .execute(&self.pool)
+            .await
+            .map_err(err("update"))?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    /// Deletes a SKU. Returns false when no such id.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn delete(&self, id: i64) -> Result<bool, StoreError> {
+        let q = format!("DELETE FROM skus WHERE id = {}", self.ph(1));
+        let res = sqlx::query(&q)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(err("delete"))?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    /// Inserts the deterministic catalogue SKUs with ids `from..=to` that do
+    /// not exist yet, in batches of 500 rows per statement, calling
+    /// `progress` with the number of rows handled after each batch.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn seed_range(
+        &self,
+        from: i64,
+        to: i64,
+        mut progress: impl FnMut(u64),
+    ) -> Result<u64, StoreError> {
+        const BATCH: i64 = 500;
+        let ignore = match self.backend {
+            Backend::MySql => "INSERT IGNORE INTO",
+            Backend::Sqlite => "INSERT OR IGNORE INTO",
+            Backend::Postgres => "INSERT INTO",
+        };
+        let suffix = if self.backend == Backend::Postgres {
+            " ON CONFLICT (id) DO NOTHING"
+        } else {
+            ""
+        };
+        let mut inserted = 0u64;
+        let mut start = from;
+        while start <= to {
+            let end = (start + BATCH - 1).min(to);
+            let n = (end - start + 1) as usize;
+            let values: Vec<String> = (0..n)
+                .map(|i| format!("({})", self.phs(i * 8 + 1, 8)))
+                .collect();
+            let q = format!(
+                "{ignore} skus ({COLUMNS}) VALUES {}{suffix}",
+                values.join(", ")
+            );
+            let mut query = sqlx::query(&q);
+            for id in start..=end {
+                query = bind_sku(query, &crate::model::catalogue_sku(id));
+            }
+            let res = query.execute(&self.pool).await.map_err(err("seed"))?;
+            inserted += res.rows_affected();
+            progress(n as u64);
+            start = end + 1;
+        }
+        Ok(inserted)
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn bind_sku<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    s: &Sku,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(s.id)
+        .bind(s.name.clone())
+        .bind(s.original_price)
+        .bind(s.seckill_price)
+        .bind(s.stock)
+        .bind(s.seckill_start)
+        .bind(s.seckill_end)
+        .bind(s.updated_at)
+}
+
+fn sku_from_row(r: &AnyRow) -> Result<Sku, sqlx::Error> {
+    Ok(Sku {
+        id: r.try_get(0)?,
+        name: r.try_get(1)?,
+        original_price: r.try_get(2)?,
+        seckill_price: r.try_get(3)?,
+        stock: r.try_get(4)?,
+        seckill_start: r.try_get(5)?,
+        seckill_end: r.try_get(6)?,
+        updated_at: r.try_get(7)?,
+    })
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Adds `mode=rwc` (create if missing) to a SQLite URL and creates the
+/// file's directory.
+fn prepare_sqlite(url: &str) -> String {
+    let rest = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path != ":memory:" && !path.is_empty() {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            if !dir.as_os_str().is_empty() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+        }
+    }
+    let mut params: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    if !params.iter().any(|p| p.starts_with("mode=")) {
+        params.push("mode=rwc");
+    }
+    format!("sqlite://{path}?{}", params.join("&"))
+}
