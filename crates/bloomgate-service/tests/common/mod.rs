@@ -1,0 +1,244 @@
+//! Shared test harness: real services (SQLite always; MariaDB, PostgreSQL and
+//! Redis on this machine), one isolated database or key prefix per test, and
+//! the service started in-process on port 0.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use bloomgate_service::{AppState, Config};
+use tokio::sync::oneshot;
+
+pub const MYSQL_ADMIN_URL: &str = "mysql://root@127.0.0.1:3306/test";
+pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+/// Under `CI=true` a missing service fails the test; elsewhere the test is
+/// skipped with a message.
+pub fn unavailable(service: &str, why: &str) -> Option<String> {
+    let msg = format!("{service} unreachable: {why}");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} (CI=true: services must be up)");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// A fresh MariaDB database for this test; returns its URL.
+pub async fn mysql_database(name: &str) -> Option<String> {
+    use sqlx::Executor;
+    sqlx::any::install_default_drivers();
+    let admin = env_or("BLOOMGATE_TEST_MYSQL_URL", MYSQL_ADMIN_URL);
+    let conn = sqlx::AnyPool::connect(&admin).await;
+    let pool = match conn {
+        Ok(p) => p,
+        Err(e) => return unavailable("MariaDB", &e.to_string()),
+    };
+    let db = format!("bg_{name}");
+    pool.execute(format!("DROP DATABASE IF EXISTS {db}").as_str())
+        .await
+        .unwrap();
+    pool.execute(format!("CREATE DATABASE {db}").as_str())
+        .await
+        .unwrap();
+    pool.close().await;
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(b, _)| b)
+        .to_string();
+    Some(format!("{base}/{db}"))
+}
+
+/// A fresh PostgreSQL database for this test; returns its URL.
+pub async fn postgres_database(name: &str) -> Option<String> {
+    use sqlx::Executor;
+    sqlx::any::install_default_drivers();
+    let admin = env_or("BLOOMGATE_TEST_POSTGRES_URL", POSTGRES_ADMIN_URL);
+    let pool = match sqlx::AnyPool::connect(&admin).await {
+        Ok(p) => p,
+        Err(e) => return unavailable("PostgreSQL", &e.to_string()),
+    };
+    let db = format!("bg_{name}");
+    pool.execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str())
+        .await
+        .unwrap();
+    pool.execute(format!("CREATE DATABASE {db}").as_str())
+        .await
+        .unwrap();
+    pool.close().await;
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(b, _)| b)
+        .to_string();
+    Some(format!("{base}/{db}"))
+}
+
+/// A Redis URL if the server answers PING.
+pub async fn redis_url() -> Option<String> {
+    let url = env_or("BLOOMGATE_TEST_REDIS_URL", REDIS_URL);
+    let client = redis::Client::open(url.as_str()).unwrap();
+    match client.get_multiplexed_async_connection().await {
+        Ok(mut c) => match redis::cmd("PING").query_async::<String>(&mut c).await {
+            Ok(_) => Some(url),
+            Err(e) => unavailable("Redis", &e.to_string()),
+        },
+        Err(e) => unavailable("Redis", &e.to_string()),
+    }
+}
+
+/// A raw Redis connection for inspecting what the service wrote.
+pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Keys under `prefix`, by SCAN.
+pub async fn redis_keys(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Vec<String> {
+    let mut cursor = 0u64;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+/// Deletes every key under `prefix`.
+pub async fn redis_clear(url: &str, prefix: &str) {
+    let mut c = redis_conn(url).await;
+    for k in redis_keys(&mut c, prefix).await {
+        let _: () = redis::cmd("DEL").arg(k).query_async(&mut c).await.unwrap();
+    }
+}
+
+/// A SQLite database in a fresh temporary directory.
+pub fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}/skus.db", dir.path().display())
+}
+
+/// A config for tests: the given stores, a unique Redis prefix, seeding off.
+pub fn config(database_url: &str, redis_url: Option<&str>, prefix: &str) -> Config {
+    let mut c = Config {
+        database_url: database_url.into(),
+        redis_url: redis_url.map(Into::into),
+        seed_if_empty: 0,
+        ..Config::default()
+    };
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.cache.redis_prefix = format!("bgtest:{prefix}:");
+    c
+}
+
+/// The service running in-process on an ephemeral port.
+pub struct TestServer {
+    pub base: String,
+    pub state: AppState,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    /// Connects, seeds `seed` catalogue SKUs if the table is empty, runs the
+    /// start-up preparation (filter build if configured) to completion, and
+    /// starts serving.
+    pub async fn start(mut config: Config, seed: u64) -> Self {
+        config.seed_if_empty = seed;
+        let state = AppState::connect(&config).await.expect("service starts");
+        if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {
+            build.await.unwrap();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(bloomgate_service::run(listener, state.clone(), async {
+            let _ = rx.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            state,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = self.client.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn stats(&self) -> serde_json::Value {
+        self.get("/api/cache/stats").await.1
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self
+            .client
+            .request(method, self.url(path))
+            .header("content-type", "application/json");
+        if let Some(b) = body {
+            req = req.body(b.to_string());
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Stops accepting, drains, and waits for the server task.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+        self.state.reader.store.close().await;
+    }
+}
+
+/// A SKU body for the write endpoints.
+pub fn sku_body(id: Option<i64>, name: &str, price: i64) -> String {
+    let id = id.map_or(String::new(), |i| format!("\"id\":{i},"));
+    format!(
+        "{{{id}\"name\":\"{name}\",\"original_price\":{price},\"seckill_price\":{},\"stock\":10,\"seckill_start\":1767225600,\"seckill_end\":1767232800}}",
+        price / 2
+    )
+}
+
+pub fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_i64()
+        .unwrap_or_else(|| panic!("no counter {path:?} in {v}"))
+}

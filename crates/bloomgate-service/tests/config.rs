@@ -1,0 +1,135 @@
+//! Configuration layering and validation.
+
+use std::io::Write;
+
+use bloomgate_service::config::ConfigError;
+use bloomgate_service::Config;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+fn toml_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn defaults_match_seed_000() {
+    let c = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+    assert!(c.cache.bloom_enabled && c.cache.bloom_build_on_start);
+    assert_eq!(c.cache.bloom_expected, 500_000);
+    assert!((c.cache.bloom_fpp - 0.001).abs() < 1e-12);
+    assert!(c.database_url.starts_with("sqlite://"));
+    assert_eq!(c.redis_url, None);
+}
+
+#[test]
+fn file_then_environment_override_defaults() {
+    let f = toml_file(
+        "listen = \"127.0.0.1:9100\"\n[cache]\nbloom_expected = 1000\nbloom_fpp = 0.01\n",
+    );
+    let c = Config::load_from(
+        Some(f.path()),
+        env(&[
+            ("BLOOMGATE_CACHE__BLOOM_ENABLED", "false"),
+            ("BLOOMGATE_LISTEN", "127.0.0.1:9000"),
+            ("BLOOMGATE_CACHE__BLOOM_FPP", "0.05"),
+            ("DATABASE_URL", "mysql://root@127.0.0.1/test"),
+            ("REDIS_URL", "redis://127.0.0.1:6379/"),
+            ("BLOOMGATE_ADMIN_TOKEN", "12345"),
+            ("UNRELATED", "x"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:9000");
+    assert!(!c.cache.bloom_enabled);
+    assert_eq!(c.cache.bloom_expected, 1000);
+    assert!((c.cache.bloom_fpp - 0.05).abs() < 1e-12);
+    assert_eq!(c.database_url, "mysql://root@127.0.0.1/test");
+    assert_eq!(c.redis_url.as_deref(), Some("redis://127.0.0.1:6379/"));
+    assert_eq!(c.admin_token.as_deref(), Some("12345"));
+    // The BLOOMGATE_ form wins over the conventional name.
+    let c = Config::load_from(
+        None,
+        env(&[
+            ("DATABASE_URL", "mysql://a/b"),
+            ("BLOOMGATE_DATABASE_URL", "postgres://c/d"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.database_url, "postgres://c/d");
+}
+
+fn key_of(e: ConfigError) -> String {
+    match e {
+        ConfigError::Invalid { key, .. } => key,
+        ConfigError::Read { path, .. } => format!("read {path}"),
+    }
+}
+
+#[test]
+fn invalid_values_name_the_key() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("BLOOMGATE_CACHE__BLOOM_FPP", "1.5")], "cache.bloom_fpp"),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_FPP", "often")],
+            "cache.bloom_fpp",
+        ),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_EXPECTED", "0")],
+            "cache.bloom_expected",
+        ),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_EXPECTED", "-4")],
+            "cache.bloom_expected",
+        ),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_ENABLED", "maybe")],
+            "cache.bloom_enabled",
+        ),
+        (&[("BLOOMGATE_LISTEN", "not-an-address")], "listen"),
+        (&[("BLOOMGATE_DATABASE_URL", "oracle://x")], "database_url"),
+        (&[("BLOOMGATE_REDIS_URL", "http://x")], "redis_url"),
+        (
+            &[("BLOOMGATE_CACHE__L1_TTL_SECS", "0")],
+            "cache.l1_ttl_secs",
+        ),
+        (&[("BLOOMGATE_CACHE__BLOOM_TYPO", "1")], "cache"),
+        (&[("BLOOMGATE_LISTEN", "0.0.0.0:8080")], "admin_token"),
+    ];
+    for (vars, key) in cases {
+        let e = Config::load_from(None, env(vars)).unwrap_err();
+        let msg = e.to_string();
+        assert!(key_of(e).starts_with(key), "{vars:?}: {msg}");
+        assert!(
+            msg.contains(key),
+            "{vars:?}: message {msg:?} does not name {key}"
+        );
+    }
+    // A non-loopback address is fine with a token.
+    assert!(Config::load_from(
+        None,
+        env(&[
+            ("BLOOMGATE_LISTEN", "0.0.0.0:8080"),
+            ("BLOOMGATE_ADMIN_TOKEN", "t")
+        ])
+    )
+    .is_ok());
+    let bad = toml_file("[cache]\nbloom_fpp = \"high\"\n");
+    assert!(Config::load_from(Some(bad.path()), env(&[]))
+        .unwrap_err()
+        .to_string()
+        .contains("cache.bloom_fpp"));
+    let broken = toml_file("[cache\n");
+    assert!(Config::load_from(Some(broken.path()), env(&[])).is_err());
+    assert!(matches!(
+        Config::load_from(Some(std::path::Path::new("/no/such/file.toml")), env(&[])),
+        Err(ConfigError::Read { .. })
+    ));
+}

@@ -1,0 +1,492 @@
+//! The read path and the write endpoints on SQLite and Redis: single flight,
+//! the sentinel's NX rule, TTL jitter, invalidation, creation during a
+//! rebuild, input errors and admin auth.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::{counter, sku_body, TestServer};
+use reqwest::Method;
+
+async fn sqlite_server(
+    dir: &tempfile::TempDir,
+    redis: Option<&str>,
+    prefix: &str,
+    seed: u64,
+    f: impl FnOnce(&mut bloomgate_service::Config),
+) -> TestServer {
+    let mut config = common::config(&common::sqlite_url(dir), redis, prefix);
+    f(&mut config);
+    if let Some(url) = redis {
+        common::redis_clear(url, &config.cache.redis_prefix).await;
+    }
+    TestServer::start(config, seed).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_share_one_sql_query() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "flight", 1000, |_| {}).await;
+    let before = server
+        .state
+        .reader
+        .store
+        .counters
+        .queries
+        .load(Ordering::Relaxed);
+    let requests = (0..500).map(|_| server.get("/api/seckill/777"));
+    let answers = futures_util::future::join_all(requests).await;
+    assert!(answers.iter().all(|(s, b)| *s == 200 && b["id"] == 777));
+    let after = server
+        .state
+        .reader
+        .store
+        .counters
+        .queries
+        .load(Ordering::Relaxed);
+    assert_eq!(after - before, 1, "500 concurrent misses, one SQL query");
+    let stats = server.stats().await;
+    assert_eq!(counter(&stats, &["redis", "misses"]), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Filter off, so the missing id reaches the caches.
+    let server = sqlite_server(&dir, Some(&redis), "flight-nil", 100, |c| {
+        c.cache.bloom_enabled = false
+    })
+    .await;
+    let answers =
+        futures_util::future::join_all((0..500).map(|_| server.get("/api/seckill/5000"))).await;
+    assert!(answers.iter().all(|(s, _)| *s == 404));
+    assert_eq!(
+        server
+            .state
+            .reader
+            .store
+            .counters
+            .queries
+            .load(Ordering::Relaxed),
+        1
+    );
+    let mut conn = common::redis_conn(&redis).await;
+    let v: String = redis::cmd("GET")
+        .arg("bgtest:flight-nil:sku:5000")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(v, "__nil__");
+    // Later reads are answered by L1's negative entry, then the sentinel.
+    let negative = counter(&server.stats().await, &["l1", "negative_hits"]);
+    assert_eq!(server.get("/api/seckill/5000").await.0, 404);
+    assert_eq!(
+        counter(&server.stats().await, &["l1", "negative_hits"]),
+        negative + 1
+    );
+    server.state.reader.l1.invalidate(&5000).await;
+    assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 0);
+    assert_eq!(server.get("/api/seckill/5000").await.0, 404);
+    assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 1);
+    assert_eq!(
+        server
+            .state
+            .reader
+            .store
+            .counters
+            .queries
+            .load(Ordering::Relaxed),
+        1
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sentinel_never_overwrites_a_value() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "nx", 10, |_| {}).await;
+    let tier = server.state.reader.redis.clone().unwrap();
+    let sku = bloomgate_service::model::catalogue_sku(3);
+    tier.put(&sku).await.unwrap();
+    tier.put_nil(3).await.unwrap();
+    assert!(
+        matches!(tier.get(3).await.unwrap(), bloomgate_service::cache::RedisLookup::Hit(s) if s == sku)
+    );
+    // A sentinel on an empty key is written, and a value replaces it.
+    tier.put_nil(4).await.unwrap();
+    assert!(matches!(
+        tier.get(4).await.unwrap(),
+        bloomgate_service::cache::RedisLookup::Nil
+    ));
+    tier.put(&bloomgate_service::model::catalogue_sku(4))
+        .await
+        .unwrap();
+    assert!(matches!(
+        tier.get(4).await.unwrap(),
+        bloomgate_service::cache::RedisLookup::Hit(_)
+    ));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn warmed_ttls_are_jittered_within_ten_percent() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "ttl", 500, |c| {
+        c.cache.redis_ttl_secs = 1000
+    })
+    .await;
+    let (status, body) = server
+        .send(Method::POST, "/api/cache/warm", Some(r#"{"limit":500}"#))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut conn = common::redis_conn(&redis).await;
+    let mut ttls = Vec::new();
+    for id in 1..=500 {
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(format!("bgtest:ttl:sku:{id}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        ttls.push(ttl);
+    }
+    let (min, max) = (*ttls.iter().min().unwrap(), *ttls.iter().max().unwrap());
+    assert!(min >= 895 && max <= 1100, "ttls in [{min}, {max}]");
+    let distinct: std::collections::HashSet<_> = ttls.iter().collect();
+    assert!(distinct.len() > 50, "only {} distinct TTLs", distinct.len());
+    assert!(max - min > 100, "spread {}", max - min);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn update_and_delete_invalidate_both_cache_levels() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "inval", 100, |_| {}).await;
+    let (s, before) = server.get("/api/seckill/42").await;
+    assert_eq!(s, 200);
+    let (s, _) = server
+        .send(
+            Method::PUT,
+            "/api/skus/42",
+            Some(&sku_body(None, "renamed", 5000)),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, after) = server.get("/api/seckill/42").await;
+    assert_eq!(s, 200);
+    assert_eq!(after["name"], "renamed");
+    assert_ne!(before["name"], after["name"]);
+    let (s, body) = server.send(Method::DELETE, "/api/skus/42", None).await;
+    assert_eq!((s, body["deleted"].as_i64()), (200, Some(42)));
+    assert_eq!(server.get("/api/seckill/42").await.0, 404);
+    // Deleting or updating what is gone is a 404.
+    assert_eq!(
+        server.send(Method::DELETE, "/api/skus/42", None).await.0,
+        404
+    );
+    assert_eq!(
+        server
+            .send(Method::PUT, "/api/skus/42", Some(&sku_body(None, "x", 10)))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        counter(&server.stats().await, &["bloom", "deleted_since_build"]),
+        1
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn created_sku_is_visible_at_once_even_after_a_cached_miss() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Filter off first, so a 404 for the id gets cached in L1 and Redis.
+    let server = sqlite_server(&dir, Some(&redis), "create", 100, |c| {
+        c.cache.bloom_enabled = false
+    })
+    .await;
+    assert_eq!(server.get("/api/seckill/150").await.0, 404);
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(Some(150), "new", 900)),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let (s, body) = server.get("/api/seckill/150").await;
+    assert_eq!((s, body["name"].as_str()), (200, Some("new")));
+    // A duplicate id conflicts; no id picks the next free one.
+    assert_eq!(
+        server
+            .send(
+                Method::POST,
+                "/api/skus",
+                Some(&sku_body(Some(150), "dup", 900))
+            )
+            .await
+            .0,
+        409
+    );
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(None, "auto", 900)),
+        )
+        .await;
+    assert_eq!((s, body["id"].as_i64()), (201, Some(151)));
+    server.stop().await;
+
+    // With the filter on: the new id enters the filter before the response.
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "create-bloom", 100, |_| {}).await;
+    assert_eq!(server.get("/api/seckill/300").await.0, 404);
+    assert_eq!(counter(&server.stats().await, &["bloom", "rejected"]), 1);
+    assert_eq!(
+        server
+            .send(
+                Method::POST,
+                "/api/skus",
+                Some(&sku_body(Some(300), "fresh", 900))
+            )
+            .await
+            .0,
+        201
+    );
+    assert_eq!(server.get("/api/seckill/300").await.0, 200);
+    assert_eq!(counter(&server.stats().await, &["bloom", "added"]), 101);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
+    let gate = std::sync::Arc::clone(&server.state.reader.gate);
+    let store = server.state.reader.store.clone();
+    let rebuild = tokio::spawn(async move { gate.rebuild(&store).await });
+    while !server.state.reader.gate.is_rebuilding() {
+        tokio::task::yield_now().await;
+    }
+    let mut created = Vec::new();
+    let mut id = 300_000i64;
+    while server.state.reader.gate.is_rebuilding() || created.len() < 20 {
+        let (s, body) = server
+            .send(
+                Method::POST,
+                "/api/skus",
+                Some(&sku_body(Some(id), "during", 100)),
+            )
+            .await;
+        assert_eq!(s, 201, "{body}");
+        created.push(id);
+        id += 1;
+    }
+    let report = rebuild.await.unwrap().unwrap();
+    assert!(report.added >= 200_000);
+    assert!(created.len() >= 20);
+    // Every id created while the rebuild ran answers 200 from the new filter.
+    server.state.reader.l1.invalidate_all();
+    for id in &created {
+        assert_eq!(
+            server.get(&format!("/api/seckill/{id}")).await.0,
+            200,
+            "id {id}"
+        );
+    }
+    // And a second rebuild while one runs is refused, never run twice.
+    let gate = &server.state.reader.gate;
+    let store = &server.state.reader.store;
+    let (a, b) = tokio::join!(gate.rebuild(store), gate.rebuild(store));
+    assert!(
+        a.is_ok() != b.is_ok(),
+        "exactly one of two concurrent rebuilds runs"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn warm_answers_409_while_a_rebuild_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "busy", 200_000, |_| {}).await;
+    let gate = std::sync::Arc::clone(&server.state.reader.gate);
+    let store = server.state.reader.store.clone();
+    let rebuild = tokio::spawn(async move { gate.rebuild(&store).await });
+    while !server.state.reader.gate.is_rebuilding() {
+        tokio::task::yield_now().await;
+    }
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/cache/warm",
+            Some(r#"{"limit":1,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(s, 409, "{body}");
+    assert_eq!(body["error"], "conflict");
+    rebuild.await.unwrap().unwrap();
+    let (s, _) = server
+        .send(
+            Method::POST,
+            "/api/cache/warm",
+            Some(r#"{"limit":1,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(s, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_json_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "bad", 10, |_| {}).await;
+    for path in [
+        "abc",
+        "0",
+        "-5",
+        "1.5",
+        "9223372036854775808",
+        "99999999999999999999",
+        "%20",
+    ] {
+        let (s, body) = server.get(&format!("/api/seckill/{path}")).await;
+        assert_eq!(s, 400, "{path}");
+        assert_eq!(body["error"], "bad_request", "{path}");
+    }
+    assert_eq!(server.get("/api/seckill/9223372036854775807").await.0, 404);
+    let cases = [
+        (Method::POST, "/api/cache/warm", "{not json"),
+        (Method::POST, "/api/cache/warm", r#"{"limit":-1}"#),
+        (Method::POST, "/api/cache/warm", r#"{"limit":"ten"}"#),
+        (Method::POST, "/api/cache/warm", r#"{"limit":5000000}"#),
+        (Method::POST, "/api/cache/warm", r#"{"limitt":5}"#),
+        (Method::POST, "/api/skus", "[]"),
+        (Method::POST, "/api/skus", r#"{"name":"x"}"#),
+        (Method::POST, "/api/skus", &sku_body(Some(-3), "neg", 100)),
+        (Method::POST, "/api/skus", &sku_body(Some(20), "", 100)),
+        (Method::PUT, "/api/skus/abc", &sku_body(None, "x", 100)),
+        (Method::PUT, "/api/skus/5", &sku_body(Some(6), "x", 100)),
+        (Method::DELETE, "/api/skus/0", ""),
+    ];
+    for (method, path, body) in cases {
+        let (s, reply) = server.send(method.clone(), path, Some(body)).await;
+        assert_eq!(s, 400, "{method} {path} {body}: {reply}");
+        assert_eq!(reply["error"], "bad_request");
+        assert!(reply["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    let (s, body) = server.get("/no/such/route").await;
+    assert_eq!((s, body["error"].as_str()), (404, Some("not_found")));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn admin_calls_need_the_token_when_one_is_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "auth", 10, |c| {
+        c.admin_token = Some("s3cret".into())
+    })
+    .await;
+    let calls = [
+        (
+            Method::POST,
+            "/api/cache/warm".to_string(),
+            r#"{"limit":1}"#.to_string(),
+        ),
+        (
+            Method::POST,
+            "/api/skus".into(),
+            sku_body(Some(50), "a", 100),
+        ),
+        (Method::PUT, "/api/skus/3".into(), sku_body(None, "a", 100)),
+        (Method::DELETE, "/api/skus/3".into(), String::new()),
+    ];
+    for (method, path, body) in &calls {
+        let send = |auth: Option<&str>| {
+            let mut r = server
+                .client
+                .request(method.clone(), server.url(path))
+                .body(body.clone());
+            if let Some(a) = auth {
+                r = r.header("authorization", a);
+            }
+            r.send()
+        };
+        assert_eq!(send(None).await.unwrap().status(), 401, "{method} {path}");
+        assert_eq!(
+            send(Some("Bearer wrong")).await.unwrap().status(),
+            403,
+            "{method} {path}"
+        );
+        assert_eq!(
+            send(Some("s3cret")).await.unwrap().status(),
+            401,
+            "{method} {path}: no Bearer scheme"
+        );
+        let ok = send(Some("Bearer s3cret")).await.unwrap().status().as_u16();
+        assert!(ok == 200 || ok == 201, "{method} {path}: {ok}");
+    }
+    // Reads stay open.
+    assert_eq!(server.get("/api/seckill/1").await.0, 200);
+    assert_eq!(server.get("/api/cache/stats").await.0, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn without_redis_the_service_runs_filter_l1_and_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "noredis", 50, |_| {}).await;
+    assert_eq!(server.get("/api/seckill/7").await.0, 200);
+    assert_eq!(server.get("/api/seckill/7").await.0, 200);
+    assert_eq!(server.get("/api/seckill/51").await.0, 404);
+    let stats = server.stats().await;
+    assert_eq!(stats["redis"]["enabled"], false);
+    assert_eq!(counter(&stats, &["l1", "hits"]), 1);
+    assert_eq!(counter(&stats, &["sql", "queries"]), 1);
+    assert_eq!(counter(&stats, &["bloom", "rejected"]), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fail_open_before_the_filter_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "failopen", 1000, |c| {
+        c.cache.bloom_build_on_start = false
+    })
+    .await;
+    let stats = server.stats().await;
+    assert_eq!(stats["bloom"]["ready"], false);
+    for id in [1, 500, 1000] {
+        assert_eq!(
+            server.get(&format!("/api/seckill/{id}")).await.0,
+            200,
+            "id {id}"
+        );
+    }
+    assert_eq!(server.get("/api/seckill/1001").await.0, 404);
+    let stats = server.stats().await;
+    assert_eq!(counter(&stats, &["bloom", "rejected"]), 0);
+    assert_eq!(counter(&stats, &["bloom", "passed"]), 4);
+    assert_eq!(counter(&stats, &["sql", "missing"]), 1);
+    server.stop().await;
+}
