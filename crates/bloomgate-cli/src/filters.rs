@@ -286,8 +286,6 @@ pub fn info(a: &InfoArgs) -> anyhow::Result<()> {
     }
     let h = view.header();
     let items = view.items();
-    // An optimally sized filter is half full at its design capacity; past
-    // one half, the rate climbs quickly.
     let fill = view.fill_ratio();
     println!("file            {}", a.file.display());
     println!("layout          {}", h.layout.name());
@@ -303,14 +301,12 @@ pub fn info(a: &InfoArgs) -> anyhow::Result<()> {
     println!("fill ratio      {fill:.4}");
     println!("estimated items {:.0}", view.estimated_items());
     println!("expected fpr    {:.3e}", view.expected_fpr(items));
-    println!(
-        "past capacity   {}",
-        if fill > 0.5 {
-            "yes (fill ratio above 1/2)"
-        } else {
-            "no"
-        }
-    );
+    match view.design() {
+        Some(d) => println!("designed for    {} items at fpr {}", d.capacity, d.fpr),
+        None => println!("designed for    (not recorded)"),
+    }
+    let past = if view.past_capacity() { "yes" } else { "no" };
+    println!("past capacity   {past}");
     if a.verify {
         println!("checksum        ok");
     }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
-use crate::sizing::{self, BlockedParams};
+use crate::sizing::{self, BlockedParams, Design};
 use crate::snapshot::{self, Header, KeyKind, Layout};
 
 /// A blocked Bloom filter: each key picks one block and sets `k` bits in it,
@@ -28,7 +28,7 @@ use crate::snapshot::{self, Header, KeyKind, Layout};
 /// assert!(f.expected_fpr(1_000_000) <= 0.01);
 /// assert!((f.bits() as f64 / 1e6) < 9.59 * 1.15); // bits per key at 1%
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BlockedBloom {
     bits: Bitmap,
     blocks: u64,
@@ -36,6 +36,7 @@ pub struct BlockedBloom {
     hashes: u32,
     seed: u64,
     items: u64,
+    design: Option<Design>,
 }
 
 impl BlockedBloom {
@@ -44,7 +45,12 @@ impl BlockedBloom {
     /// # Errors
     /// See [`sizing::blocked`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        Self::new(sizing::blocked(n, p, 512)?, 0)
+        let mut f = Self::new(sizing::blocked(n, p, 512)?, 0)?;
+        f.design = Some(Design {
+            capacity: n,
+            fpr: p,
+        });
+        Ok(f)
     }
 
     /// An empty filter of the given shape.
@@ -61,10 +67,17 @@ impl BlockedBloom {
             hashes: params.hashes,
             seed,
             items: 0,
+            design: None,
         })
     }
 
-    pub(crate) fn from_parts(bits: Bitmap, params: BlockedParams, seed: u64, items: u64) -> Self {
+    pub(crate) fn from_parts(
+        bits: Bitmap,
+        params: BlockedParams,
+        seed: u64,
+        items: u64,
+        design: Option<Design>,
+    ) -> Self {
         Self {
             bits,
             blocks: params.blocks,
@@ -72,6 +85,7 @@ impl BlockedBloom {
             hashes: params.hashes,
             seed,
             items,
+            design,
         }
     }
 
@@ -215,7 +229,10 @@ impl BlockedBloom {
             block_bits: h.block_bits,
             hashes: h.hashes,
         };
-        Ok((Self::from_parts(bits, params, h.seed, h.items), h.key_kind))
+        Ok((
+            Self::from_parts(bits, params, h.seed, h.items, h.design),
+            h.key_kind,
+        ))
     }
 
     /// Reads and verifies a snapshot file.
@@ -235,6 +252,7 @@ impl BlockedBloom {
             items: self.items,
             block_bits: self.block_words as u32 * 64,
             key_kind,
+            design: self.design,
         }
     }
 }
@@ -295,6 +313,9 @@ impl Filter for BlockedBloom {
     }
     fn count_ones(&self) -> u64 {
         self.bits.count_ones()
+    }
+    fn design(&self) -> Option<Design> {
+        self.design
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
         let p = self.params();

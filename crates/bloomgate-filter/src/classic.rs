@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
-use crate::sizing::{self, ClassicParams};
+use crate::sizing::{self, ClassicParams, Design};
 use crate::snapshot::{self, Header, KeyKind, Layout};
 
 /// A Bloom filter with the seeds' exact scheme: positions
@@ -22,12 +22,13 @@ use crate::snapshot::{self, Header, KeyKind, Layout};
 /// f.insert(&42u64);
 /// assert!(f.contains(&42u64));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClassicBloom {
     bits: Bitmap,
     hashes: u32,
     seed: u64,
     items: u64,
+    design: Option<Design>,
 }
 
 impl ClassicBloom {
@@ -36,7 +37,12 @@ impl ClassicBloom {
     /// # Errors
     /// See [`sizing::classic`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        Self::new(sizing::classic(n, p)?, 0)
+        let mut f = Self::new(sizing::classic(n, p)?, 0)?;
+        f.design = Some(Design {
+            capacity: n,
+            fpr: p,
+        });
+        Ok(f)
     }
 
     /// An empty filter of the given shape.
@@ -51,6 +57,7 @@ impl ClassicBloom {
             hashes: params.hashes,
             seed,
             items: 0,
+            design: None,
         })
     }
 
@@ -127,6 +134,7 @@ impl ClassicBloom {
                 hashes: h.hashes,
                 seed: h.seed,
                 items: h.items,
+                design: h.design,
             },
             h.key_kind,
         ))
@@ -149,6 +157,7 @@ impl ClassicBloom {
             items: self.items,
             block_bits: 0,
             key_kind,
+            design: self.design,
         }
     }
 }
@@ -194,6 +203,9 @@ impl Filter for ClassicBloom {
     }
     fn count_ones(&self) -> u64 {
         self.bits.count_ones()
+    }
+    fn design(&self) -> Option<Design> {
+        self.design
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
         sizing::classic_fpr(self.bits.len(), self.hashes, n_items)

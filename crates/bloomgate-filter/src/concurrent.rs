@@ -8,7 +8,7 @@ use crate::blocked::BlockedBloom;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
-use crate::sizing::{self, BlockedParams};
+use crate::sizing::{self, BlockedParams, Design};
 
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
@@ -55,6 +55,7 @@ pub struct AtomicBloom {
     hashes: u32,
     seed: u64,
     items: AtomicU64,
+    design: Option<Design>,
 }
 
 impl AtomicBloom {
@@ -63,7 +64,12 @@ impl AtomicBloom {
     /// # Errors
     /// See [`sizing::blocked`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        Self::new(sizing::blocked(n, p, 512)?, 0)
+        let mut f = Self::new(sizing::blocked(n, p, 512)?, 0)?;
+        f.design = Some(Design {
+            capacity: n,
+            fpr: p,
+        });
+        Ok(f)
     }
 
     /// An empty filter of the given shape (512-bit blocks only).
@@ -88,6 +94,7 @@ impl AtomicBloom {
             hashes: params.hashes,
             seed,
             items: AtomicU64::new(0),
+            design: None,
         })
     }
 
@@ -96,7 +103,8 @@ impl AtomicBloom {
     /// # Errors
     /// As [`AtomicBloom::new`].
     pub fn from_blocked(f: &BlockedBloom) -> Result<Self> {
-        let s = Self::new(f.params(), f.seed())?;
+        let mut s = Self::new(f.params(), f.seed())?;
+        s.design = f.design();
         for (line, words) in s.lines.iter().zip(f.bitmap().words().chunks_exact(8)) {
             for (a, &w) in line.0.iter().zip(words) {
                 a.store(w, Ordering::Relaxed);
@@ -116,7 +124,7 @@ impl AtomicBloom {
         }
         let bits = Bitmap::from_words(params.bits(), &words)
             .unwrap_or_else(|_| unreachable!("blocks fill whole lines, so there is no padding"));
-        BlockedBloom::from_parts(bits, params, self.seed, self.items())
+        BlockedBloom::from_parts(bits, params, self.seed, self.items(), self.design)
     }
 
     /// This filter's shape.
@@ -224,6 +232,9 @@ impl Filter for AtomicBloom {
             .flat_map(|l| &l.0)
             .map(|a| u64::from(a.load(Ordering::Relaxed).count_ones()))
             .sum()
+    }
+    fn design(&self) -> Option<Design> {
+        self.design
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
         sizing::blocked_fpr(self.blocks, 512, self.hashes, n_items)

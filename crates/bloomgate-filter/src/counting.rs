@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
-use crate::sizing::{self, BlockedParams};
+use crate::sizing::{self, BlockedParams, Design};
 use crate::snapshot::{self, Header, KeyKind, Layout};
 
 /// The value a counter sticks at once reached.
@@ -35,7 +35,7 @@ pub const SATURATED: u64 = 15;
 /// assert!(!f.contains(&7u64));
 /// assert!(f.remove(&7u64).is_err()); // absent: refused
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CountingBloom {
     // 512 storage bits (128 counters) per block.
     store: Bitmap,
@@ -43,6 +43,7 @@ pub struct CountingBloom {
     hashes: u32,
     seed: u64,
     items: u64,
+    design: Option<Design>,
 }
 
 impl CountingBloom {
@@ -52,7 +53,12 @@ impl CountingBloom {
     /// # Errors
     /// See [`sizing::blocked`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        Self::new(sizing::blocked(n, p, 128)?, 0)
+        let mut f = Self::new(sizing::blocked(n, p, 128)?, 0)?;
+        f.design = Some(Design {
+            capacity: n,
+            fpr: p,
+        });
+        Ok(f)
     }
 
     /// An empty filter of the given shape (`block_bits` must be 128).
@@ -76,6 +82,7 @@ impl CountingBloom {
             hashes: params.hashes,
             seed,
             items: 0,
+            design: None,
         })
     }
 
@@ -164,7 +171,7 @@ impl CountingBloom {
         }
         let bits = Bitmap::from_words(params.bits(), &words)
             .unwrap_or_else(|_| unreachable!("projection only sets bits inside the filter"));
-        BlockedBloom::from_parts(bits, params, self.seed, self.items)
+        BlockedBloom::from_parts(bits, params, self.seed, self.items, self.design)
     }
 
     /// Encodes the filter as a snapshot.
@@ -195,6 +202,7 @@ impl CountingBloom {
                 hashes: h.hashes,
                 seed: h.seed,
                 items: h.items,
+                design: h.design,
             },
             h.key_kind,
         ))
@@ -217,6 +225,7 @@ impl CountingBloom {
             items: self.items,
             block_bits: 128,
             key_kind,
+            design: self.design,
         }
     }
 }
@@ -249,6 +258,9 @@ impl Filter for CountingBloom {
             .iter()
             .map(|&w| (0..16).filter(|i| (w >> (i * 4)) & 0xF != 0).count() as u64)
             .sum()
+    }
+    fn design(&self) -> Option<Design> {
+        self.design
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
         sizing::blocked_fpr(self.blocks, 128, self.hashes, n_items)

@@ -42,6 +42,20 @@ pub trait Filter {
     /// The false-positive rate this filter has once it holds `n_items` keys.
     fn expected_fpr(&self, n_items: u64) -> f64;
 
+    /// The capacity and rate the filter was sized for, when known.
+    fn design(&self) -> Option<crate::sizing::Design> {
+        None
+    }
+
+    /// True when more items were added than the filter was sized for (or,
+    /// with no recorded design, when more than half its positions are set).
+    fn past_capacity(&self) -> bool {
+        match self.design() {
+            Some(d) => self.items() > d.capacity,
+            None => self.fill_ratio() > 0.5,
+        }
+    }
+
     /// Fraction of positions set, in `[0, 1]`. Past one half, the rate
     /// degrades quickly.
     fn fill_ratio(&self) -> f64 {

@@ -174,6 +174,10 @@ impl Filter for MappedBloom {
         }
     }
 
+    fn design(&self) -> Option<crate::sizing::Design> {
+        self.header.design
+    }
+
     fn expected_fpr(&self, n_items: u64) -> f64 {
         let hd = &self.header;
         match hd.layout {

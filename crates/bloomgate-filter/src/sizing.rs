@@ -27,6 +27,17 @@ pub const MAX_CLASSIC_HASHES: u32 = 64;
 /// The largest hash count a blocked filter accepts.
 pub const MAX_BLOCKED_HASHES: u32 = 32;
 
+/// What a filter was sized for: `capacity` items at rate `fpr`. Recorded
+/// by the `with_fpr` constructors and kept in snapshots, so tools can tell
+/// whether a filter is past capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Design {
+    /// Items the filter was sized for.
+    pub capacity: u64,
+    /// Target false-positive rate at that many items.
+    pub fpr: f64,
+}
+
 /// The shape of a classic (unblocked) filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassicParams {

@@ -15,12 +15,15 @@
 //! 48      2   block size in positions (0 classic, 128 or 512)
 //! 50      1   key kind: 0 unspecified, 1 integers, 2 byte strings
 //! 51      5   reserved, zero
-//! 56      8   XXH3-64 of bytes 0..56
-//! 64      …   payload: the words, little-endian, whole 64-byte lines
+//! 56      8   design capacity (0: not recorded)
+//! 64      8   design false-positive rate, f64 bits (0: not recorded)
+//! 72     48   reserved, zero
+//! 120     8   XXH3-64 of bytes 0..120
+//! 128     …   payload: the words, little-endian, whole 64-byte lines
 //! end-8   8   XXH3-64 of the payload
 //! ```
 //!
-//! The payload starts at offset 64, so a page-aligned mmap of the file gives
+//! The payload starts at offset 128, so a page-aligned mmap of the file gives
 //! 64-byte aligned blocks. Files are written to a temporary name, fsynced,
 //! and renamed over the target, so a reader sees the old file or the new one,
 //! never a mix. Decoding checks every field and both checksums and returns a
@@ -36,14 +39,15 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3Default};
 use crate::bitmap::Bitmap;
 use crate::error::{Error, Result, SnapshotError};
 use crate::hash::HASH_ID_V1;
-use crate::sizing;
+use crate::sizing::{self, Design};
 
 /// The eight bytes every snapshot starts with.
 pub const MAGIC: [u8; 8] = *b"BLOOMGT\0";
 /// The format version this release writes and reads.
 pub const FORMAT_VERSION: u16 = 1;
 /// Header size in bytes.
-pub const HEADER_LEN: usize = 64;
+pub const HEADER_LEN: usize = 128;
+const SUM_AT: usize = HEADER_LEN - 8;
 /// Trailer (payload checksum) size in bytes.
 pub const TRAILER_LEN: usize = 8;
 
@@ -94,7 +98,7 @@ pub enum KeyKind {
 }
 
 /// A decoded header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Header {
     /// The filter kind.
     pub layout: Layout,
@@ -110,6 +114,8 @@ pub struct Header {
     pub block_bits: u32,
     /// Key kind.
     pub key_kind: KeyKind,
+    /// What the filter was sized for, when recorded.
+    pub design: Option<Design>,
 }
 
 impl Header {
@@ -137,8 +143,12 @@ impl Header {
         b[40..48].copy_from_slice(&self.payload_len().to_le_bytes());
         b[48..50].copy_from_slice(&(self.block_bits as u16).to_le_bytes());
         b[50] = self.key_kind as u8;
-        let sum = xxh3_64(&b[..56]);
-        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        if let Some(d) = self.design {
+            b[56..64].copy_from_slice(&d.capacity.to_le_bytes());
+            b[64..72].copy_from_slice(&d.fpr.to_bits().to_le_bytes());
+        }
+        let sum = xxh3_64(&b[..SUM_AT]);
+        b[SUM_AT..].copy_from_slice(&sum.to_le_bytes());
         b
     }
 }
@@ -182,7 +192,7 @@ pub fn decode_header(bytes: &[u8], expect: Option<Layout>) -> Result<Header, Sna
     if version != FORMAT_VERSION {
         return Err(SnapshotError::UnsupportedVersion(version));
     }
-    if le_u64(bytes, 56) != xxh3_64(&bytes[..56]) {
+    if le_u64(bytes, SUM_AT) != xxh3_64(&bytes[..SUM_AT]) {
         return Err(SnapshotError::HeaderChecksum);
     }
     let layout = Layout::from_code(bytes[10]).ok_or(SnapshotError::WrongLayout {
@@ -207,9 +217,28 @@ pub fn decode_header(bytes: &[u8], expect: Option<Layout>) -> Result<Header, Sna
         2 => KeyKind::Bytes,
         other => return Err(invalid("key_kind", format!("unknown code {other}"))),
     };
-    if bytes[51..56].iter().any(|&b| b != 0) {
+    if bytes[51..56]
+        .iter()
+        .chain(&bytes[72..SUM_AT])
+        .any(|&b| b != 0)
+    {
         return Err(invalid("reserved", "must be zero"));
     }
+    let capacity = le_u64(bytes, 56);
+    let fpr = f64::from_bits(le_u64(bytes, 64));
+    let design = match (capacity, fpr) {
+        (0, f) if f == 0.0 && f.is_sign_positive() => None,
+        (c, f) if c > 0 && f > 0.0 && f < 1.0 => Some(Design {
+            capacity: c,
+            fpr: f,
+        }),
+        _ => {
+            return Err(invalid(
+                "design",
+                format!("capacity {capacity} with rate {fpr} is not a design"),
+            ))
+        }
+    };
     let h = Header {
         layout,
         hashes,
@@ -218,6 +247,7 @@ pub fn decode_header(bytes: &[u8], expect: Option<Layout>) -> Result<Header, Sna
         items: le_u64(bytes, 32),
         block_bits: u32::from(u16::from_le_bytes([bytes[48], bytes[49]])),
         key_kind,
+        design,
     };
     check_header_shape(&h)?;
     let payload_len = le_u64(bytes, 40);

@@ -13,8 +13,9 @@ use xxhash_rust_shim::rehash_header;
 /// field validation (not the checksum) is what rejects the file.
 mod xxhash_rust_shim {
     pub fn rehash_header(bytes: &mut [u8]) {
-        let sum = xxh3(&bytes[..56]);
-        bytes[56..64].copy_from_slice(&sum.to_le_bytes());
+        let at = bloomgate_filter::snapshot::HEADER_LEN - 8;
+        let sum = xxh3(&bytes[..at]);
+        bytes[at..at + 8].copy_from_slice(&sum.to_le_bytes());
     }
     fn xxh3(b: &[u8]) -> u64 {
         bloomgate_filter::snapshot::header_checksum(b)
@@ -97,7 +98,7 @@ fn every_flipped_byte_is_rejected_with_the_right_error() {
         let want_ok = match at {
             0..8 => e == SnapshotError::BadMagic,
             8..10 => matches!(e, SnapshotError::UnsupportedVersion(_)),
-            10..64 => e == SnapshotError::HeaderChecksum,
+            10..HEADER_LEN => e == SnapshotError::HeaderChecksum,
             _ => e == SnapshotError::PayloadChecksum,
         };
         assert!(want_ok, "byte {at}: got {e:?}");
@@ -132,7 +133,7 @@ fn header_field_changes_are_rejected_even_with_a_valid_checksum() {
     let good = f.to_bytes(KeyKind::Integer);
     type Edit = fn(&mut Vec<u8>);
     type Check = fn(&SnapshotError) -> bool;
-    let cases: [(&str, Edit, Check); 8] = [
+    let cases: [(&str, Edit, Check); 10] = [
         (
             "layout",
             |b| b[10] = 9,
@@ -211,6 +212,32 @@ fn header_field_changes_are_rejected_even_with_a_valid_checksum() {
                     e,
                     SnapshotError::InvalidField {
                         field: "reserved",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "reserved tail",
+            |b| b[100] = 1,
+            |e| {
+                matches!(
+                    e,
+                    SnapshotError::InvalidField {
+                        field: "reserved",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "design rate",
+            |b| b[64..72].copy_from_slice(&2.0f64.to_bits().to_le_bytes()),
+            |e| {
+                matches!(
+                    e,
+                    SnapshotError::InvalidField {
+                        field: "design",
                         ..
                     }
                 )

@@ -1,0 +1,305 @@
+//! The `bloomgate` binary, run as a user would: every filter subcommand and
+//! its error cases.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn run_stdin(args: &[&str], input: &str) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A failure: non-zero exit, a clear first line on stderr naming the
+/// problem, no panic. Argument errors (from clap) add a usage hint; runtime
+/// errors are exactly one line.
+fn assert_clean_failure(out: &Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "expected failure, stderr: {err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(needle),
+        "first line {first:?} does not mention {needle:?}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    if first.starts_with("bloomgate: ") {
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
+    }
+}
+
+fn write_keys(path: &Path, keys: impl Iterator<Item = String>) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for k in keys {
+        writeln!(f, "{k}").unwrap();
+    }
+}
+
+#[test]
+fn calc_shows_both_layouts_and_seed_000_numbers() {
+    let out = run(&["calc", "--items", "500000", "--fpr", "0.001"]);
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    let classic = s.lines().find(|l| l.starts_with("classic")).unwrap();
+    assert!(
+        classic.contains("7188794") && classic.split_whitespace().nth(2) == Some("10"),
+        "{classic}"
+    );
+    assert!(s.lines().any(|l| l.starts_with("blocked")));
+    assert!(s.lines().any(|l| l.starts_with("counting")));
+}
+
+#[test]
+fn calc_rejects_bad_numbers() {
+    assert_clean_failure(&run(&["calc", "--items", "0", "--fpr", "0.01"]), "--items");
+    assert_clean_failure(
+        &run(&["calc", "--items", "ten", "--fpr", "0.01"]),
+        "--items",
+    );
+    assert_clean_failure(&run(&["calc", "--items", "10", "--fpr", "1.5"]), "--fpr");
+    assert_clean_failure(&run(&["calc", "--items", "10", "--fpr", "nan"]), "--fpr");
+}
+
+#[test]
+fn build_query_info_round_trip_for_each_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    write_keys(&keys, (1..=50_000u64).map(|i| i.to_string()));
+    for layout in ["blocked", "classic", "counting"] {
+        let out_file = dir.path().join(format!("{layout}.bgf"));
+        let out = run(&[
+            "build",
+            "--items",
+            "50000",
+            "--fpr",
+            "0.01",
+            "--layout",
+            layout,
+            "--out",
+            out_file.to_str().unwrap(),
+            keys.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let out = run(&["query", out_file.to_str().unwrap(), "1", "25000", "50000"]);
+        assert!(out.status.success());
+        assert_eq!(text(&out.stdout), "1\tmaybe\n25000\tmaybe\n50000\tmaybe\n");
+        // Keys on stdin; count how many of 10,000 absent ids say "no".
+        let absent: String = (100_001..=110_000u64).map(|i| format!("{i}\n")).collect();
+        let out = run_stdin(&["query", out_file.to_str().unwrap()], &absent);
+        assert!(out.status.success());
+        let noes = text(&out.stdout)
+            .lines()
+            .filter(|l| l.ends_with("\tno"))
+            .count();
+        assert!(
+            noes >= 9_800,
+            "{layout}: only {noes} of 10000 absent keys rejected"
+        );
+        let out = run(&["info", "--verify", out_file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let info = text(&out.stdout);
+        assert!(
+            info.contains(&format!("layout          {layout}")),
+            "{info}"
+        );
+        assert!(info.contains("items added     50000"), "{info}");
+        assert!(info.contains("past capacity   no"), "{info}");
+        assert!(info.contains("checksum        ok"), "{info}");
+    }
+}
+
+#[test]
+fn string_keys_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.bgf");
+    let out = run_stdin(
+        &[
+            "build",
+            "--items",
+            "100",
+            "--fpr",
+            "0.001",
+            "--strings",
+            "--out",
+            f.to_str().unwrap(),
+        ],
+        "alice\nbob\ncarol\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["query", f.to_str().unwrap(), "bob", "mallory"]);
+    assert_eq!(text(&out.stdout), "bob\tmaybe\nmallory\tno\n");
+}
+
+#[test]
+fn overfull_filter_is_reported_past_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    write_keys(&keys, (1..=20_000u64).map(|i| i.to_string()));
+    let f = dir.path().join("full.bgf");
+    let out = run(&[
+        "build",
+        "--items",
+        "1000",
+        "--fpr",
+        "0.01",
+        "--out",
+        f.to_str().unwrap(),
+        keys.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+    let info = text(&run(&["info", f.to_str().unwrap()]).stdout);
+    assert!(info.contains("past capacity   yes"), "{info}");
+}
+
+#[test]
+fn errors_are_one_line_and_leave_no_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("out.bgf");
+    let o = out_file.to_str().unwrap();
+    // Bad key on line 3: no output file is left behind.
+    let out = run_stdin(
+        &["build", "--items", "10", "--fpr", "0.01", "--out", o],
+        "1\n2\nthree\n",
+    );
+    assert_clean_failure(&out, "line 3");
+    assert!(!out_file.exists());
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(names.is_empty(), "temporary files left: {names:?}");
+    // Missing input file.
+    assert_clean_failure(
+        &run(&[
+            "build",
+            "--items",
+            "10",
+            "--fpr",
+            "0.01",
+            "--out",
+            o,
+            "/no/such/keys",
+        ]),
+        "/no/such/keys",
+    );
+    // Unwritable output.
+    let out = run_stdin(
+        &[
+            "build",
+            "--items",
+            "10",
+            "--fpr",
+            "0.01",
+            "--out",
+            "/no/such/dir/f.bgf",
+        ],
+        "1\n",
+    );
+    assert_clean_failure(&out, "/no/such/dir/f.bgf");
+    // Missing and corrupt snapshots.
+    assert_clean_failure(&run(&["query", "/no/such/file", "1"]), "/no/such/file");
+    let junk = dir.path().join("junk.bgf");
+    std::fs::write(&junk, b"this is not a filter").unwrap();
+    assert_clean_failure(&run(&["query", junk.to_str().unwrap(), "1"]), "bad magic");
+    assert_clean_failure(&run(&["info", junk.to_str().unwrap()]), "bad magic");
+    // A flipped payload byte passes the header check but fails --verify.
+    let good = dir.path().join("good.bgf");
+    assert!(run_stdin(
+        &[
+            "build",
+            "--items",
+            "10",
+            "--fpr",
+            "0.01",
+            "--out",
+            good.to_str().unwrap()
+        ],
+        "1\n"
+    )
+    .status
+    .success());
+    let mut bytes = std::fs::read(&good).unwrap();
+    bytes[70] ^= 1;
+    std::fs::write(&good, bytes).unwrap();
+    assert_clean_failure(
+        &run(&["info", "--verify", good.to_str().unwrap()]),
+        "checksum",
+    );
+    // Bad query key for an integer filter.
+    std::fs::remove_file(&good).unwrap();
+    assert!(run_stdin(
+        &[
+            "build",
+            "--items",
+            "10",
+            "--fpr",
+            "0.01",
+            "--out",
+            good.to_str().unwrap()
+        ],
+        "1\n"
+    )
+    .status
+    .success());
+    assert_clean_failure(
+        &run(&["query", good.to_str().unwrap(), "x1"]),
+        "not a decimal u64",
+    );
+}
+
+#[test]
+fn bench_reports_throughput_and_fpr() {
+    let out = run(&[
+        "bench",
+        "--items",
+        "200000",
+        "--fpr",
+        "0.01",
+        "--threads",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("insert") && s.contains("query"), "{s}");
+    let measured: f64 = s
+        .lines()
+        .find(|l| l.starts_with("fpr"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        measured > 0.005 && measured < 0.0125,
+        "measured fpr {measured}"
+    );
+    assert_clean_failure(&run(&["bench", "--threads", "0"]), "--threads");
+}
+
+#[test]
+fn attack_refuses_a_bad_url() {
+    assert_clean_failure(&run(&["attack", "--url", "ftp://x"]), "--url");
+}
