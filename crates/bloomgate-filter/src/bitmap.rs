@@ -3,6 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 
 /// One 64-byte cache line of eight 64-bit words; the unit of allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
@@ -14,7 +15,8 @@ pub const LINE_BITS: u64 = 512;
 
 /// A fixed-length array of bits.
 ///
-/// Storage is rounded up to whole 64-byte lines and aligned to 64 bytes, so a
+/// Storage is rounded up to whole 64-byte lines and aligned to 64 bytes (on
+/// huge pages when it is 2 MiB or more), so a
 /// block of a blocked filter never straddles two cache lines. The padding
 /// bits past [`Bitmap::len`] are always zero: the checked methods refuse
 /// positions there.
@@ -27,9 +29,9 @@ pub const LINE_BITS: u64 = 512;
 /// assert_eq!(b.count_ones(), 1);
 /// assert!(b.set(100).is_err()); // out of range, never wraps
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Bitmap {
-    lines: Vec<Line>,
+    lines: Storage,
     len: u64,
 }
 
@@ -41,7 +43,7 @@ impl Bitmap {
     pub fn new(len: u64) -> Result<Self> {
         let bytes = crate::sizing::check_fits(u128::from(len))?;
         Ok(Self {
-            lines: bytemuck::zeroed_vec(bytes / 64),
+            lines: Storage::zeroed(bytes / 64)?,
             len,
         })
     }
@@ -183,26 +185,30 @@ impl Bitmap {
 
     /// Clears every bit.
     pub fn clear(&mut self) {
-        self.lines.fill(Line([0; 8]));
+        self.lines.lines_mut().fill(Line([0; 8]));
     }
 
     /// The raw words, little-endian bit order within each word, padded to a
     /// whole number of 64-byte lines. Padding bits are zero.
     #[must_use]
+    #[inline(always)]
     pub fn words(&self) -> &[u64] {
-        bytemuck::cast_slice(&self.lines)
+        bytemuck::cast_slice(self.lines.lines())
     }
 
+    #[inline(always)]
     pub(crate) fn words_mut(&mut self) -> &mut [u64] {
-        bytemuck::cast_slice_mut(&mut self.lines)
+        bytemuck::cast_slice_mut(self.lines.lines_mut())
     }
 
+    #[inline(always)]
     pub(crate) fn lines(&self) -> &[Line] {
-        &self.lines
+        self.lines.lines()
     }
 
+    #[inline(always)]
     pub(crate) fn lines_mut(&mut self) -> &mut [Line] {
-        &mut self.lines
+        self.lines.lines_mut()
     }
 
     /// ORs `other` into `self`.

@@ -37,6 +37,8 @@ pub struct BlockedBloom {
     seed: u64,
     items: u64,
     design: Option<Design>,
+    /// Whether this CPU has AVX2, checked once at construction.
+    avx2: bool,
 }
 
 impl BlockedBloom {
@@ -68,6 +70,7 @@ impl BlockedBloom {
             seed,
             items: 0,
             design: None,
+            avx2: block::has_avx2(),
         })
     }
 
@@ -86,6 +89,7 @@ impl BlockedBloom {
             seed,
             items,
             design,
+            avx2: block::has_avx2(),
         }
     }
 
@@ -111,11 +115,15 @@ impl BlockedBloom {
         self.items += 1;
         let idx = block::block_index(h.h1, self.blocks);
         if self.block_words == 8 {
-            let line = &mut self.bits.lines_mut()[idx].0;
-            block::apply(line, &block::mask::<8>(h.h2, self.hashes))
+            block::apply512_with(
+                self.avx2,
+                &mut self.bits.lines_mut()[idx],
+                block::inblock(h),
+                self.hashes,
+            )
         } else {
             match self.bits.words_mut()[idx * 2..].first_chunk_mut::<2>() {
-                Some(b) => block::apply(b, &block::mask::<2>(h.h2, self.hashes)),
+                Some(b) => block::apply(b, &block::mask128(block::inblock(h), self.hashes)),
                 None => unreachable!("block index is always below the block count"),
             }
         }
@@ -128,21 +136,41 @@ impl BlockedBloom {
         let block_bits = self.block_words as u32 * 64;
         let base = block::block_index(h.h1, self.blocks) as u64 * u64::from(block_bits);
         let log2 = block_bits.trailing_zeros();
-        block::Positions::new(h.h2, self.hashes, log2).map(move |p| base + u64::from(p))
+        let k = self.hashes;
+        let positions: Box<dyn Iterator<Item = u32>> = if log2 == 9 {
+            Box::new(block::positions512(block::inblock(h), k))
+        } else {
+            Box::new(block::Positions::new(block::inblock(h), k, log2))
+        };
+        positions.map(move |p| base + u64::from(p))
     }
 
     /// Adds many keys, hashing and prefetching a batch ahead of the writes.
     pub fn insert_many<K: BloomKey>(&mut self, keys: &[K]) {
-        let mut hashes = [HashPair { h1: 0, h2: 0 }; BATCH];
-        for chunk in keys.chunks(BATCH) {
-            for (slot, key) in hashes.iter_mut().zip(chunk) {
-                *slot = key.hash_pair(self.seed);
-                self.prefetch(slot.h1);
+        if self.block_words != 8 {
+            for key in keys {
+                self.insert(key);
             }
-            for h in &hashes[..chunk.len()] {
-                self.insert_hash(*h);
+            return;
+        }
+        let avx2 = self.avx2;
+        let (blocks, seed, k) = (self.blocks, self.seed, self.hashes);
+        let lines = self.bits.lines_mut();
+        let mut ring = [(0usize, 0u64); BATCH];
+        let n = keys.len();
+        for i in 0..n + BATCH {
+            if i >= BATCH {
+                let (idx, ib) = ring[i % BATCH];
+                block::apply512_with(avx2, &mut lines[idx], ib, k);
+            }
+            if i < n {
+                let h = keys[i].hash_pair(seed);
+                let idx = block::block_index(h.h1, blocks);
+                block::prefetch(&lines[idx]);
+                ring[i % BATCH] = (idx, block::inblock(h));
             }
         }
+        self.items += n as u64;
     }
 
     /// Tests many keys at once, writing one answer per key into `out`.
@@ -158,24 +186,31 @@ impl BlockedBloom {
                 got: out.len(),
             });
         }
-        let mut hashes = [HashPair { h1: 0, h2: 0 }; BATCH];
-        for (chunk, answers) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            for (slot, key) in hashes.iter_mut().zip(chunk) {
-                *slot = key.hash_pair(self.seed);
-                self.prefetch(slot.h1);
+        if self.block_words != 8 {
+            for (answer, key) in out.iter_mut().zip(keys) {
+                *answer = self.contains(key);
             }
-            for (answer, h) in answers.iter_mut().zip(&hashes) {
-                *answer = self.contains_hash(*h);
+            return Ok(());
+        }
+        // A rolling window: key i is hashed and its line prefetched
+        // `BATCH` keys before it is probed, so misses overlap continuously.
+        let lines = self.bits.lines();
+        let avx2 = self.avx2;
+        let mut ring = [(0usize, 0u64); BATCH];
+        let n = keys.len();
+        for i in 0..n + BATCH {
+            if i >= BATCH {
+                let (idx, ib) = ring[i % BATCH];
+                out[i - BATCH] = block::covers512_with(avx2, &lines[idx], ib, self.hashes);
+            }
+            if i < n {
+                let h = keys[i].hash_pair(self.seed);
+                let idx = block::block_index(h.h1, self.blocks);
+                block::prefetch(&lines[idx]);
+                ring[i % BATCH] = (idx, block::inblock(h));
             }
         }
         Ok(())
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, h1: u64) {
-        let idx = block::block_index(h1, self.blocks);
-        let line = idx * self.block_words / 8;
-        block::prefetch(&self.bits.lines()[line]);
     }
 
     /// ORs another filter of the same shape and seed into this one.
@@ -291,9 +326,11 @@ impl Filter for BlockedBloom {
     fn contains_hash(&self, h: HashPair) -> bool {
         if self.block_words == 8 {
             let idx = block::block_index(h.h1, self.blocks);
-            block::covers(
-                &self.bits.lines()[idx].0,
-                &block::mask::<8>(h.h2, self.hashes),
+            block::covers512_with(
+                self.avx2,
+                &self.bits.lines()[idx],
+                block::inblock(h),
+                self.hashes,
             )
         } else {
             probe::blocked_contains(self.bits.words(), self.blocks, 2, self.hashes, h)

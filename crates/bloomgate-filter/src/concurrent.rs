@@ -149,7 +149,7 @@ impl AtomicBloom {
     pub fn insert_hash(&self, h: HashPair) -> bool {
         self.items.fetch_add(1, Ordering::Relaxed);
         let line = &self.lines[block::block_index(h.h1, self.blocks)];
-        let m = block::mask::<8>(h.h2, self.hashes);
+        let m = block::mask512(block::inblock(h), self.hashes);
         let mut fresh = 0;
         for (a, &bits) in line.0.iter().zip(&m) {
             // Skip words this key does not touch, and words already
@@ -207,7 +207,7 @@ impl Filter for AtomicBloom {
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
         let line = &self.lines[block::block_index(h.h1, self.blocks)];
-        let m = block::mask::<8>(h.h2, self.hashes);
+        let m = block::mask512(block::inblock(h), self.hashes);
         let mut missing = 0;
         for (a, &bits) in line.0.iter().zip(&m) {
             missing |= bits & !a.load(Ordering::Relaxed);

@@ -98,7 +98,8 @@ impl CountingBloom {
 
     fn slots(&self, h: HashPair) -> impl Iterator<Item = (usize, u32)> {
         let idx = block::block_index(h.h1, self.blocks);
-        block::Positions::new(h.h2, self.hashes, 7).map(move |p| probe::counter_slot(idx, p))
+        block::Positions::new(block::inblock(h), self.hashes, 7)
+            .map(move |p| probe::counter_slot(idx, p))
     }
 
     /// Adds a key, incrementing its counters (saturating at 15).
@@ -106,7 +107,7 @@ impl CountingBloom {
         let h = key.hash_pair(self.seed);
         let idx = block::block_index(h.h1, self.blocks);
         let words = self.store.words_mut();
-        for p in block::Positions::new(h.h2, self.hashes, 7) {
+        for p in block::Positions::new(block::inblock(h), self.hashes, 7) {
             let (w, s) = probe::counter_slot(idx, p);
             let c = (words[w] >> s) & 0xF;
             if c < SATURATED {
@@ -128,7 +129,7 @@ impl CountingBloom {
         }
         let idx = block::block_index(h.h1, self.blocks);
         let words = self.store.words_mut();
-        for p in block::Positions::new(h.h2, self.hashes, 7) {
+        for p in block::Positions::new(block::inblock(h), self.hashes, 7) {
             let (w, s) = probe::counter_slot(idx, p);
             let c = (words[w] >> s) & 0xF;
             // A key's positions may repeat; a counter it already took to

@@ -16,7 +16,9 @@
 //! [`hash`], the file format in [`snapshot`].
 //!
 //! This crate does no network I/O; its only I/O is reading and writing
-//! snapshot files.
+//! snapshot files. `unsafe` code lives in three small modules: `mmap` (mapping
+//! a file), `simd` (the AVX2 block mask, chosen at run time) and `storage`
+//! (a slice view of owned, possibly huge-page-mapped lines).
 //!
 //! ```
 //! use bloomgate_filter::{BlockedBloom, Filter};
@@ -42,8 +44,10 @@ pub mod hash;
 mod mmap;
 mod probe;
 mod scalable;
+mod simd;
 pub mod sizing;
 pub mod snapshot;
+mod storage;
 
 pub use bitmap::{Bitmap, Line, LINE_BITS};
 pub use blocked::BlockedBloom;

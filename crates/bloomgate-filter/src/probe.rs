@@ -30,18 +30,24 @@ pub(crate) fn blocked_contains(
 ) -> bool {
     let idx = block::block_index(h.h1, blocks);
     if block_words == 8 {
-        probe_block::<8>(words, idx, k, h.h2)
+        probe_block::<8>(words, idx, k, block::inblock(h))
     } else {
-        probe_block::<2>(words, idx, k, h.h2)
+        probe_block::<2>(words, idx, k, block::inblock(h))
     }
 }
 
 #[inline(always)]
 pub(crate) fn probe_block<const W: usize>(words: &[u64], idx: usize, k: u32, h2: u64) -> bool {
-    match words[idx * W..].first_chunk::<W>() {
-        Some(b) => block::covers(b, &block::mask::<W>(h2, k)),
-        None => unreachable!("block index is always below the block count"),
+    let Some(b) = words[idx * W..].first_chunk::<W>() else {
+        unreachable!("block index is always below the block count")
+    };
+    let mut m = [0u64; W];
+    if W == 8 {
+        m.copy_from_slice(&block::mask512(h2, k)[..W]);
+    } else {
+        m.copy_from_slice(&block::mask128(h2, k)[..W]);
     }
+    block::covers(b, &m)
 }
 
 /// Position of counter `p` of block `idx` in a counting filter: (word, shift).
@@ -53,7 +59,7 @@ pub(crate) const fn counter_slot(idx: usize, p: u32) -> (usize, u32) {
 #[inline]
 pub(crate) fn counting_contains(words: &[u64], blocks: u64, k: u32, h: HashPair) -> bool {
     let idx = block::block_index(h.h1, blocks);
-    block::Positions::new(h.h2, k, 7).all(|p| {
+    block::Positions::new(block::inblock(h), k, 7).all(|p| {
         let (w, s) = counter_slot(idx, p);
         (words[w] >> s) & 0xF != 0
     })

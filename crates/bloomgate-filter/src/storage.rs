@@ -1,0 +1,111 @@
+//! Zeroed, 64-byte aligned line storage; large filters get huge pages.
+//!
+//! A lookup in a filter much larger than the CPU caches costs a cache miss
+//! and, with 4 KiB pages, a TLB miss as well: at 10^8 keys a filter spans
+//! ~30,000 pages, far more than the TLB holds. Storage of 2 MiB or more is
+//! therefore an anonymous mapping advised `MADV_HUGEPAGE` (where the kernel
+//! allows transparent huge pages on request), which also comes zeroed from
+//! the kernel without a memset. Smaller storage is an ordinary `Vec`.
+//!
+//! The `unsafe` code here keeps a pointer to the lines next to their owner,
+//! so that every access is a plain slice (no per-access match or alignment
+//! check on the hot path).
+
+use std::ptr::NonNull;
+
+use crate::bitmap::Line;
+use crate::error::{Error, Result};
+
+/// Storage at or above this size is mapped with huge pages.
+const HUGE_PAGE_THRESHOLD: usize = 2 << 20;
+
+/// The owner of the memory; held only so that it is freed with `Storage`.
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Inner {
+    Heap(Vec<Line>),
+    Mapped(memmap2::MmapMut),
+}
+
+/// Owned, zero-initialised lines.
+#[derive(Debug)]
+pub(crate) struct Storage {
+    /// Owns the memory `ptr` points into; never resized or replaced.
+    _owner: Inner,
+    ptr: NonNull<Line>,
+    lines: usize,
+}
+
+// SAFETY: `Storage` owns its lines exclusively, like a `Vec<Line>` (which is
+// `Send` and `Sync`): `ptr` points into memory owned by `_owner`, and shared
+// access only hands out `&[Line]`, mutable access `&mut [Line]`.
+unsafe impl Send for Storage {}
+// SAFETY: as above.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// `lines` zeroed lines.
+    pub(crate) fn zeroed(lines: usize) -> Result<Self> {
+        let bytes = lines.checked_mul(64).ok_or(Error::TooLarge {
+            bits: lines as u128 * 512,
+        })?;
+        if bytes >= HUGE_PAGE_THRESHOLD {
+            if let Ok(mut map) = memmap2::MmapOptions::new().len(bytes).map_anon() {
+                #[cfg(target_os = "linux")]
+                {
+                    // Only a hint: without THP the mapping works the same.
+                    let _ = map.advise(memmap2::Advice::HugePage);
+                }
+                if let Ok(view) = bytemuck::try_cast_slice_mut::<u8, Line>(&mut map) {
+                    let ptr = NonNull::from(&mut view[0]);
+                    return Ok(Self {
+                        _owner: Inner::Mapped(map),
+                        ptr,
+                        lines,
+                    });
+                }
+            }
+        }
+        let mut v: Vec<Line> = bytemuck::zeroed_vec(lines);
+        // A `Vec`'s buffer does not move when the `Vec` does.
+        let ptr = NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling());
+        Ok(Self {
+            _owner: Inner::Heap(v),
+            ptr,
+            lines,
+        })
+    }
+
+    #[inline(always)]
+    pub(crate) fn lines(&self) -> &[Line] {
+        // SAFETY: `ptr` points to `lines` initialised, aligned lines owned
+        // by `_owner` (or is dangling with `lines == 0`), which live as long
+        // as `self`; `&self` excludes any `&mut` to them.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.lines) }
+    }
+
+    #[inline(always)]
+    pub(crate) fn lines_mut(&mut self) -> &mut [Line] {
+        // SAFETY: as in `lines`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.lines) }
+    }
+
+    pub(crate) const fn len(&self) -> usize {
+        self.lines
+    }
+}
+
+impl Clone for Storage {
+    fn clone(&self) -> Self {
+        let mut copy = Self::zeroed(self.lines)
+            .unwrap_or_else(|_| unreachable!("the original has the same size"));
+        copy.lines_mut().copy_from_slice(self.lines());
+        copy
+    }
+}
+
+impl PartialEq for Storage {
+    fn eq(&self, other: &Self) -> bool {
+        self.lines() == other.lines()
+    }
+}
