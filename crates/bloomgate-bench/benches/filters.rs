@@ -39,7 +39,17 @@ pub fn measured_fpr<P: Peer>(p: &P, probes: &[u64]) -> f64 {
 }
 
 const P: f64 = 0.01;
-/// Keys per timed batch.
+/// Keys per timed batch: at 10^6 keys 100,000 probes touch every line of
+/// the filter; at 10^8 keys the batch must be far larger than the CPU's
+/// last-level cache, or repeated iterations would find its lines cached and
+/// measure cache hits, not DRAM.
+fn batch_for(n: usize) -> usize {
+    if n > 10_000_000 {
+        4_000_000
+    } else {
+        100_000
+    }
+}
 const BATCH: usize = 100_000;
 
 impl Peer for BlockedBloom {
@@ -178,6 +188,7 @@ impl Peer for qfilter::Filter {
 
 struct Ctx<'a> {
     n: usize,
+    batch: usize,
     members: &'a [u64],
     non_members: &'a [u64],
     fresh: &'a [u64],
@@ -201,7 +212,7 @@ fn bench_peer<P: Peer>(
         ctx.n
     );
     ctx.figures.push((name.to_string(), fpr, bits_per_key));
-    g.throughput(Throughput::Elements(BATCH as u64));
+    g.throughput(Throughput::Elements(ctx.batch as u64));
     g.bench_function(format!("{name}/member"), |b| {
         b.iter(|| ctx.members.iter().filter(|&&k| f.has(black_box(k))).count());
     });
@@ -227,6 +238,10 @@ fn bench_peer<P: Peer>(
 fn configure(c: &mut Criterion, n: usize) -> BenchmarkGroup<'_, criterion::measurement::WallTime> {
     let mut g = c.benchmark_group(format!("n={n}"));
     g.sample_size(10);
+    if n > 10_000_000 {
+        // Each iteration is long (millions of keys): one per sample.
+        g.sampling_mode(criterion::SamplingMode::Flat);
+    }
     g.warm_up_time(Duration::from_millis(500));
     g.measurement_time(Duration::from_secs(if n > 10_000_000 { 3 } else { 2 }));
     g
@@ -243,18 +258,20 @@ fn write_figures(n: usize, figures: &[(String, f64, f64)]) {
 }
 
 fn plain_filters(c: &mut Criterion, n: usize) {
+    let batch = batch_for(n);
     let all = keys(n, 1);
-    let non_members = keys(BATCH, 2);
+    let non_members = keys(batch, 2);
     let probes = keys(1_000_000, 3);
-    let fresh = keys(BATCH, 4);
+    let fresh = keys(batch, 4);
     let members: Vec<u64> = all
         .iter()
-        .step_by((n / BATCH).max(1))
+        .step_by((n / batch).max(1))
         .copied()
-        .take(BATCH)
+        .take(batch)
         .collect();
     let mut ctx = Ctx {
         n,
+        batch,
         members: &members,
         non_members: &non_members,
         fresh: &fresh,
@@ -267,8 +284,8 @@ fn plain_filters(c: &mut Criterion, n: usize) {
     blocked.insert_many(&all);
     // The batch API, on the same filter.
     {
-        g.throughput(Throughput::Elements(BATCH as u64));
-        let mut out = vec![false; BATCH];
+        g.throughput(Throughput::Elements(batch as u64));
+        let mut out = vec![false; batch];
         g.bench_function("bloomgate-blocked-batch/member", |b| {
             b.iter(|| {
                 blocked
@@ -340,6 +357,7 @@ fn growing_filters(c: &mut Criterion) {
     let members: Vec<u64> = all.iter().step_by(n / BATCH).copied().take(BATCH).collect();
     let mut ctx = Ctx {
         n,
+        batch: BATCH,
         members: &members,
         non_members: &non_members,
         fresh: &fresh,

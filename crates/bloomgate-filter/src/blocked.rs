@@ -132,15 +132,23 @@ impl BlockedBloom {
     /// The global bit positions of a key (`block · block_bits + offset`), in
     /// hash order. Stable across releases.
     pub fn positions<K: BloomKey + ?Sized>(&self, key: &K) -> impl Iterator<Item = u64> {
-        let h = key.hash_pair(self.seed);
-        let block_bits = self.block_words as u32 * 64;
-        let base = block::block_index(h.h1, self.blocks) as u64 * u64::from(block_bits);
-        let log2 = block_bits.trailing_zeros();
-        let k = self.hashes;
+        Self::positions_for(self.params(), key.hash_pair(self.seed))
+    }
+
+    /// The global bit positions a key hashed to `h` has in any blocked
+    /// filter of shape `params`: what [`BlockedBloom::insert_hash`] sets.
+    /// Lets other stores (a shared filter in Redis, say) use the same bits.
+    pub fn positions_for(params: BlockedParams, h: HashPair) -> impl Iterator<Item = u64> {
+        let base = block::block_index(h.h1, params.blocks) as u64 * u64::from(params.block_bits);
+        let log2 = params.block_bits.trailing_zeros();
         let positions: Box<dyn Iterator<Item = u32>> = if log2 == 9 {
-            Box::new(block::positions512(block::inblock(h), k))
+            Box::new(block::positions512(block::inblock(h), params.hashes))
         } else {
-            Box::new(block::Positions::new(block::inblock(h), k, log2))
+            Box::new(block::Positions::new(
+                block::inblock(h),
+                params.hashes,
+                log2,
+            ))
         };
         positions.map(move |p| base + u64::from(p))
     }
@@ -229,6 +237,18 @@ impl BlockedBloom {
         }
         self.bits.union_with(&other.bits)?;
         self.items += other.items;
+        Ok(())
+    }
+
+    /// Replaces the filter's bits with `words` (as [`crate::Bitmap::words`]
+    /// returns them), e.g. bits fetched from a shared store. The insert
+    /// count is left as it was.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when the length is wrong or a bit past
+    /// the filter's end is set.
+    pub fn set_words(&mut self, words: &[u64]) -> Result<()> {
+        self.bits = Bitmap::from_words(self.bits.len(), words)?;
         Ok(())
     }
 

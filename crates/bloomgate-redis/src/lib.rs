@@ -1,1 +1,307 @@
-//! placeholder
+//! A Bloom filter shared by every instance of a service, stored in Redis.
+//!
+//! An in-process filter per instance drifts: an SKU created through one
+//! instance is in that instance's filter only until the others rebuild. A
+//! [`RedisBloom`] keeps one bit string in Redis instead, with the same shape
+//! and bit positions as a [`BlockedBloom`] (so a local filter can be
+//! uploaded and downloaded bit for bit). Each insert or lookup is one
+//! pipelined round trip of `k` `SETBIT`s or `GETBIT`s; batches of keys share
+//! one round trip.
+//!
+//! The cost is a network round trip per lookup (tens of microseconds on a
+//! LAN instead of nanoseconds), so the seckill service keeps its in-process
+//! gate on the request path; this backend suits multi-instance deployments
+//! that need every instance to see new ids at once.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+use bloomgate_filter::sizing::BlockedParams;
+use bloomgate_filter::{BlockedBloom, BloomKey, Filter};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+
+/// What can go wrong with a shared filter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis failed or is unreachable.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Sizing or filter construction failed.
+    #[error(transparent)]
+    Filter(#[from] bloomgate_filter::Error),
+    /// The metadata under `{key}:meta` is missing or not a bloomgate filter's.
+    #[error("shared filter {key}: {reason}")]
+    Meta {
+        /// The filter's key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A filter of another shape already exists under the key.
+    #[error("shared filter {key} exists with another shape")]
+    ShapeMismatch {
+        /// The filter's key.
+        key: String,
+    },
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A blocked Bloom filter stored as a Redis string under `key`, with its
+/// shape in the hash `{key}:meta`.
+#[derive(Clone)]
+pub struct RedisBloom {
+    conn: ConnectionManager,
+    key: String,
+    params: BlockedParams,
+    seed: u64,
+}
+
+impl std::fmt::Debug for RedisBloom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBloom")
+            .field("key", &self.key)
+            .field("params", &self.params)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBloom {
+    /// Creates the filter under `key` (or opens it if one of the same shape
+    /// exists), sized for `n` items at rate `p` with 512-bit blocks.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if another shape exists; Redis errors.
+    pub async fn create(
+        conn: ConnectionManager,
+        key: &str,
+        n: u64,
+        p: f64,
+        seed: u64,
+    ) -> Result<Self> {
+        let params = bloomgate_filter::sizing::blocked(n, p, 512)?;
+        let mut c = conn.clone();
+        let meta = format!("{key}:meta");
+        let created: bool = redis::cmd("HSETNX")
+            .arg(&meta)
+            .arg("layout")
+            .arg("blocked-v1")
+            .query_async(&mut c)
+            .await?;
+        if created {
+            let _: () = c
+                .hset_multiple(
+                    &meta,
+                    &[
+                        ("blocks", params.blocks.to_string()),
+                        ("block_bits", params.block_bits.to_string()),
+                        ("hashes", params.hashes.to_string()),
+                        ("seed", seed.to_string()),
+                    ],
+                )
+                .await?;
+            // Allocate the whole string up front so later SETBITs never
+            // reallocate it.
+            let _: i64 = c.setbit(key, (params.bits() - 1) as usize, false).await?;
+            return Ok(Self {
+                conn,
+                key: key.into(),
+                params,
+                seed,
+            });
+        }
+        let existing = Self::open(conn, key).await?;
+        if existing.params != params || existing.seed != seed {
+            return Err(Error::ShapeMismatch { key: key.into() });
+        }
+        Ok(existing)
+    }
+
+    /// Opens an existing filter.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] when `{key}:meta` is missing or malformed; Redis errors.
+    pub async fn open(conn: ConnectionManager, key: &str) -> Result<Self> {
+        let mut c = conn.clone();
+        let meta: std::collections::HashMap<String, String> =
+            c.hgetall(format!("{key}:meta")).await?;
+        let bad = |reason: &str| Error::Meta {
+            key: key.into(),
+            reason: reason.into(),
+        };
+        if meta.get("layout").map(String::as_str) != Some("blocked-v1") {
+            return Err(bad("no bloomgate filter metadata"));
+        }
+        let field = |name: &str| -> Result<u64> {
+            meta.get(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad(&format!("field {name} missing or not a number")))
+        };
+        let params = BlockedParams {
+            blocks: field("blocks")?,
+            block_bits: u32::try_from(field("block_bits")?).map_err(|_| bad("block_bits"))?,
+            hashes: u32::try_from(field("hashes")?).map_err(|_| bad("hashes"))?,
+        };
+        // Reject shapes a local filter could not have.
+        BlockedBloom::new(
+            BlockedParams {
+                blocks: 1,
+                ..params
+            },
+            0,
+        )
+        .map_err(|_| bad("invalid shape"))?;
+        Ok(Self {
+            conn,
+            key: key.into(),
+            params,
+            seed: field("seed")?,
+        })
+    }
+
+    /// The filter's shape.
+    #[must_use]
+    pub const fn params(&self) -> BlockedParams {
+        self.params
+    }
+
+    fn offsets<K: BloomKey + ?Sized>(&self, key: &K) -> impl Iterator<Item = u64> {
+        // Redis numbers the bits of each byte from the most significant;
+        // the filter crate from the least. `upload` and `download` reverse
+        // each byte, so filter position p is Redis offset p.
+        BlockedBloom::positions_for(self.params, key.hash_pair(self.seed))
+    }
+
+    /// Adds a key in one round trip; true when a bit was newly set.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn insert<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
+        let mut pipe = redis::pipe();
+        for off in self.offsets(key) {
+            pipe.cmd("SETBIT").arg(&self.key).arg(off).arg(1);
+        }
+        let old: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(old.contains(&0))
+    }
+
+    /// Adds many keys in one round trip.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn insert_many<K: BloomKey>(&self, keys: &[K]) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            for off in self.offsets(key) {
+                pipe.cmd("SETBIT").arg(&self.key).arg(off).arg(1).ignore();
+            }
+        }
+        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Membership test in one round trip.
+    ///
+    /// # Errors
+    /// Redis errors. A caller guarding a database should treat an error as
+    /// "maybe" (fail open), never as "no".
+    pub async fn contains<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
+        let mut pipe = redis::pipe();
+        for off in self.offsets(key) {
+            pipe.cmd("GETBIT").arg(&self.key).arg(off);
+        }
+        let bits: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(bits.iter().all(|&b| b == 1))
+    }
+
+    /// Membership tests for many keys in one round trip.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn contains_many<K: BloomKey>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let k = self.params.hashes as usize;
+        let mut pipe = redis::pipe();
+        for key in keys {
+            for off in self.offsets(key) {
+                pipe.cmd("GETBIT").arg(&self.key).arg(off);
+            }
+        }
+        let bits: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(bits.chunks(k).map(|c| c.iter().all(|&b| b == 1)).collect())
+    }
+
+    /// Replaces the shared bits with a local filter's (same shape and seed),
+    /// e.g. after a rebuild from the database.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`]; Redis errors.
+    pub async fn upload(&self, local: &BlockedBloom) -> Result<()> {
+        if local.params() != self.params || local.seed() != self.seed {
+            return Err(Error::ShapeMismatch {
+                key: self.key.clone(),
+            });
+        }
+        let bytes: Vec<u8> = local
+            .bitmap()
+            .words()
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .map(u8::reverse_bits)
+            .take((self.params.bits() / 8) as usize)
+            .collect();
+        let tmp = format!("{}:upload", self.key);
+        let mut c = self.conn.clone();
+        let _: () = c.set(&tmp, bytes).await?;
+        // RENAME swaps the whole string at once: readers never see half.
+        let _: () = c.rename(&tmp, &self.key).await?;
+        Ok(())
+    }
+
+    /// Copies the shared bits into a local filter.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] when the stored string has the wrong length; Redis errors.
+    pub async fn download(&self) -> Result<BlockedBloom> {
+        let mut c = self.conn.clone();
+        let bytes: Vec<u8> = c.get(&self.key).await?;
+        let want = (self.params.bits() / 8) as usize;
+        if bytes.len() != want {
+            return Err(Error::Meta {
+                key: self.key.clone(),
+                reason: format!(
+                    "bit string has {} bytes, the shape needs {want}",
+                    bytes.len()
+                ),
+            });
+        }
+        let mut local = BlockedBloom::new(self.params, self.seed)?;
+        let mut words: Vec<u64> = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                for (d, s) in a.iter_mut().zip(c) {
+                    *d = s.reverse_bits();
+                }
+                u64::from_le_bytes(a)
+            })
+            .collect();
+        words.resize(local.bitmap().words().len(), 0);
+        local.set_words(&words)?;
+        Ok(local)
+    }
+
+    /// Deletes the filter and its metadata.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn destroy(self) -> Result<()> {
+        let mut c = self.conn.clone();
+        let _: () = c
+            .del(&[self.key.clone(), format!("{}:meta", self.key)])
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,135 @@
+//! The shared filter on a real Redis server.
+
+use bloomgate_filter::{BlockedBloom, Filter};
+use bloomgate_redis::{Error, RedisBloom};
+use redis::aio::ConnectionManager;
+
+async fn conn() -> Option<ConnectionManager> {
+    let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let client = redis::Client::open(url).unwrap();
+    match ConnectionManager::new(client).await {
+        Ok(c) => Some(c),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("Redis unreachable: {e} (CI=true)")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: Redis unreachable: {e}");
+            None
+        }
+    }
+}
+
+async fn fresh(c: &ConnectionManager, key: &str) {
+    let mut c = c.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .arg(format!("{key}:meta"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn two_instances_share_inserts_and_never_miss_a_key() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:a";
+    fresh(&c, key).await;
+    let a = RedisBloom::create(c.clone(), key, 20_000, 0.01, 7)
+        .await
+        .unwrap();
+    let b = RedisBloom::open(c.clone(), key).await.unwrap();
+    assert_eq!(a.params(), b.params());
+    let keys: Vec<u64> = (0..10_000u64).map(|i| i * 7919).collect();
+    a.insert_many(&keys[..5000]).await.unwrap();
+    for k in &keys[5000..5100] {
+        b.insert(k).await.unwrap();
+    }
+    // Each instance sees the other's inserts.
+    assert!(b
+        .contains_many(&keys[..5000])
+        .await
+        .unwrap()
+        .iter()
+        .all(|&x| x));
+    for k in &keys[5000..5100] {
+        assert!(a.contains(k).await.unwrap());
+    }
+    // Absent keys are mostly rejected (1% target; 5,100 of 20,000 loaded).
+    let absent: Vec<u64> = (0..5000u64).map(|i| 1_000_000_000 + i).collect();
+    let yes = a
+        .contains_many(&absent)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|&&x| x)
+        .count();
+    assert!(yes < 50, "{yes} of 5000 absent keys said maybe");
+    // Creating again with the same shape opens it; another shape is refused.
+    assert!(RedisBloom::create(c.clone(), key, 20_000, 0.01, 7)
+        .await
+        .is_ok());
+    assert!(matches!(
+        RedisBloom::create(c.clone(), key, 40_000, 0.01, 7).await,
+        Err(Error::ShapeMismatch { .. })
+    ));
+    a.destroy().await.unwrap();
+}
+
+#[tokio::test]
+async fn upload_and_download_match_a_local_filter_bit_for_bit() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:b";
+    fresh(&c, key).await;
+    let shared = RedisBloom::create(c.clone(), key, 5000, 0.01, 3)
+        .await
+        .unwrap();
+    let mut local = BlockedBloom::new(shared.params(), 3).unwrap();
+    for k in 0..5000u64 {
+        local.insert(&k);
+    }
+    shared.upload(&local).await.unwrap();
+    // Bits uploaded from the local filter answer in Redis as they do locally.
+    for k in (0..5000u64).step_by(97) {
+        assert!(shared.contains(&k).await.unwrap());
+    }
+    // Inserting through Redis sets exactly the bits a local insert sets.
+    shared.insert(&123_456_789u64).await.unwrap();
+    local.insert(&123_456_789u64);
+    let back = shared.download().await.unwrap();
+    assert_eq!(back.bitmap().words(), local.bitmap().words());
+    assert_eq!(back.count_ones(), local.count_ones());
+    // A filter of another shape cannot be uploaded.
+    let other = BlockedBloom::with_fpr(100, 0.5).unwrap();
+    assert!(matches!(
+        shared.upload(&other).await,
+        Err(Error::ShapeMismatch { .. })
+    ));
+    shared.destroy().await.unwrap();
+}
+
+#[tokio::test]
+async fn opening_something_else_is_an_error() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:c";
+    fresh(&c, key).await;
+    assert!(matches!(
+        RedisBloom::open(c.clone(), key).await,
+        Err(Error::Meta { .. })
+    ));
+    let mut raw = c.clone();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{key}:meta"))
+        .arg("layout")
+        .arg("blocked-v1")
+        .arg("blocks")
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(matches!(
+        RedisBloom::open(c.clone(), key).await,
+        Err(Error::Meta { .. })
+    ));
+    fresh(&c, key).await;
+}
