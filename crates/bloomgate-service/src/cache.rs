@@ -12,11 +12,30 @@ use crate::model::Sku;
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
 
+/// A SKU with its JSON encoding, made once when it enters L1, so an L1 hit
+/// answers without serialising anything.
+#[derive(Debug)]
+pub struct CachedSku {
+    /// The record.
+    pub sku: Sku,
+    /// Its JSON, as the API returns it.
+    pub json: axum::body::Bytes,
+}
+
+impl CachedSku {
+    /// Encodes `sku` once.
+    #[must_use]
+    pub fn new(sku: Sku) -> Arc<Self> {
+        let json = serde_json::to_vec(&sku).unwrap_or_default().into();
+        Arc::new(Self { sku, json })
+    }
+}
+
 /// What the read path caches per id: the SKU, or a confirmed "not found".
 #[derive(Debug, Clone)]
 pub enum Entry {
     /// The SKU exists.
-    Found(Arc<Sku>),
+    Found(Arc<CachedSku>),
     /// SQL said no such id.
     Missing,
 }

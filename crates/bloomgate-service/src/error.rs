@@ -5,6 +5,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+/// The JSON body of every error: `{"error": code, "message": text}`.
+#[derive(serde::Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
 /// An error answered to an HTTP client.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -47,8 +54,15 @@ impl IntoResponse for AppError {
         if let Self::Unavailable(detail) = &self {
             tracing::error!(%detail, "request failed on a backing store");
         }
-        let body = serde_json::json!({ "error": code, "message": self.to_string() });
-        (status, Json(body)).into_response()
+        let message = self.to_string();
+        (
+            status,
+            Json(ErrorBody {
+                error: code,
+                message: &message,
+            }),
+        )
+            .into_response()
     }
 }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use bloomgate_filter::{AtomicBloom, Filter};
 
+use crate::metrics::Counter;
 use crate::store::{SkuStore, StoreError};
 
 /// What the gate says about an id.
@@ -89,8 +90,8 @@ pub struct Gate {
     rebuild_lock: tokio::sync::Mutex<()>,
     rebuilding: AtomicBool,
     capacity: AtomicU64,
-    rejected: AtomicU64,
-    passed: AtomicU64,
+    rejected: Counter,
+    passed: Counter,
     rebuilds: AtomicU64,
     last_rebuild_ms: AtomicU64,
     deleted_since_build: AtomicU64,
@@ -128,8 +129,8 @@ impl Gate {
             rebuild_lock: tokio::sync::Mutex::new(()),
             rebuilding: AtomicBool::new(false),
             capacity: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            passed: AtomicU64::new(0),
+            rejected: Counter::default(),
+            passed: Counter::default(),
             rebuilds: AtomicU64::new(0),
             last_rebuild_ms: AtomicU64::new(0),
             deleted_since_build: AtomicU64::new(0),
@@ -145,11 +146,11 @@ impl Gate {
         let guard = self.current.load();
         match guard.as_deref() {
             Some(f) if !f.contains(&id) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.rejected.incr();
                 Verdict::Reject
             }
             _ => {
-                self.passed.fetch_add(1, Ordering::Relaxed);
+                self.passed.incr();
                 Verdict::Pass
             }
         }
@@ -252,10 +253,10 @@ impl Gate {
             enabled: self.enabled,
             ready: self.enabled && f.is_some(),
             added: f.map_or(0, Filter::items),
-            rejected: self.rejected.load(Ordering::Relaxed),
+            rejected: self.rejected.get(),
             bits: f.map_or(0, Filter::bits),
             hashes: f.map_or(0, Filter::hashes),
-            passed: self.passed.load(Ordering::Relaxed),
+            passed: self.passed.get(),
             capacity: self.capacity.load(Ordering::Relaxed),
             fill_ratio: f.map_or(0.0, Filter::fill_ratio),
             expected_fpr: f.map_or(1.0, |f| f.expected_fpr(f.items())),

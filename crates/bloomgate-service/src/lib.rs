@@ -11,6 +11,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod gate;
+pub mod metrics;
 pub mod model;
 pub mod reader;
 pub mod routes;

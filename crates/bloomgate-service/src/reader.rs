@@ -1,25 +1,24 @@
 //! The read path: filter → L1 → Redis → SQL, each level counted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use moka::future::Cache;
 
-use crate::cache::{Entry, RedisLookup, RedisTier};
+use crate::cache::{CachedSku, Entry, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
-use crate::model::Sku;
+use crate::metrics::Counter;
 use crate::store::SkuStore;
 
 /// L1 counters.
 #[derive(Debug, Default)]
 pub struct L1Counters {
     /// Lookups answered by a cached SKU.
-    pub hits: AtomicU64,
+    pub hits: Counter,
     /// Lookups answered by a cached "not found".
-    pub negative_hits: AtomicU64,
+    pub negative_hits: Counter,
     /// Lookups that went on to Redis/SQL (or joined such a load).
-    pub misses: AtomicU64,
+    pub misses: Counter,
 }
 
 /// Where an answer came from.
@@ -37,7 +36,7 @@ pub enum Source {
 #[derive(Debug, Clone)]
 pub enum Lookup {
     /// The SKU.
-    Found(Arc<Sku>, Source),
+    Found(Arc<CachedSku>, Source),
     /// No such SKU.
     Missing(Source),
 }
@@ -69,18 +68,16 @@ impl ShieldedReader {
         if let Some(entry) = self.l1.get(&id).await {
             return Ok(match entry {
                 Entry::Found(sku) => {
-                    self.l1_counters.hits.fetch_add(1, Ordering::Relaxed);
+                    self.l1_counters.hits.incr();
                     Lookup::Found(sku, Source::L1)
                 }
                 Entry::Missing => {
-                    self.l1_counters
-                        .negative_hits
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.l1_counters.negative_hits.incr();
                     Lookup::Missing(Source::L1)
                 }
             });
         }
-        self.l1_counters.misses.fetch_add(1, Ordering::Relaxed);
+        self.l1_counters.misses.incr();
         // moka runs one loader per key; concurrent misses wait for it and
         // share its result (single flight). Errors are not cached.
         let entry = self
@@ -98,7 +95,7 @@ impl ShieldedReader {
     async fn load(&self, id: i64) -> Result<Entry, crate::store::StoreError> {
         if let Some(redis) = &self.redis {
             match redis.get(id).await {
-                Ok(RedisLookup::Hit(sku)) => return Ok(Entry::Found(Arc::new(sku))),
+                Ok(RedisLookup::Hit(sku)) => return Ok(Entry::Found(CachedSku::new(sku))),
                 Ok(RedisLookup::Nil) => return Ok(Entry::Missing),
                 Ok(RedisLookup::Miss) => {}
                 Err(e) => tracing::warn!(id, error = %e, "redis GET failed; reading SQL"),
@@ -114,7 +111,7 @@ impl ShieldedReader {
                 tracing::warn!(id, error = %e, "redis write-back failed");
             }
         }
-        Ok(found.map_or(Entry::Missing, |sku| Entry::Found(Arc::new(sku))))
+        Ok(found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))))
     }
 
     /// Drops an id from L1 and Redis (after a write).

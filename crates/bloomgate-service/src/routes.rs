@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
@@ -14,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cache::Entry;
+use crate::cache::{CachedSku, Entry};
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::model::{now_secs, SkuInput};
@@ -84,7 +85,7 @@ async fn sku_detail(
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
     match state.reader.lookup(id).await? {
-        Lookup::Found(sku, _) => Ok(Json(sku)),
+        Lookup::Found(cached, _) => Ok(([(CONTENT_TYPE, "application/json")], cached.json.clone())),
         Lookup::Missing(_) => Err(AppError::NotFound(format!("sku {id} not found"))),
     }
 }
@@ -137,7 +138,7 @@ async fn warm(
         state
             .reader
             .l1
-            .insert(sku.id, Entry::Found(Arc::new(sku.clone())))
+            .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())))
             .await;
     }
     let rebuild = if req.rebuild_bloom {
@@ -184,9 +185,9 @@ async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppEr
     Ok(Json(json!({
         "bloom": r.gate.stats(),
         "l1": {
-            "hits": l1.hits.load(Ordering::Relaxed),
-            "negative_hits": l1.negative_hits.load(Ordering::Relaxed),
-            "misses": l1.misses.load(Ordering::Relaxed),
+            "hits": l1.hits.get(),
+            "negative_hits": l1.negative_hits.get(),
+            "misses": l1.misses.get(),
             "entries": r.l1.entry_count(),
         },
         "redis": redis,
@@ -230,7 +231,7 @@ async fn create_sku(
     state
         .reader
         .l1
-        .insert(sku.id, Entry::Found(Arc::new(sku.clone())))
+        .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())))
         .await;
     if let Some(redis) = &state.reader.redis {
         if let Err(e) = redis.put(&sku).await {
