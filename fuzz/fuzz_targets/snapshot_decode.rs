@@ -2,7 +2,7 @@
 //! file that decodes must re-encode to the same bytes.
 #![no_main]
 
-use bloomgate_filter::{snapshot, BlockedBloom, ClassicBloom, CountingBloom};
+use bloomgate_filter::{snapshot, BlockedBloom, ClassicBloom, CountingBloom, Snapshot};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

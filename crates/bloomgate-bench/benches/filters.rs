@@ -52,83 +52,30 @@ fn batch_for(n: usize) -> usize {
 }
 const BATCH: usize = 100_000;
 
-impl Peer for BlockedBloom {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.bits()
-    }
+/// `Peer` for filters whose API is `insert(&key)` / `contains(&key)`.
+macro_rules! peer {
+    ($t:ty, $bits:expr) => {
+        impl Peer for $t {
+            fn put(&mut self, key: u64) {
+                let _ = self.insert(&key);
+            }
+            fn has(&self, key: u64) -> bool {
+                self.contains(&key)
+            }
+            fn storage_bits(&self) -> u64 {
+                let bits: fn(&$t) -> u64 = $bits;
+                bits(self)
+            }
+        }
+    };
 }
-impl Peer for ClassicBloom {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.bits()
-    }
-}
-impl Peer for AtomicBloom {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.bits()
-    }
-}
-impl Peer for CountingBloom {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.bytes() as u64 * 8
-    }
-}
-impl Peer for ScalableBloom {
-    fn put(&mut self, key: u64) {
-        let _ = self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.bits()
-    }
-}
-impl Peer for fastbloom::BloomFilter {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.num_bits() as u64
-    }
-}
-impl Peer for fastbloom::AtomicBloomFilter {
-    fn put(&mut self, key: u64) {
-        self.insert(&key);
-    }
-    fn has(&self, key: u64) -> bool {
-        self.contains(&key)
-    }
-    fn storage_bits(&self) -> u64 {
-        self.num_bits() as u64
-    }
-}
+peer!(BlockedBloom, |f| f.bits());
+peer!(ClassicBloom, |f| f.bits());
+peer!(AtomicBloom, |f| f.bits());
+peer!(CountingBloom, |f| f.bytes() as u64 * 8);
+peer!(ScalableBloom, |f| f.bits());
+peer!(fastbloom::BloomFilter, |f| f.num_bits() as u64);
+peer!(fastbloom::AtomicBloomFilter, |f| f.num_bits() as u64);
 /// sbbf takes a hash, not a key: it gets one splitmix64 of the key.
 impl Peer for sbbf_rs_safe::Filter {
     fn put(&mut self, key: u64) {

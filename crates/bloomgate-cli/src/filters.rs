@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use bloomgate_filter::snapshot::Layout;
 use bloomgate_filter::{
     sizing, AtomicBloom, BlockedBloom, ClassicBloom, CountingBloom, Filter, HashPair, KeyKind,
-    MappedBloom,
+    MappedBloom, Snapshot,
 };
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};

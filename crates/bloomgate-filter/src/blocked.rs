@@ -7,7 +7,7 @@ use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
 use crate::sizing::{self, BlockedParams, Design};
-use crate::snapshot::{self, Header, KeyKind, Layout};
+use crate::snapshot::{self, Header, KeyKind, Layout, Snapshot};
 
 /// A blocked Bloom filter: each key picks one block and sets `k` bits in it,
 /// so an insert or a lookup touches exactly one cache line.
@@ -257,48 +257,12 @@ impl BlockedBloom {
     pub const fn bitmap(&self) -> &Bitmap {
         &self.bits
     }
+}
 
-    /// Encodes the filter as a snapshot.
-    #[must_use]
-    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
-        snapshot::encode(&self.header(key_kind), self.bits.words())
-    }
+impl Snapshot for BlockedBloom {
+    const LAYOUT: Layout = Layout::Blocked;
 
-    /// Writes the filter to `path` atomically (temporary file, fsync, rename).
-    ///
-    /// # Errors
-    /// [`Error::Io`].
-    pub fn save(&self, path: &std::path::Path, key_kind: KeyKind) -> Result<()> {
-        snapshot::write_atomic(path, &self.header(key_kind), self.bits.words())
-    }
-
-    /// Decodes a snapshot made by [`BlockedBloom::to_bytes`], verifying everything.
-    ///
-    /// # Errors
-    /// [`Error::Snapshot`] for anything but a valid blocked snapshot.
-    pub fn from_bytes(bytes: &[u8]) -> Result<(Self, KeyKind)> {
-        let (h, payload) = snapshot::decode(bytes, Some(Layout::Blocked))?;
-        let bits = snapshot::bitmap_from_payload(h.bits, payload)?;
-        let params = BlockedParams {
-            blocks: h.bits / u64::from(h.block_bits),
-            block_bits: h.block_bits,
-            hashes: h.hashes,
-        };
-        Ok((
-            Self::from_parts(bits, params, h.seed, h.items, h.design),
-            h.key_kind,
-        ))
-    }
-
-    /// Reads and verifies a snapshot file.
-    ///
-    /// # Errors
-    /// [`Error::Io`] or [`Error::Snapshot`].
-    pub fn load(path: &std::path::Path) -> Result<(Self, KeyKind)> {
-        Self::from_bytes(&snapshot::read_file(path)?)
-    }
-
-    pub(crate) fn header(&self, key_kind: KeyKind) -> Header {
+    fn snapshot_header(&self, key_kind: KeyKind) -> Header {
         Header {
             layout: Layout::Blocked,
             hashes: self.hashes,
@@ -309,6 +273,20 @@ impl BlockedBloom {
             key_kind,
             design: self.design,
         }
+    }
+
+    fn snapshot_words(&self) -> &[u64] {
+        self.bits.words()
+    }
+
+    fn from_snapshot(h: &Header, payload: &[u8]) -> Result<Self> {
+        let bits = snapshot::bitmap_from_payload(h.bits, payload)?;
+        let params = BlockedParams {
+            blocks: h.bits / u64::from(h.block_bits),
+            block_bits: h.block_bits,
+            hashes: h.hashes,
+        };
+        Ok(Self::from_parts(bits, params, h.seed, h.items, h.design))
     }
 }
 

@@ -6,7 +6,7 @@ use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
 use crate::sizing::{self, ClassicParams, Design};
-use crate::snapshot::{self, Header, KeyKind, Layout};
+use crate::snapshot::{self, Header, KeyKind, Layout, Snapshot};
 
 /// A Bloom filter with the seeds' exact scheme: positions
 /// `(h1 + i·h2) mod m` for `i` in `0..k` over one array of `m` bits.
@@ -105,50 +105,12 @@ impl ClassicBloom {
     pub const fn bitmap(&self) -> &Bitmap {
         &self.bits
     }
+}
 
-    /// Encodes the filter as a snapshot.
-    #[must_use]
-    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
-        snapshot::encode(&self.header(key_kind), self.bits.words())
-    }
+impl Snapshot for ClassicBloom {
+    const LAYOUT: Layout = Layout::Classic;
 
-    /// Writes the filter to `path` atomically (temporary file, fsync, rename).
-    ///
-    /// # Errors
-    /// [`Error::Io`].
-    pub fn save(&self, path: &std::path::Path, key_kind: KeyKind) -> Result<()> {
-        snapshot::write_atomic(path, &self.header(key_kind), self.bits.words())
-    }
-
-    /// Decodes a snapshot made by [`ClassicBloom::to_bytes`], verifying
-    /// everything.
-    ///
-    /// # Errors
-    /// [`Error::Snapshot`] for anything but a valid classic snapshot.
-    pub fn from_bytes(bytes: &[u8]) -> Result<(Self, KeyKind)> {
-        let (h, payload) = snapshot::decode(bytes, Some(Layout::Classic))?;
-        let bits = snapshot::bitmap_from_payload(h.bits, payload)?;
-        Ok((
-            Self {
-                bits,
-                hashes: h.hashes,
-                seed: h.seed,
-                items: h.items,
-                design: h.design,
-            },
-            h.key_kind,
-        ))
-    }
-
-    /// Reads and verifies a snapshot file.
-    ///
-    /// # Errors
-    /// [`Error::Io`] or [`Error::Snapshot`].
-    pub fn load(path: &std::path::Path) -> Result<(Self, KeyKind)> {
-        Self::from_bytes(&snapshot::read_file(path)?)
-    }
-
-    fn header(&self, key_kind: KeyKind) -> Header {
+    fn snapshot_header(&self, key_kind: KeyKind) -> Header {
         Header {
             layout: Layout::Classic,
             hashes: self.hashes,
@@ -159,6 +121,20 @@ impl ClassicBloom {
             key_kind,
             design: self.design,
         }
+    }
+
+    fn snapshot_words(&self) -> &[u64] {
+        self.bits.words()
+    }
+
+    fn from_snapshot(h: &Header, payload: &[u8]) -> Result<Self> {
+        Ok(Self {
+            bits: snapshot::bitmap_from_payload(h.bits, payload)?,
+            hashes: h.hashes,
+            seed: h.seed,
+            items: h.items,
+            design: h.design,
+        })
     }
 }
 

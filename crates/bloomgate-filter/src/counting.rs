@@ -8,7 +8,7 @@ use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
 use crate::sizing::{self, BlockedParams, Design};
-use crate::snapshot::{self, Header, KeyKind, Layout};
+use crate::snapshot::{self, Header, KeyKind, Layout, Snapshot};
 
 /// The value a counter sticks at once reached.
 pub const SATURATED: u64 = 15;
@@ -174,50 +174,12 @@ impl CountingBloom {
             .unwrap_or_else(|_| unreachable!("projection only sets bits inside the filter"));
         BlockedBloom::from_parts(bits, params, self.seed, self.items, self.design)
     }
+}
 
-    /// Encodes the filter as a snapshot.
-    #[must_use]
-    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
-        snapshot::encode(&self.header(key_kind), self.store.words())
-    }
+impl Snapshot for CountingBloom {
+    const LAYOUT: Layout = Layout::Counting;
 
-    /// Writes the filter to `path` atomically.
-    ///
-    /// # Errors
-    /// [`Error::Io`].
-    pub fn save(&self, path: &std::path::Path, key_kind: KeyKind) -> Result<()> {
-        snapshot::write_atomic(path, &self.header(key_kind), self.store.words())
-    }
-
-    /// Decodes a counting snapshot, verifying everything.
-    ///
-    /// # Errors
-    /// [`Error::Snapshot`].
-    pub fn from_bytes(bytes: &[u8]) -> Result<(Self, KeyKind)> {
-        let (h, payload) = snapshot::decode(bytes, Some(Layout::Counting))?;
-        let store = snapshot::bitmap_from_payload(h.bits * 4, payload)?;
-        Ok((
-            Self {
-                store,
-                blocks: h.bits / 128,
-                hashes: h.hashes,
-                seed: h.seed,
-                items: h.items,
-                design: h.design,
-            },
-            h.key_kind,
-        ))
-    }
-
-    /// Reads and verifies a snapshot file.
-    ///
-    /// # Errors
-    /// [`Error::Io`] or [`Error::Snapshot`].
-    pub fn load(path: &std::path::Path) -> Result<(Self, KeyKind)> {
-        Self::from_bytes(&snapshot::read_file(path)?)
-    }
-
-    fn header(&self, key_kind: KeyKind) -> Header {
+    fn snapshot_header(&self, key_kind: KeyKind) -> Header {
         Header {
             layout: Layout::Counting,
             hashes: self.hashes,
@@ -228,6 +190,21 @@ impl CountingBloom {
             key_kind,
             design: self.design,
         }
+    }
+
+    fn snapshot_words(&self) -> &[u64] {
+        self.store.words()
+    }
+
+    fn from_snapshot(h: &Header, payload: &[u8]) -> Result<Self> {
+        Ok(Self {
+            store: snapshot::bitmap_from_payload(h.bits * 4, payload)?,
+            blocks: h.bits / 128,
+            hashes: h.hashes,
+            seed: h.seed,
+            items: h.items,
+            design: h.design,
+        })
     }
 }
 

@@ -59,4 +59,4 @@ pub use filter::Filter;
 pub use hash::{BloomKey, HashPair};
 pub use mmap::{MappedBloom, MappedFile};
 pub use scalable::{ScalableBloom, ScalableOptions, SubFilterInfo};
-pub use snapshot::{KeyKind, Layout};
+pub use snapshot::{KeyKind, Layout, Snapshot};

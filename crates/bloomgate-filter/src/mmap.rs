@@ -63,7 +63,7 @@ impl MappedFile {
 /// words are used as they are.
 ///
 /// ```
-/// use bloomgate_filter::{BlockedBloom, Filter, KeyKind, MappedBloom};
+/// use bloomgate_filter::{BlockedBloom, Filter, KeyKind, MappedBloom, Snapshot};
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("skus.bgf");
 /// let mut f = BlockedBloom::with_fpr(1000, 0.01).unwrap();

@@ -97,6 +97,66 @@ pub enum KeyKind {
     Bytes = 2,
 }
 
+/// A filter with a snapshot form: implementors say how to describe and
+/// rebuild themselves; encoding, atomic saving, verified decoding and loading
+/// are shared.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, Filter, KeyKind, Snapshot};
+/// let mut f = BlockedBloom::with_fpr(1000, 0.01).unwrap();
+/// f.insert(&7u64);
+/// let bytes = f.to_bytes(KeyKind::Integer);
+/// let (g, kind) = BlockedBloom::from_bytes(&bytes).unwrap();
+/// assert!(g.contains(&7u64) && kind == KeyKind::Integer);
+/// ```
+pub trait Snapshot: Sized {
+    /// The layout this type is stored as.
+    const LAYOUT: Layout;
+
+    /// The header that describes this filter.
+    fn snapshot_header(&self, key_kind: KeyKind) -> Header;
+
+    /// The words to store (whole 64-byte lines).
+    fn snapshot_words(&self) -> &[u64];
+
+    /// Rebuilds a filter from a header and payload that [`decode`] verified.
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] when the payload does not fit the header.
+    fn from_snapshot(header: &Header, payload: &[u8]) -> Result<Self>;
+
+    /// Encodes the filter as a snapshot.
+    #[must_use]
+    fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
+        encode(&self.snapshot_header(key_kind), self.snapshot_words())
+    }
+
+    /// Writes the filter to `path` atomically (temporary file, fsync, rename).
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    fn save(&self, path: &Path, key_kind: KeyKind) -> Result<()> {
+        write_atomic(path, &self.snapshot_header(key_kind), self.snapshot_words())
+    }
+
+    /// Decodes a snapshot of this layout, verifying everything.
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] for anything but a valid snapshot of this layout.
+    fn from_bytes(bytes: &[u8]) -> Result<(Self, KeyKind)> {
+        let (h, payload) = decode(bytes, Some(Self::LAYOUT))?;
+        Ok((Self::from_snapshot(&h, payload)?, h.key_kind))
+    }
+
+    /// Reads and verifies a snapshot file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Snapshot`].
+    fn load(path: &Path) -> Result<(Self, KeyKind)> {
+        Self::from_bytes(&read_file(path)?)
+    }
+}
+
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Header {

@@ -4,7 +4,8 @@ mod common;
 
 use bloomgate_filter::snapshot::{decode_header, HEADER_LEN};
 use bloomgate_filter::{
-    BlockedBloom, ClassicBloom, CountingBloom, Error, Filter, KeyKind, MappedBloom, SnapshotError,
+    BlockedBloom, ClassicBloom, CountingBloom, Error, Filter, KeyKind, MappedBloom, Snapshot,
+    SnapshotError,
 };
 use common::Rng;
 use xxhash_rust_shim::rehash_header;
