@@ -1,0 +1,197 @@
+//! The smaller promises of the public API: bitmap bounds, sizing errors,
+//! union, figures, and the seed-000 shapes.
+
+mod common;
+
+use bloomgate_filter::sizing::{self, BlockedParams, ClassicParams};
+use bloomgate_filter::{AtomicBloom, Bitmap, BlockedBloom, ClassicBloom, Error, Filter};
+use common::Rng;
+
+#[test]
+fn bitmap_operations_and_bounds() {
+    let mut b = Bitmap::new(130).unwrap();
+    assert!(b.none() && !b.any() && b.len() == 130);
+    assert!(!b.set(0).unwrap());
+    assert!(b.set(0).unwrap(), "second set reports the bit was set");
+    assert!(!b.set(129).unwrap());
+    assert!(b.test(129).unwrap() && !b.test(128).unwrap());
+    assert_eq!(b.count_ones(), 2);
+    assert!(b.reset(0).unwrap());
+    assert!(!b.reset(0).unwrap());
+    assert_eq!(b.count_ones(), 1);
+    for pos in [130, 131, 512, u64::MAX] {
+        assert!(matches!(b.set(pos), Err(Error::OutOfRange { pos: p, len: 130 }) if p == pos));
+        assert!(b.test(pos).is_err() && b.reset(pos).is_err());
+    }
+    // Storage is whole 64-byte lines; padding stays zero and is checked.
+    assert_eq!(b.words().len(), 8);
+    assert_eq!(b.bytes(), 64);
+    let mut words = b.words().to_vec();
+    assert_eq!(Bitmap::from_words(130, &words).unwrap(), b);
+    words[2] |= 1 << 2; // bit 130: past the end
+    assert!(Bitmap::from_words(130, &words).is_err());
+    assert!(Bitmap::from_words(130, &words[..4]).is_err());
+    b.clear();
+    assert!(b.none());
+    let mut other = Bitmap::new(130).unwrap();
+    other.set(5).unwrap();
+    b.union_with(&other).unwrap();
+    assert!(b.test(5).unwrap());
+    assert!(b.union_with(&Bitmap::new(131).unwrap()).is_err());
+}
+
+#[test]
+fn sizing_rejects_bad_input_with_typed_errors() {
+    assert!(matches!(sizing::classic(0, 0.01), Err(Error::ZeroItems)));
+    for p in [0.0, 1.0, -0.5, 1.5, f64::NAN, f64::INFINITY] {
+        assert!(
+            matches!(sizing::classic(10, p), Err(Error::InvalidFpr(_))),
+            "{p}"
+        );
+        assert!(
+            matches!(sizing::blocked(10, p, 512), Err(Error::InvalidFpr(_))),
+            "{p}"
+        );
+        assert!(BlockedBloom::with_fpr(10, p).is_err());
+    }
+    assert!(matches!(
+        sizing::classic(u64::MAX, 1e-30),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        sizing::blocked(u64::MAX / 2, 1e-9, 512),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        sizing::blocked(10, 0.1, 256),
+        Err(Error::InvalidParameter { .. })
+    ));
+    assert!(ClassicBloom::new(ClassicParams { bits: 0, hashes: 3 }, 0).is_err());
+    assert!(ClassicBloom::new(
+        ClassicParams {
+            bits: 10,
+            hashes: 0
+        },
+        0
+    )
+    .is_err());
+    assert!(BlockedBloom::new(
+        BlockedParams {
+            blocks: 1,
+            block_bits: 512,
+            hashes: 33
+        },
+        0
+    )
+    .is_err());
+    assert!(AtomicBloom::new(
+        BlockedParams {
+            blocks: 1,
+            block_bits: 128,
+            hashes: 3
+        },
+        0
+    )
+    .is_err());
+}
+
+#[test]
+fn seed_000_shape_and_formula() {
+    let p = sizing::classic(500_000, 0.001).unwrap();
+    assert_eq!((p.bits, p.hashes), (7_188_794, 10));
+    let e = sizing::classic_fpr(p.bits, p.hashes, 500_000);
+    assert!((e - 0.001).abs() < 1e-5, "{e}");
+    // The blocked shape meets its target under the exact formula and is
+    // larger than the classic one, which the classic formula would miss.
+    let b = sizing::blocked(500_000, 0.001, 512).unwrap();
+    assert!(sizing::blocked_fpr(b.blocks, 512, b.hashes, 500_000) <= 0.001);
+    assert!(
+        sizing::blocked_fpr(b.blocks - 1, 512, b.hashes, 500_000) > 0.001,
+        "minimal"
+    );
+    assert!(b.bits() > p.bits);
+}
+
+#[test]
+fn union_holds_both_sets_and_refuses_other_shapes() {
+    let a_keys = Rng(1).keys(5000);
+    let b_keys = Rng(2).keys(5000);
+    let mut a = BlockedBloom::with_fpr(10_000, 0.01).unwrap();
+    let mut b = BlockedBloom::with_fpr(10_000, 0.01).unwrap();
+    a.insert_many(&a_keys);
+    b.insert_many(&b_keys);
+    a.union(&b).unwrap();
+    assert!(a_keys.iter().chain(&b_keys).all(|k| a.contains(k)));
+    assert_eq!(a.items(), 10_000);
+    let other = BlockedBloom::with_fpr(20_000, 0.01).unwrap();
+    assert!(matches!(a.union(&other), Err(Error::ShapeMismatch(_))));
+    let reseeded = BlockedBloom::new(a.params(), 99).unwrap();
+    assert!(matches!(a.union(&reseeded), Err(Error::ShapeMismatch(_))));
+
+    let mut c = ClassicBloom::with_fpr(10_000, 0.01).unwrap();
+    let mut d = ClassicBloom::with_fpr(10_000, 0.01).unwrap();
+    for k in &a_keys {
+        c.insert(k);
+    }
+    for k in &b_keys {
+        d.insert(k);
+    }
+    c.union(&d).unwrap();
+    assert!(a_keys.iter().chain(&b_keys).all(|k| c.contains(k)));
+    assert!(c
+        .union(&ClassicBloom::with_fpr(10_001, 0.01).unwrap())
+        .is_err());
+}
+
+#[test]
+fn figures_track_the_contents() {
+    let mut f = BlockedBloom::with_fpr(100_000, 0.01).unwrap();
+    assert_eq!((f.fill_ratio(), f.items(), f.count_ones()), (0.0, 0, 0));
+    assert!(!f.past_capacity());
+    let keys = Rng(3).keys(100_000);
+    f.insert_many(&keys);
+    let est = f.estimated_items();
+    assert!(
+        (est - 100_000.0).abs() / 100_000.0 < 0.05,
+        "estimated {est}"
+    );
+    assert!(
+        f.fill_ratio() > 0.3 && f.fill_ratio() < 0.6,
+        "{}",
+        f.fill_ratio()
+    );
+    assert_eq!(f.bytes() as u64 * 8, f.bits());
+    assert!(!f.past_capacity());
+    f.insert(&1u64);
+    assert!(f.past_capacity(), "one past the design capacity");
+    let mut out = vec![false; 3];
+    assert!(matches!(
+        f.contains_many(&keys[..2], &mut out),
+        Err(Error::LengthMismatch {
+            expected: 2,
+            got: 3
+        })
+    ));
+}
+
+#[test]
+fn atomic_and_heap_filters_set_the_same_bits() {
+    let keys = Rng(4).keys(20_000);
+    let mut heap = BlockedBloom::with_fpr(20_000, 0.01).unwrap();
+    let shared = AtomicBloom::with_fpr(20_000, 0.01).unwrap();
+    heap.insert_many(&keys[..10_000]);
+    for k in &keys[10_000..] {
+        heap.insert(k);
+    }
+    shared.insert_many(&keys[..10_000]);
+    for k in &keys[10_000..] {
+        shared.insert(k);
+    }
+    let copy = shared.to_blocked();
+    assert_eq!(copy.bitmap().words(), heap.bitmap().words());
+    let back = AtomicBloom::from_blocked(&heap).unwrap();
+    assert_eq!(back.count_ones(), heap.count_ones());
+    let mut out = vec![false; keys.len()];
+    back.contains_many(&keys, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b));
+}
