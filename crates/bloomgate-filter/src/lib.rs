@@ -32,6 +32,11 @@
 //! ```
 #![deny(missing_docs)]
 
+/// The crate README, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod bitmap;
 mod block;
 mod blocked;
