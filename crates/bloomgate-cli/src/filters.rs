@@ -60,7 +60,7 @@ pub struct CalcArgs {
 
 pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
     let c = sizing::classic(a.items, a.fpr)?;
-    let b = sizing::blocked(a.items, a.fpr, 512)?;
+    let b = sizing::blocked(a.items, a.fpr, 256)?;
     let n = sizing::blocked(a.items, a.fpr, 128)?;
     let mib = |bits: u64| bits as f64 / 8.0 / 1024.0 / 1024.0;
     println!("items {}  target fpr {}", a.items, a.fpr);
@@ -81,7 +81,7 @@ pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
             b.bits(),
             b.hashes,
             b.bits() / 8,
-            sizing::blocked_fpr(b.blocks, 512, b.hashes, a.items),
+            sizing::blocked_fpr(b.blocks, 256, b.hashes, a.items),
         ),
         (
             "counting",

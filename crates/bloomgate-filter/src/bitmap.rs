@@ -201,14 +201,16 @@ impl Bitmap {
         bytemuck::cast_slice_mut(self.lines.lines_mut())
     }
 
+    /// The storage as 256-bit blocks.
     #[inline(always)]
-    pub(crate) fn lines(&self) -> &[Line] {
-        self.lines.lines()
+    pub(crate) fn blocks256(&self) -> &[[u64; 4]] {
+        self.lines.blocks256()
     }
 
+    /// The storage as mutable 256-bit blocks.
     #[inline(always)]
-    pub(crate) fn lines_mut(&mut self) -> &mut [Line] {
-        self.lines.lines_mut()
+    pub(crate) fn blocks256_mut(&mut self) -> &mut [[u64; 4]] {
+        self.lines.blocks256_mut()
     }
 
     /// ORs `other` into `self`.

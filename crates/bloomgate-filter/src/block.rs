@@ -1,40 +1,143 @@
-//! The blocked scheme shared by every blocked filter: which block a key goes
-//! to, and which positions inside that block it uses.
+//! The blocked schemes: which block a key goes to, and which positions
+//! inside that block it uses.
 //!
-//! * Block: `⌊h1 · blocks / 2^64⌋` (Lemire's multiply-shift range reduction;
-//!   no division, no bias worth measuring).
-//! * In-block hash: `y = (h1 ^ h1>>32) · 0x9e3779b97f4a7c15; y ^ y>>29`
-//!   ([`inblock`]); `h2` is not used, so integer keys cost one splitmix64.
-//! * Positions in a 512-bit block (eight 64-bit words): the `i`-th of the
-//!   key's `k` bits goes to word `i mod 8`, at the bit given by the `i mod 8`-th
-//!   6-bit slice (low bits first) of hash word `⌊i/8⌋`, where hash word 0 is
-//!   `h2` and each next one is `splitmix64` of the previous. For `k ≤ 8` a
-//!   key sets at most one bit per word, so the mask is eight independent
-//!   shifts of one hash: no loop-carried dependency, no branch.
-//! * Positions in a 128-position block (counting filters and their
-//!   projection): `h2` is cut into nine 7-bit slices, low bits first; past
-//!   nine positions the next hash word is `splitmix64` of the previous.
+//! * 256-bit blocks (the bit filters): block `⌊(h1 >> 32) · blocks / 2^32⌋`
+//!   (Lemire's multiply-shift range reduction on the high half of `h1`). The
+//!   block is eight 32-bit lanes; the `i`-th of the key's `k` bits goes to
+//!   lane `i mod 8`, at bit `(lo · SALT_i) >> 27`, where `lo` is the low half
+//!   of `h1` and `SALT_i` fixed odd constants (the first eight are Parquet's
+//!   split-block constants). The block index and the bits use disjoint
+//!   halves of one 64-bit hash, so integer keys cost one splitmix64; the mask
+//!   is one multiply, one shift and one variable shift over eight lanes
+//!   (AVX2, see `simd`), the probe one 32-byte load.
+//! * 128-position blocks (counting filters and their projection): block
+//!   `⌊h1 · blocks / 2^64⌋`; positions from [`inblock`] cut into nine 7-bit
+//!   slices, low bits first; past nine positions the next hash word is
+//!   `splitmix64` of the previous.
 //!
-//! The bits of a good 64-bit hash are independent, so positions are too,
-//! and [`crate::sizing::blocked_fpr`] models each layout exactly.
-//!
-//! These definitions are part of the snapshot format (hash id 1): changing
-//! them changes which bits a stored filter has set.
+//! [`crate::sizing::blocked_fpr`] models each layout exactly. These
+//! definitions are part of the snapshot format (hash id 1): changing them
+//! changes which bits a stored filter has set.
 
 use crate::hash::{splitmix64, HashPair};
 
-/// The hash that places a key's bits inside its block, derived from `h1`
-/// alone by a multiply-xorshift remix, so a blocked filter needs one 64-bit
-/// hash per key (for integer keys the compiler then drops `h2` entirely).
-/// The block index takes `h1`'s top bits; the remix spreads all of `h1`'s
-/// bits over the in-block hash.
+/// Multipliers for the 256-bit layout: bit `i` of a key uses `SALTS[i]`.
+pub(crate) const SALTS: [u32; 32] = [
+    0x47b6_137b,
+    0x4497_4d91,
+    0x8824_ad5b,
+    0xa2b7_289d,
+    0x7054_95c7,
+    0x2df1_424b,
+    0x9efc_4947,
+    0x5c6b_fb31,
+    0xb39e_e81b,
+    0x7784_14c9,
+    0x5b55_127b,
+    0x9e2c_b53d,
+    0xfbae_8d6b,
+    0xf869_61f9,
+    0xa7b9_1e1f,
+    0xb5a0_1107,
+    0x2f49_5e27,
+    0x7332_357f,
+    0xe16f_dda7,
+    0x4604_acd7,
+    0x2d84_7267,
+    0x4b5d_85b5,
+    0x349c_de51,
+    0xea2d_7e95,
+    0x47f4_69c9,
+    0xa21f_b3cb,
+    0xf259_0111,
+    0x89aa_14f1,
+    0xb813_72db,
+    0x8129_7c27,
+    0x53b0_dd0d,
+    0xf322_6c6f,
+];
+
+/// The 256-bit block a key with first hash `h1` goes to, in `0..blocks`
+/// (`blocks ≤ 2^32`).
+#[inline(always)]
+pub(crate) const fn block_index256(h1: u64, blocks: u64) -> usize {
+    (((h1 >> 32) * blocks) >> 32) as usize
+}
+
+/// The bit (`0..32`) that the `i`-th position of a key sets in its lane.
+#[inline(always)]
+const fn lane_bit(lo: u32, i: usize) -> u32 {
+    lo.wrapping_mul(SALTS[i]) >> 27
+}
+
+/// The mask a key sets in a 256-bit block, as four 64-bit words (lane `j` is
+/// bits `32·(j mod 2)..` of word `j / 2`, the little-endian layout of eight
+/// u32 lanes). Scalar version of [`crate::simd::mask256_avx2`].
+#[inline(always)]
+pub(crate) fn mask256_scalar(h1: u64, k: u32) -> [u64; 4] {
+    let lo = h1 as u32;
+    let mut m = [0u64; 4];
+    for i in 0..k as usize {
+        let lane = i % 8;
+        m[lane / 2] |= 1u64 << (lane_bit(lo, i) + 32 * (lane % 2) as u32);
+    }
+    m
+}
+
+/// The in-block bit positions (`0..256`) of a key, in hash order.
+pub(crate) fn positions256(h1: u64, k: u32) -> impl Iterator<Item = u32> {
+    let lo = h1 as u32;
+    (0..k as usize).map(move |i| (i % 8) as u32 * 32 + lane_bit(lo, i))
+}
+
+/// The 256-bit mask: AVX2 when `avx2` (which must come from [`has_avx2`]).
+#[inline(always)]
+pub(crate) fn mask256_with(avx2: bool, h1: u64, k: u32) -> [u64; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        return unsafe { crate::simd::mask256_avx2(h1, k) };
+    }
+    let _ = avx2;
+    mask256_scalar(h1, k)
+}
+
+/// True when every bit of the key's mask is set in `block`; `avx2` must
+/// come from [`has_avx2`].
+#[inline(always)]
+pub(crate) fn covers256_with(avx2: bool, block: &[u64; 4], h1: u64, k: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        return unsafe { crate::simd::covers256_avx2(block, h1, k) };
+    }
+    let _ = avx2;
+    covers(block, &mask256_scalar(h1, k))
+}
+
+/// ORs the key's mask into `block`; true when a bit was newly set. `avx2`
+/// must come from [`has_avx2`].
+#[inline(always)]
+pub(crate) fn apply256_with(avx2: bool, block: &mut [u64; 4], h1: u64, k: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        return unsafe { crate::simd::apply256_avx2(block, h1, k) };
+    }
+    let _ = avx2;
+    apply(block, &mask256_scalar(h1, k))
+}
+
+/// The hash that places a key's positions inside a 128-position block,
+/// derived from `h1` by a multiply-xorshift remix (the block index takes
+/// `h1`'s top bits through the 64-bit range reduction).
 #[inline(always)]
 pub(crate) const fn inblock(h: HashPair) -> u64 {
     let y = (h.h1 ^ (h.h1 >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     y ^ (y >> 29)
 }
 
-/// The block a key with first hash `h1` goes to, in `0..blocks`.
+/// The 128-position block a key with first hash `h1` goes to, in `0..blocks`.
 #[inline(always)]
 pub(crate) fn block_index(h1: u64, blocks: u64) -> usize {
     ((u128::from(h1) * u128::from(blocks)) >> 64) as usize
@@ -87,50 +190,6 @@ impl Iterator for Positions {
     }
 }
 
-/// The mask a key sets in a 512-bit block (see the module docs): AVX2 when
-/// the CPU has it, scalar otherwise.
-#[inline(always)]
-pub(crate) fn mask512(h2: u64, k: u32) -> [u64; 8] {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 support was just checked.
-        return unsafe { crate::simd::mask512_avx2(h2, k) };
-    }
-    mask512_scalar(h2, k)
-}
-
-/// The portable version of [`mask512`].
-#[inline(always)]
-pub(crate) fn mask512_scalar(h2: u64, k: u32) -> [u64; 8] {
-    let mut m = [0u64; 8];
-    let mut h = h2;
-    let mut left = k;
-    loop {
-        let take = left.min(8) as usize;
-        for (w, word) in m.iter_mut().enumerate() {
-            let on = u64::from(w < take);
-            *word |= on << ((h >> (6 * w)) & 63);
-        }
-        if left <= 8 {
-            return m;
-        }
-        left -= 8;
-        h = splitmix64(h);
-    }
-}
-
-/// The in-block bit positions (`0..512`) of a 512-bit block key, in hash order.
-pub(crate) fn positions512(h2: u64, k: u32) -> impl Iterator<Item = u32> {
-    let mut h = h2;
-    (0..k).map(move |i| {
-        if i > 0 && i % 8 == 0 {
-            h = splitmix64(h);
-        }
-        let w = i % 8;
-        w * 64 + ((h >> (6 * w)) & 63) as u32
-    })
-}
-
 /// The mask a key sets in a 128-position block of 2 words.
 #[inline(always)]
 pub(crate) fn mask128(h2: u64, k: u32) -> [u64; 2] {
@@ -152,32 +211,6 @@ pub(crate) fn has_avx2() -> bool {
     {
         false
     }
-}
-
-/// True when every bit of the key's 512-bit mask is set in `line`; `avx2`
-/// must come from [`has_avx2`].
-#[inline(always)]
-pub(crate) fn covers512_with(avx2: bool, line: &crate::bitmap::Line, h2: u64, k: u32) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::covers512_avx2(line, h2, k) };
-    }
-    let _ = avx2;
-    covers(&line.0, &mask512_scalar(h2, k))
-}
-
-/// ORs the key's 512-bit mask into `line`; true when a bit was newly set.
-/// `avx2` must come from [`has_avx2`].
-#[inline(always)]
-pub(crate) fn apply512_with(avx2: bool, line: &mut crate::bitmap::Line, h2: u64, k: u32) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::apply512_avx2(line, h2, k) };
-    }
-    let _ = avx2;
-    apply(&mut line.0, &mask512_scalar(h2, k))
 }
 
 /// True when every bit of `m` is set in `block`.

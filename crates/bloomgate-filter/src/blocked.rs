@@ -10,9 +10,9 @@ use crate::sizing::{self, BlockedParams, Design};
 use crate::snapshot::{self, Header, KeyKind, Layout, Snapshot};
 
 /// A blocked Bloom filter: each key picks one block and sets `k` bits in it,
-/// so an insert or a lookup touches exactly one cache line.
+/// so an insert or a lookup touches one 32-byte block in one cache line.
 ///
-/// Blocks are 512 bits (one aligned 64-byte line) for filters you build;
+/// Blocks are 256 bits (half an aligned 64-byte line) for filters you build;
 /// 128-bit blocks exist only as the projection of a
 /// [`crate::CountingBloom`]. [`BlockedBloom::with_fpr`] sizes the filter with
 /// the exact blocked formula, so the measured rate at `n` items is at or
@@ -42,12 +42,12 @@ pub struct BlockedBloom {
 }
 
 impl BlockedBloom {
-    /// An empty 512-bit-block filter for `n` items at rate `p`, seed 0.
+    /// An empty 256-bit-block filter for `n` items at rate `p`, seed 0.
     ///
     /// # Errors
     /// See [`sizing::blocked`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        let mut f = Self::new(sizing::blocked(n, p, 512)?, 0)?;
+        let mut f = Self::new(sizing::blocked(n, p, 256)?, 0)?;
         f.design = Some(Design {
             capacity: n,
             fpr: p,
@@ -59,7 +59,7 @@ impl BlockedBloom {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for zero blocks, a block size other than
-    /// 128 or 512, or a hash count outside `1..=32`; [`Error::TooLarge`].
+    /// 128 or 256, or a hash count outside `1..=32`; [`Error::TooLarge`].
     pub fn new(params: BlockedParams, seed: u64) -> Result<Self> {
         check_shape(params)?;
         Ok(Self {
@@ -113,15 +113,16 @@ impl BlockedBloom {
     #[inline]
     pub fn insert_hash(&mut self, h: HashPair) -> bool {
         self.items += 1;
-        let idx = block::block_index(h.h1, self.blocks);
-        if self.block_words == 8 {
-            block::apply512_with(
+        if self.block_words == 4 {
+            let idx = block::block_index256(h.h1, self.blocks);
+            block::apply256_with(
                 self.avx2,
-                &mut self.bits.lines_mut()[idx],
-                block::inblock(h),
+                &mut self.bits.blocks256_mut()[idx],
+                h.h1,
                 self.hashes,
             )
         } else {
+            let idx = block::block_index(h.h1, self.blocks);
             match self.bits.words_mut()[idx * 2..].first_chunk_mut::<2>() {
                 Some(b) => block::apply(b, &block::mask128(block::inblock(h), self.hashes)),
                 None => unreachable!("block index is always below the block count"),
@@ -139,23 +140,29 @@ impl BlockedBloom {
     /// filter of shape `params`: what [`BlockedBloom::insert_hash`] sets.
     /// Lets other stores (a shared filter in Redis, say) use the same bits.
     pub fn positions_for(params: BlockedParams, h: HashPair) -> impl Iterator<Item = u64> {
-        let base = block::block_index(h.h1, params.blocks) as u64 * u64::from(params.block_bits);
-        let log2 = params.block_bits.trailing_zeros();
-        let positions: Box<dyn Iterator<Item = u32>> = if log2 == 9 {
-            Box::new(block::positions512(block::inblock(h), params.hashes))
+        let bits = u64::from(params.block_bits);
+        let (base, positions): (u64, Box<dyn Iterator<Item = u32>>) = if params.block_bits == 256 {
+            (
+                block::block_index256(h.h1, params.blocks) as u64 * bits,
+                Box::new(block::positions256(h.h1, params.hashes)),
+            )
         } else {
-            Box::new(block::Positions::new(
-                block::inblock(h),
-                params.hashes,
-                log2,
-            ))
+            let log2 = params.block_bits.trailing_zeros();
+            (
+                block::block_index(h.h1, params.blocks) as u64 * bits,
+                Box::new(block::Positions::new(
+                    block::inblock(h),
+                    params.hashes,
+                    log2,
+                )),
+            )
         };
         positions.map(move |p| base + u64::from(p))
     }
 
     /// Adds many keys, hashing and prefetching a batch ahead of the writes.
     pub fn insert_many<K: BloomKey>(&mut self, keys: &[K]) {
-        if self.block_words != 8 {
+        if self.block_words != 4 {
             for key in keys {
                 self.insert(key);
             }
@@ -163,19 +170,19 @@ impl BlockedBloom {
         }
         let avx2 = self.avx2;
         let (blocks, seed, k) = (self.blocks, self.seed, self.hashes);
-        let lines = self.bits.lines_mut();
+        let store = self.bits.blocks256_mut();
         let mut ring = [(0usize, 0u64); BATCH];
         let n = keys.len();
         for i in 0..n + BATCH {
             if i >= BATCH {
-                let (idx, ib) = ring[i % BATCH];
-                block::apply512_with(avx2, &mut lines[idx], ib, k);
+                let (idx, h1) = ring[i % BATCH];
+                block::apply256_with(avx2, &mut store[idx], h1, k);
             }
             if i < n {
-                let h = keys[i].hash_pair(seed);
-                let idx = block::block_index(h.h1, blocks);
-                block::prefetch(&lines[idx]);
-                ring[i % BATCH] = (idx, block::inblock(h));
+                let h1 = keys[i].hash_pair(seed).h1;
+                let idx = block::block_index256(h1, blocks);
+                block::prefetch(&store[idx]);
+                ring[i % BATCH] = (idx, h1);
             }
         }
         self.items += n as u64;
@@ -194,28 +201,28 @@ impl BlockedBloom {
                 got: out.len(),
             });
         }
-        if self.block_words != 8 {
+        if self.block_words != 4 {
             for (answer, key) in out.iter_mut().zip(keys) {
                 *answer = self.contains(key);
             }
             return Ok(());
         }
-        // A rolling window: key i is hashed and its line prefetched
+        // A rolling window: key i is hashed and its block prefetched
         // `BATCH` keys before it is probed, so misses overlap continuously.
-        let lines = self.bits.lines();
+        let store = self.bits.blocks256();
         let avx2 = self.avx2;
         let mut ring = [(0usize, 0u64); BATCH];
         let n = keys.len();
         for i in 0..n + BATCH {
             if i >= BATCH {
-                let (idx, ib) = ring[i % BATCH];
-                out[i - BATCH] = block::covers512_with(avx2, &lines[idx], ib, self.hashes);
+                let (idx, h1) = ring[i % BATCH];
+                out[i - BATCH] = block::covers256_with(avx2, &store[idx], h1, self.hashes);
             }
             if i < n {
-                let h = keys[i].hash_pair(self.seed);
-                let idx = block::block_index(h.h1, self.blocks);
-                block::prefetch(&lines[idx]);
-                ring[i % BATCH] = (idx, block::inblock(h));
+                let h1 = keys[i].hash_pair(self.seed).h1;
+                let idx = block::block_index256(h1, self.blocks);
+                block::prefetch(&store[idx]);
+                ring[i % BATCH] = (idx, h1);
             }
         }
         Ok(())
@@ -297,10 +304,15 @@ pub(crate) fn check_shape(p: BlockedParams) -> Result<()> {
             reason: "must be at least 1".into(),
         });
     }
-    if p.block_bits != 128 && p.block_bits != 512 {
+    if p.block_bits != 128 && p.block_bits != 256 {
         return Err(Error::InvalidParameter {
             name: "block_bits",
-            reason: format!("must be 128 or 512, got {}", p.block_bits),
+            reason: format!("must be 128 or 256, got {}", p.block_bits),
+        });
+    }
+    if p.block_bits == 256 && p.blocks > 1 << 32 {
+        return Err(Error::TooLarge {
+            bits: u128::from(p.blocks) * 256,
         });
     }
     if !(1..=sizing::MAX_BLOCKED_HASHES).contains(&p.hashes) {
@@ -322,14 +334,9 @@ impl Filter for BlockedBloom {
     }
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
-        if self.block_words == 8 {
-            let idx = block::block_index(h.h1, self.blocks);
-            block::covers512_with(
-                self.avx2,
-                &self.bits.lines()[idx],
-                block::inblock(h),
-                self.hashes,
-            )
+        if self.block_words == 4 {
+            let idx = block::block_index256(h.h1, self.blocks);
+            block::covers256_with(self.avx2, &self.bits.blocks256()[idx], h.h1, self.hashes)
         } else {
             probe::blocked_contains(self.bits.words(), self.blocks, 2, self.hashes, h)
         }

@@ -14,7 +14,7 @@ use crate::sizing::{self, BlockedParams, Design};
 #[repr(C, align(64))]
 struct AtomicLine([AtomicU64; 8]);
 
-/// A [`BlockedBloom`] (512-bit blocks, same positions) that many threads can
+/// A [`BlockedBloom`] (256-bit blocks, same positions) that many threads can
 /// insert into and read from at once, without locks.
 ///
 /// # Concurrency
@@ -56,6 +56,7 @@ pub struct AtomicBloom {
     seed: u64,
     items: AtomicU64,
     design: Option<Design>,
+    avx2: bool,
 }
 
 impl AtomicBloom {
@@ -64,7 +65,7 @@ impl AtomicBloom {
     /// # Errors
     /// See [`sizing::blocked`].
     pub fn with_fpr(n: u64, p: f64) -> Result<Self> {
-        let mut f = Self::new(sizing::blocked(n, p, 512)?, 0)?;
+        let mut f = Self::new(sizing::blocked(n, p, 256)?, 0)?;
         f.design = Some(Design {
             capacity: n,
             fpr: p,
@@ -72,22 +73,22 @@ impl AtomicBloom {
         Ok(f)
     }
 
-    /// An empty filter of the given shape (512-bit blocks only).
+    /// An empty filter of the given shape (256-bit blocks only).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a shape [`BlockedBloom::new`] refuses
     /// or 128-bit blocks; [`Error::TooLarge`].
     pub fn new(params: BlockedParams, seed: u64) -> Result<Self> {
         crate::blocked::check_shape(params)?;
-        if params.block_bits != 512 {
+        if params.block_bits != 256 {
             return Err(Error::InvalidParameter {
                 name: "block_bits",
-                reason: "the concurrent filter uses 512-bit blocks".into(),
+                reason: "the concurrent filter uses 256-bit blocks".into(),
             });
         }
         sizing::check_fits(u128::from(params.bits()))?;
         let mut lines = Vec::new();
-        lines.resize_with(params.blocks as usize, AtomicLine::default);
+        lines.resize_with(params.blocks.div_ceil(2) as usize, AtomicLine::default);
         Ok(Self {
             lines,
             blocks: params.blocks,
@@ -95,10 +96,11 @@ impl AtomicBloom {
             seed,
             items: AtomicU64::new(0),
             design: None,
+            avx2: block::has_avx2(),
         })
     }
 
-    /// Copies a heap filter (which must have 512-bit blocks).
+    /// Copies a heap filter (which must have 256-bit blocks).
     ///
     /// # Errors
     /// As [`AtomicBloom::new`].
@@ -132,7 +134,7 @@ impl AtomicBloom {
     pub const fn params(&self) -> BlockedParams {
         BlockedParams {
             blocks: self.blocks,
-            block_bits: 512,
+            block_bits: 256,
             hashes: self.hashes,
         }
     }
@@ -144,14 +146,21 @@ impl AtomicBloom {
         self.insert_hash(key.hash_pair(self.seed))
     }
 
+    /// The four atomic words of the block a key with first hash `h1` uses.
+    #[inline(always)]
+    fn block(&self, h1: u64) -> &[AtomicU64] {
+        let idx = block::block_index256(h1, self.blocks);
+        let half = (idx % 2) * 4;
+        &self.lines[idx / 2].0[half..half + 4]
+    }
+
     /// Adds a pre-hashed key.
     #[inline]
     pub fn insert_hash(&self, h: HashPair) -> bool {
         self.items.fetch_add(1, Ordering::Relaxed);
-        let line = &self.lines[block::block_index(h.h1, self.blocks)];
-        let m = block::mask512(block::inblock(h), self.hashes);
+        let m = block::mask256_with(self.avx2, h.h1, self.hashes);
         let mut fresh = 0;
-        for (a, &bits) in line.0.iter().zip(&m) {
+        for (a, &bits) in self.block(h.h1).iter().zip(&m) {
             // Skip words this key does not touch, and words already
             // holding all its bits: a load is cheaper than a locked RMW.
             if bits != 0 && a.load(Ordering::Relaxed) & bits != bits {
@@ -167,7 +176,7 @@ impl AtomicBloom {
         for chunk in keys.chunks(BATCH) {
             for (slot, key) in hashes.iter_mut().zip(chunk) {
                 *slot = key.hash_pair(self.seed);
-                block::prefetch(&self.lines[block::block_index(slot.h1, self.blocks)]);
+                block::prefetch(&self.block(slot.h1)[0]);
             }
             for h in &hashes[..chunk.len()] {
                 self.insert_hash(*h);
@@ -190,7 +199,7 @@ impl AtomicBloom {
         for (chunk, answers) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             for (slot, key) in hashes.iter_mut().zip(chunk) {
                 *slot = key.hash_pair(self.seed);
-                block::prefetch(&self.lines[block::block_index(slot.h1, self.blocks)]);
+                block::prefetch(&self.block(slot.h1)[0]);
             }
             for (answer, h) in answers.iter_mut().zip(&hashes) {
                 *answer = self.contains_hash(*h);
@@ -206,16 +215,15 @@ impl Filter for AtomicBloom {
     }
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
-        let line = &self.lines[block::block_index(h.h1, self.blocks)];
-        let m = block::mask512(block::inblock(h), self.hashes);
+        let m = block::mask256_with(self.avx2, h.h1, self.hashes);
         let mut missing = 0;
-        for (a, &bits) in line.0.iter().zip(&m) {
+        for (a, &bits) in self.block(h.h1).iter().zip(&m) {
             missing |= bits & !a.load(Ordering::Relaxed);
         }
         missing == 0
     }
     fn bits(&self) -> u64 {
-        self.blocks * 512
+        self.blocks * 256
     }
     fn hashes(&self) -> u32 {
         self.hashes
@@ -237,6 +245,6 @@ impl Filter for AtomicBloom {
         self.design
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
-        sizing::blocked_fpr(self.blocks, 512, self.hashes, n_items)
+        sizing::blocked_fpr(self.blocks, 256, self.hashes, n_items)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | type | what it is for |
 //! |---|---|
-//! | [`BlockedBloom`] | the default: one cache line per key, exact sizing |
+//! | [`BlockedBloom`] | the default: one 32-byte block per key, exact sizing |
 //! | [`AtomicBloom`] | the same, with `insert(&self)` from many threads |
 //! | [`ClassicBloom`] | the textbook scheme, bit-compatible with seed 000's `BloomFilter.h` |
 //! | [`CountingBloom`] | 4-bit counters, so keys can be removed |

@@ -19,7 +19,7 @@ pub(crate) fn classic_contains(words: &[u64], bits: u64, k: u32, h: HashPair) ->
     })
 }
 
-/// Probe of a blocked filter with `block_words` words (8 or 2) per block.
+/// Probe of a blocked filter with `block_words` words (4 or 2) per block.
 #[inline(always)]
 pub(crate) fn blocked_contains(
     words: &[u64],
@@ -28,26 +28,17 @@ pub(crate) fn blocked_contains(
     k: u32,
     h: HashPair,
 ) -> bool {
-    let idx = block::block_index(h.h1, blocks);
-    if block_words == 8 {
-        probe_block::<8>(words, idx, k, block::inblock(h))
+    if block_words == 4 {
+        let idx = block::block_index256(h.h1, blocks);
+        words[idx * 4..]
+            .first_chunk::<4>()
+            .is_some_and(|b| block::covers256_with(block::has_avx2(), b, h.h1, k))
     } else {
-        probe_block::<2>(words, idx, k, block::inblock(h))
+        let idx = block::block_index(h.h1, blocks);
+        words[idx * 2..]
+            .first_chunk::<2>()
+            .is_some_and(|b| block::covers(b, &block::mask128(block::inblock(h), k)))
     }
-}
-
-#[inline(always)]
-pub(crate) fn probe_block<const W: usize>(words: &[u64], idx: usize, k: u32, h2: u64) -> bool {
-    let Some(b) = words[idx * W..].first_chunk::<W>() else {
-        unreachable!("block index is always below the block count")
-    };
-    let mut m = [0u64; W];
-    if W == 8 {
-        m.copy_from_slice(&block::mask512(h2, k)[..W]);
-    } else {
-        m.copy_from_slice(&block::mask128(h2, k)[..W]);
-    }
-    block::covers(b, &m)
 }
 
 /// Position of counter `p` of block `idx` in a counting filter: (word, shift).

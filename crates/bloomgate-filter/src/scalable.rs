@@ -117,7 +117,7 @@ impl ScalableBloom {
         let i = self.subs.len() as i32;
         let capacity = (o.initial_capacity as f64 * o.growth.powi(i)).ceil() as u64;
         let target_fpr = o.fpr * (1.0 - o.tightening) * o.tightening.powi(i);
-        let params = sizing::blocked(capacity, target_fpr, 512)?;
+        let params = sizing::blocked(capacity, target_fpr, 256)?;
         let filter = BlockedBloom::new(params, o.seed)?;
         self.subs.push(Sub {
             filter,

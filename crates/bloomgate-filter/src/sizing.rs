@@ -15,7 +15,7 @@
 //! let p = sizing::classic(500_000, 0.001).unwrap();
 //! assert_eq!((p.bits, p.hashes), (7_188_794, 10));
 //! // The blocked layout needs a little more room for the same rate.
-//! let b = sizing::blocked(500_000, 0.001, 512).unwrap();
+//! let b = sizing::blocked(500_000, 0.001, 256).unwrap();
 //! assert!(b.bits() > p.bits);
 //! assert!(sizing::blocked_fpr(b.blocks, b.block_bits, b.hashes, 500_000) <= 0.001);
 //! ```
@@ -52,7 +52,7 @@ pub struct ClassicParams {
 pub struct BlockedParams {
     /// Number of blocks.
     pub blocks: u64,
-    /// Positions per block (512 for bit blocks, 128 for counter blocks).
+    /// Positions per block (256 for bit blocks, 128 for counter blocks).
     pub block_bits: u32,
     /// Number of positions set per key, `k`.
     pub hashes: u32,
@@ -123,9 +123,9 @@ pub fn classic_fpr(bits: u64, hashes: u32, n: u64) -> f64 {
 /// non-member's positions are all set in a block holding `j` keys. The two
 /// block layouts (see `block`) differ only in `hit`:
 ///
-/// * 512-bit blocks set their `k` bits in the block's eight 64-bit words in
-///   turn, so word `w` gets `c_w = ⌊k/8⌋ (+1 if w < k mod 8)` bits per key.
-///   Words fill independently, and `hit(j) = Π_w E[(X_w/64)^{c_w}]` with
+/// * 256-bit blocks set their `k` bits in the block's eight 32-bit lanes in
+///   turn, so lane `w` gets `c_w = ⌊k/8⌋ (+1 if w < k mod 8)` bits per key.
+///   Lanes fill independently, and `hit(j) = Π_w E[(X_w/32)^{c_w}]` with
 ///   `X_w` the number of distinct bits set by `c_w·j` uniform throws.
 /// * 128-position blocks (counting filters) place `k` positions uniformly:
 ///   `hit(j) = E[(X/128)^k]` with `X` the distinct positions set by `k·j`
@@ -234,11 +234,11 @@ struct BlockModel {
 
 impl BlockModel {
     fn new(block_bits: u32, k: u32) -> Self {
-        let factors = if block_bits == 512 {
+        let factors = if block_bits == 256 {
             let (a, r) = (k / 8, (k % 8) as i32);
-            let mut f = vec![(Occupancy::new(64, a + 1), r)];
+            let mut f = vec![(Occupancy::new(32, a + 1), r)];
             if a > 0 {
-                f.push((Occupancy::new(64, a), 8 - r));
+                f.push((Occupancy::new(32, a), 8 - r));
             }
             f
         } else {
@@ -290,13 +290,13 @@ impl BlockModel {
 ///
 /// # Errors
 /// [`Error::ZeroItems`], [`Error::InvalidFpr`], [`Error::InvalidParameter`]
-/// for a block size that is not 128 or 512, or [`Error::TooLarge`].
+/// for a block size that is not 128 or 256, or [`Error::TooLarge`].
 pub fn blocked(n: u64, p: f64, block_bits: u32) -> Result<BlockedParams> {
     check_inputs(n, p)?;
-    if block_bits != 128 && block_bits != 512 {
+    if block_bits != 128 && block_bits != 256 {
         return Err(Error::InvalidParameter {
             name: "block_bits",
-            reason: format!("must be 128 or 512, got {block_bits}"),
+            reason: format!("must be 128 or 256, got {block_bits}"),
         });
     }
     // The blocked optimum has about as many or more hashes than the classic

@@ -90,6 +90,21 @@ impl Storage {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.lines) }
     }
 
+    /// The lines as 256-bit blocks (two per line).
+    #[inline(always)]
+    pub(crate) fn blocks256(&self) -> &[[u64; 4]] {
+        // SAFETY: as in `lines`: `lines` 64-byte lines are 2·`lines` arrays
+        // of four u64 (align 8 ≤ 64, no padding), owned by `_owner`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.lines * 2) }
+    }
+
+    /// The lines as mutable 256-bit blocks.
+    #[inline(always)]
+    pub(crate) fn blocks256_mut(&mut self) -> &mut [[u64; 4]] {
+        // SAFETY: as in `blocks256`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast(), self.lines * 2) }
+    }
+
     pub(crate) const fn len(&self) -> usize {
         self.lines
     }

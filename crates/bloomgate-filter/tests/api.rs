@@ -19,7 +19,7 @@ fn bitmap_operations_and_bounds() {
     assert!(b.reset(0).unwrap());
     assert!(!b.reset(0).unwrap());
     assert_eq!(b.count_ones(), 1);
-    for pos in [130, 131, 512, u64::MAX] {
+    for pos in [130, 131, 256, u64::MAX] {
         assert!(matches!(b.set(pos), Err(Error::OutOfRange { pos: p, len: 130 }) if p == pos));
         assert!(b.test(pos).is_err() && b.reset(pos).is_err());
     }
@@ -49,7 +49,7 @@ fn sizing_rejects_bad_input_with_typed_errors() {
             "{p}"
         );
         assert!(
-            matches!(sizing::blocked(10, p, 512), Err(Error::InvalidFpr(_))),
+            matches!(sizing::blocked(10, p, 256), Err(Error::InvalidFpr(_))),
             "{p}"
         );
         assert!(BlockedBloom::with_fpr(10, p).is_err());
@@ -59,11 +59,11 @@ fn sizing_rejects_bad_input_with_typed_errors() {
         Err(Error::TooLarge { .. })
     ));
     assert!(matches!(
-        sizing::blocked(u64::MAX / 2, 1e-9, 512),
+        sizing::blocked(u64::MAX / 2, 1e-9, 256),
         Err(Error::TooLarge { .. })
     ));
     assert!(matches!(
-        sizing::blocked(10, 0.1, 256),
+        sizing::blocked(10, 0.1, 512),
         Err(Error::InvalidParameter { .. })
     ));
     assert!(ClassicBloom::new(ClassicParams { bits: 0, hashes: 3 }, 0).is_err());
@@ -78,7 +78,7 @@ fn sizing_rejects_bad_input_with_typed_errors() {
     assert!(BlockedBloom::new(
         BlockedParams {
             blocks: 1,
-            block_bits: 512,
+            block_bits: 256,
             hashes: 33
         },
         0
@@ -103,10 +103,10 @@ fn seed_000_shape_and_formula() {
     assert!((e - 0.001).abs() < 1e-5, "{e}");
     // The blocked shape meets its target under the exact formula and is
     // larger than the classic one, which the classic formula would miss.
-    let b = sizing::blocked(500_000, 0.001, 512).unwrap();
-    assert!(sizing::blocked_fpr(b.blocks, 512, b.hashes, 500_000) <= 0.001);
+    let b = sizing::blocked(500_000, 0.001, 256).unwrap();
+    assert!(sizing::blocked_fpr(b.blocks, 256, b.hashes, 500_000) <= 0.001);
     assert!(
-        sizing::blocked_fpr(b.blocks - 1, 512, b.hashes, 500_000) > 0.001,
+        sizing::blocked_fpr(b.blocks - 1, 256, b.hashes, 500_000) > 0.001,
         "minimal"
     );
     assert!(b.bits() > p.bits);
@@ -160,7 +160,7 @@ fn figures_track_the_contents() {
         "{}",
         f.fill_ratio()
     );
-    assert_eq!(f.bytes() as u64 * 8, f.bits());
+    assert!(f.bytes() as u64 * 8 >= f.bits() && f.bytes() as u64 * 8 - f.bits() < 512);
     assert!(!f.past_capacity());
     f.insert(&1u64);
     assert!(f.past_capacity(), "one past the design capacity");

@@ -106,12 +106,12 @@ fn check(name: &str, n: u64, p: f64, o: &Outcome, at_most_target: bool) {
 fn blocked_meets_target_and_its_own_formula() {
     for &n in &SIZES {
         for (j, &p) in RATES.iter().enumerate() {
-            let shape = sizing::blocked(n, p, 512).unwrap();
+            let shape = sizing::blocked(n, p, 256).unwrap();
             let o = measure(
                 n,
                 p,
                 10 + j as u64,
-                512,
+                256,
                 |seed| BlockedBloom::new(shape, seed).unwrap(),
                 |f, keys| f.insert_many(keys),
             );
@@ -148,12 +148,12 @@ fn classic_meets_target_and_its_own_formula() {
 fn concurrent_filter_matches_blocked_rate() {
     let n = 1_000_000u64;
     for (j, &p) in RATES.iter().enumerate() {
-        let shape = sizing::blocked(n, p, 512).unwrap();
+        let shape = sizing::blocked(n, p, 256).unwrap();
         let o = measure(
             n,
             p,
             30 + j as u64,
-            512,
+            256,
             |seed| AtomicBloom::new(shape, seed).unwrap(),
             |f, keys| {
                 std::thread::scope(|s| {
@@ -237,7 +237,7 @@ fn string_keys_meet_target() {
 #[test]
 fn blocked_bits_per_key_at_one_percent_is_near_the_optimum() {
     for n in [10_000u64, 1_000_000, 100_000_000] {
-        let s = bloomgate_filter::sizing::blocked(n, 0.01, 512).unwrap();
+        let s = bloomgate_filter::sizing::blocked(n, 0.01, 256).unwrap();
         let per_key = s.bits() as f64 / n as f64;
         assert!(per_key <= 9.59 * 1.15, "n={n}: {per_key} bits per key");
     }

@@ -263,7 +263,7 @@ fn header_field_changes_are_rejected_even_with_a_valid_checksum() {
 
 #[test]
 fn a_padding_bit_past_the_end_is_rejected() {
-    // 100 bits: the rest of the 512-bit line is padding and must stay zero.
+    // 100 bits: the rest of the 64-byte line is padding and must stay zero.
     let c = ClassicBloom::new(
         bloomgate_filter::sizing::ClassicParams {
             bits: 100,

@@ -71,7 +71,7 @@ impl std::fmt::Debug for RedisBloom {
 
 impl RedisBloom {
     /// Creates the filter under `key` (or opens it if one of the same shape
-    /// exists), sized for `n` items at rate `p` with 512-bit blocks.
+    /// exists), sized for `n` items at rate `p` with 256-bit blocks.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if another shape exists; Redis errors.
@@ -82,7 +82,7 @@ impl RedisBloom {
         p: f64,
         seed: u64,
     ) -> Result<Self> {
-        let params = bloomgate_filter::sizing::blocked(n, p, 512)?;
+        let params = bloomgate_filter::sizing::blocked(n, p, 256)?;
         let mut c = conn.clone();
         let meta = format!("{key}:meta");
         let created: bool = redis::cmd("HSETNX")
