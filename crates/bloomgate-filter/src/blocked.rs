@@ -110,7 +110,7 @@ impl BlockedBloom {
     }
 
     /// Adds a key that was already hashed with this filter's seed.
-    #[inline]
+    #[inline(always)]
     pub fn insert_hash(&mut self, h: HashPair) -> bool {
         self.items += 1;
         if self.block_words == 4 {
@@ -122,12 +122,24 @@ impl BlockedBloom {
                 self.hashes,
             )
         } else {
-            let idx = block::block_index(h.h1, self.blocks);
-            match self.bits.words_mut()[idx * 2..].first_chunk_mut::<2>() {
-                Some(b) => block::apply(b, &block::mask128(block::inblock(h), self.hashes)),
-                None => unreachable!("block index is always below the block count"),
-            }
+            self.insert_hash128(h)
         }
+    }
+
+    /// The 128-bit-block path (projections of counting filters), kept out
+    /// of line so the 256-bit path inlines into callers' loops.
+    #[inline(never)]
+    fn insert_hash128(&mut self, h: HashPair) -> bool {
+        let idx = block::block_index(h.h1, self.blocks);
+        match self.bits.words_mut()[idx * 2..].first_chunk_mut::<2>() {
+            Some(b) => block::apply(b, &block::mask128(block::inblock(h), self.hashes)),
+            None => unreachable!("block index is always below the block count"),
+        }
+    }
+
+    #[inline(never)]
+    fn contains_hash128(&self, h: HashPair) -> bool {
+        probe::blocked_contains(self.bits.words(), self.blocks, 2, self.hashes, h)
     }
 
     /// The global bit positions of a key (`block · block_bits + offset`), in
@@ -332,13 +344,13 @@ impl Filter for BlockedBloom {
     fn seed(&self) -> u64 {
         self.seed
     }
-    #[inline]
+    #[inline(always)]
     fn contains_hash(&self, h: HashPair) -> bool {
         if self.block_words == 4 {
             let idx = block::block_index256(h.h1, self.blocks);
             block::covers256_with(self.avx2, &self.bits.blocks256()[idx], h.h1, self.hashes)
         } else {
-            probe::blocked_contains(self.bits.words(), self.blocks, 2, self.hashes, h)
+            self.contains_hash128(h)
         }
     }
     fn bits(&self) -> u64 {
