@@ -279,16 +279,26 @@ async fn created_sku_is_visible_at_once_even_after_a_cached_miss() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
+type RebuildTask = tokio::task::JoinHandle<
+    Result<bloomgate_service::gate::RebuildReport, bloomgate_service::gate::RebuildError>,
+>;
+
+/// Starts a filter rebuild in the background and returns once it is running.
+async fn start_rebuild(server: &TestServer) -> RebuildTask {
     let gate = std::sync::Arc::clone(&server.state.reader.gate);
     let store = server.state.reader.store.clone();
     let rebuild = tokio::spawn(async move { gate.rebuild(&store).await });
     while !server.state.reader.gate.is_rebuilding() {
         tokio::task::yield_now().await;
     }
+    rebuild
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
+    let rebuild = start_rebuild(&server).await;
     let mut created = Vec::new();
     let mut id = 300_000i64;
     while server.state.reader.gate.is_rebuilding() || created.len() < 20 {
@@ -330,12 +340,7 @@ async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
 async fn warm_answers_409_while_a_rebuild_runs() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, None, "busy", 200_000, |_| {}).await;
-    let gate = std::sync::Arc::clone(&server.state.reader.gate);
-    let store = server.state.reader.store.clone();
-    let rebuild = tokio::spawn(async move { gate.rebuild(&store).await });
-    while !server.state.reader.gate.is_rebuilding() {
-        tokio::task::yield_now().await;
-    }
+    let rebuild = start_rebuild(&server).await;
     let (s, body) = server
         .send(
             Method::POST,

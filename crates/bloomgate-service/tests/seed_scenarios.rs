@@ -80,16 +80,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["warmed"], 1000);
     assert_eq!(body["rebuild_bloom"]["added"], 200_000);
-    let raw = server
-        .client
-        .get(server.url("/api/cache/stats"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let bloom = grep_bloom(&raw);
+    let bloom = grep_bloom(&server.stats_text().await);
     assert_eq!(bloom["enabled"], true);
     assert_eq!(bloom["ready"], true);
     assert_eq!(bloom["added"], 200_000);
@@ -177,17 +168,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     eprintln!("filter off: 1000 random ids -> {sql_delta} SQL selects, {key_delta} new Redis keys");
     assert_eq!(sql_delta, 1000);
     assert_eq!(key_delta, 1000, "one __nil__ sentinel per id");
-    let bloom = grep_bloom(
-        &server
-            .client
-            .get(server.url("/api/cache/stats"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let bloom = grep_bloom(&server.stats_text().await);
     assert_eq!(bloom["enabled"], false);
     assert_eq!(bloom["ready"], false);
     server.stop().await;

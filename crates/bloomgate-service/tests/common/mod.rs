@@ -27,53 +27,56 @@ pub fn unavailable(service: &str, why: &str) -> Option<String> {
     None
 }
 
-/// A fresh MariaDB database for this test; returns its URL.
-pub async fn mysql_database(name: &str) -> Option<String> {
+/// Drops and recreates database `bg_{name}` through the admin URL in
+/// `env_var` (default `admin_default`); returns the new database's URL.
+async fn fresh_database(
+    service: &str,
+    env_var: &str,
+    admin_default: &str,
+    drop_suffix: &str,
+    name: &str,
+) -> Option<String> {
     use sqlx::Executor;
     sqlx::any::install_default_drivers();
-    let admin = env_or("BLOOMGATE_TEST_MYSQL_URL", MYSQL_ADMIN_URL);
-    let conn = sqlx::AnyPool::connect(&admin).await;
-    let pool = match conn {
+    let admin = env_or(env_var, admin_default);
+    let pool = match sqlx::AnyPool::connect(&admin).await {
         Ok(p) => p,
-        Err(e) => return unavailable("MariaDB", &e.to_string()),
+        Err(e) => return unavailable(service, &e.to_string()),
     };
     let db = format!("bg_{name}");
-    pool.execute(format!("DROP DATABASE IF EXISTS {db}").as_str())
+    pool.execute(format!("DROP DATABASE IF EXISTS {db}{drop_suffix}").as_str())
         .await
         .unwrap();
     pool.execute(format!("CREATE DATABASE {db}").as_str())
         .await
         .unwrap();
     pool.close().await;
-    let base = admin
-        .rsplit_once('/')
-        .map_or(admin.as_str(), |(b, _)| b)
-        .to_string();
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     Some(format!("{base}/{db}"))
+}
+
+/// A fresh MariaDB database for this test; returns its URL.
+pub async fn mysql_database(name: &str) -> Option<String> {
+    fresh_database(
+        "MariaDB",
+        "BLOOMGATE_TEST_MYSQL_URL",
+        MYSQL_ADMIN_URL,
+        "",
+        name,
+    )
+    .await
 }
 
 /// A fresh PostgreSQL database for this test; returns its URL.
 pub async fn postgres_database(name: &str) -> Option<String> {
-    use sqlx::Executor;
-    sqlx::any::install_default_drivers();
-    let admin = env_or("BLOOMGATE_TEST_POSTGRES_URL", POSTGRES_ADMIN_URL);
-    let pool = match sqlx::AnyPool::connect(&admin).await {
-        Ok(p) => p,
-        Err(e) => return unavailable("PostgreSQL", &e.to_string()),
-    };
-    let db = format!("bg_{name}");
-    pool.execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str())
-        .await
-        .unwrap();
-    pool.execute(format!("CREATE DATABASE {db}").as_str())
-        .await
-        .unwrap();
-    pool.close().await;
-    let base = admin
-        .rsplit_once('/')
-        .map_or(admin.as_str(), |(b, _)| b)
-        .to_string();
-    Some(format!("{base}/{db}"))
+    fresh_database(
+        "PostgreSQL",
+        "BLOOMGATE_TEST_POSTGRES_URL",
+        POSTGRES_ADMIN_URL,
+        " WITH (FORCE)",
+        name,
+    )
+    .await
 }
 
 /// A Redis URL if the server answers PING.
@@ -191,6 +194,17 @@ impl TestServer {
         let r = self.client.get(self.url(path)).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// The stats body as text, for seed 000's grep.
+    pub async fn stats_text(&self) -> String {
+        let r = self
+            .client
+            .get(self.url("/api/cache/stats"))
+            .send()
+            .await
+            .unwrap();
+        r.text().await.unwrap()
     }
 
     pub async fn stats(&self) -> serde_json::Value {
