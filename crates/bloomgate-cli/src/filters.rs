@@ -278,8 +278,9 @@ pub struct InfoArgs {
 }
 
 pub fn info(a: &InfoArgs) -> anyhow::Result<()> {
-    let view =
-        MappedBloom::open(&a.file).with_context(|| format!("cannot open {}", a.file.display()))?;
+    // `info` only describes the file: the payload is read when asked to.
+    let view = MappedBloom::open_unverified(&a.file)
+        .with_context(|| format!("cannot open {}", a.file.display()))?;
     if a.verify {
         view.verify()
             .with_context(|| format!("{} is corrupt", a.file.display()))?;

@@ -250,6 +250,13 @@ fn errors_are_one_line_and_leave_no_partial_output() {
         &run(&["info", "--verify", good.to_str().unwrap()]),
         "checksum",
     );
+    // `query` verifies the payload before answering: a flipped payload bit
+    // could turn an inserted key into a "no".
+    let mut bytes = std::fs::read(&good).unwrap();
+    bytes[70] ^= 1;
+    bytes[128 + 5] ^= 0x10;
+    std::fs::write(&good, bytes).unwrap();
+    assert_clean_failure(&run(&["query", good.to_str().unwrap(), "1"]), "checksum");
     // Bad query key for an integer filter.
     std::fs::remove_file(&good).unwrap();
     assert!(run_stdin(

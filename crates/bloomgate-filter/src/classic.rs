@@ -105,6 +105,22 @@ impl ClassicBloom {
     pub const fn bitmap(&self) -> &Bitmap {
         &self.bits
     }
+
+    pub(crate) const fn from_parts(
+        bits: Bitmap,
+        hashes: u32,
+        seed: u64,
+        items: u64,
+        design: Option<Design>,
+    ) -> Self {
+        Self {
+            bits,
+            hashes,
+            seed,
+            items,
+            design,
+        }
+    }
 }
 
 impl Snapshot for ClassicBloom {

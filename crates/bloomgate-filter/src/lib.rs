@@ -6,6 +6,7 @@
 //! | [`BlockedBloom`] | the default: one 32-byte block per key, exact sizing |
 //! | [`AtomicBloom`] | the same, with `insert(&self)` from many threads |
 //! | [`ClassicBloom`] | the textbook scheme, bit-compatible with seed 000's `BloomFilter.h` |
+//! | [`AtomicClassicBloom`] | the same, with `insert(&self)` from many threads |
 //! | [`CountingBloom`] | 4-bit counters, so keys can be removed |
 //! | [`ScalableBloom`] | a chain that grows past its first capacity at a fixed total rate |
 //! | [`MappedBloom`] | a zero-copy, read-only view of a snapshot file |
@@ -42,6 +43,7 @@ mod block;
 mod blocked;
 mod classic;
 mod concurrent;
+mod concurrent_classic;
 mod counting;
 pub mod error;
 mod filter;
@@ -58,6 +60,7 @@ pub use bitmap::{Bitmap, Line, LINE_BITS};
 pub use blocked::BlockedBloom;
 pub use classic::ClassicBloom;
 pub use concurrent::AtomicBloom;
+pub use concurrent_classic::AtomicClassicBloom;
 pub use counting::{CountingBloom, SATURATED};
 pub use error::{Error, Result, SnapshotError};
 pub use filter::Filter;

@@ -55,9 +55,11 @@ impl MappedFile {
 /// it into the heap: opening a 1 GB filter costs a header check, and lookups
 /// page in only the lines they touch.
 ///
-/// [`MappedBloom::open`] checks the header and the file length but not the
-/// payload checksum (that would read the whole file); call
-/// [`MappedBloom::verify`] for the full check. The file must not be modified
+/// [`MappedBloom::open`] checks the header, the file length and the payload
+/// checksum, so a corrupted file is an error and never a filter that could
+/// say "no" to an inserted key. Verifying reads the whole file once;
+/// [`MappedBloom::open_unverified`] skips that for callers that verified the
+/// file before (it still checks the header). The file must not be modified
 /// in place while it is mapped (bloomgate's own writers replace files by
 /// rename, which is safe). Requires a little-endian host, where the stored
 /// words are used as they are.
@@ -69,9 +71,8 @@ impl MappedFile {
 /// let mut f = BlockedBloom::with_fpr(1000, 0.01).unwrap();
 /// f.insert(&42u64);
 /// f.save(&path, KeyKind::Integer).unwrap();
-/// let view = MappedBloom::open(&path).unwrap();
+/// let view = MappedBloom::open(&path).unwrap(); // header and payload verified
 /// assert!(view.contains(&42u64));
-/// view.verify().unwrap();
 /// ```
 #[derive(Debug)]
 pub struct MappedBloom {
@@ -80,12 +81,26 @@ pub struct MappedBloom {
 }
 
 impl MappedBloom {
-    /// Maps a snapshot of any layout and checks its header.
+    /// Maps a snapshot of any layout and checks its header and payload
+    /// checksum (reading the whole file once).
     ///
     /// # Errors
-    /// [`Error::Io`], [`Error::Snapshot`], or [`Error::InvalidParameter`] on
-    /// a big-endian host.
+    /// [`Error::Io`], [`Error::Snapshot`] (including
+    /// [`SnapshotError::PayloadChecksum`] for a corrupted payload), or
+    /// [`Error::InvalidParameter`] on a big-endian host.
     pub fn open(path: &Path) -> Result<Self> {
+        let view = Self::open_unverified(path)?;
+        view.verify()?;
+        Ok(view)
+    }
+
+    /// Maps a snapshot and checks its header and length, but not the payload
+    /// checksum: for callers that verified this file before. A corrupted
+    /// payload is not detected, so an inserted key may be answered "no".
+    ///
+    /// # Errors
+    /// As [`MappedBloom::open`], except the payload checksum.
+    pub fn open_unverified(path: &Path) -> Result<Self> {
         if cfg!(target_endian = "big") {
             return Err(Error::InvalidParameter {
                 name: "host",

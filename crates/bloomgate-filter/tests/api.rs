@@ -4,7 +4,9 @@
 mod common;
 
 use bloomgate_filter::sizing::{self, BlockedParams, ClassicParams};
-use bloomgate_filter::{AtomicBloom, Bitmap, BlockedBloom, ClassicBloom, Error, Filter};
+use bloomgate_filter::{
+    AtomicBloom, AtomicClassicBloom, Bitmap, BlockedBloom, ClassicBloom, Error, Filter,
+};
 use common::Rng;
 
 #[test]
@@ -194,4 +196,34 @@ fn atomic_and_heap_filters_set_the_same_bits() {
     let mut out = vec![false; keys.len()];
     back.contains_many(&keys, &mut out).unwrap();
     assert!(out.iter().all(|&b| b));
+}
+
+#[test]
+fn atomic_classic_sets_the_bits_of_seed_000s_scheme() {
+    // Seed 000's configuration: 500,000 ids at 0.001.
+    let keys: Vec<u64> = (1..=200_000).collect();
+    let mut heap = ClassicBloom::with_fpr(500_000, 0.001).unwrap();
+    let shared = AtomicClassicBloom::with_fpr(500_000, 0.001).unwrap();
+    assert_eq!((shared.bits(), shared.hashes()), (7_188_794, 10));
+    for k in &keys {
+        heap.insert(k);
+    }
+    std::thread::scope(|s| {
+        for part in keys.chunks(50_000) {
+            let shared = &shared;
+            s.spawn(move || shared.insert_many(part));
+        }
+    });
+    let copy = shared.to_classic();
+    assert_eq!(copy.bitmap().words(), heap.bitmap().words());
+    assert_eq!(shared.items(), 200_000);
+    assert_eq!(shared.count_ones(), heap.count_ones());
+    assert!(keys.iter().all(|k| shared.contains(k)));
+    let absent = (200_001..300_001u64).filter(|k| shared.contains(k)).count();
+    assert_eq!(
+        absent,
+        (200_001..300_001u64).filter(|k| heap.contains(k)).count()
+    );
+    assert!(AtomicClassicBloom::with_fpr(0, 0.01).is_err());
+    assert!(AtomicClassicBloom::with_fpr(10, 1.5).is_err());
 }

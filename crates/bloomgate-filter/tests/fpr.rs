@@ -4,7 +4,9 @@
 
 mod common;
 
-use bloomgate_filter::{sizing, AtomicBloom, BlockedBloom, ClassicBloom, CountingBloom, Filter};
+use bloomgate_filter::{
+    sizing, AtomicBloom, AtomicClassicBloom, BlockedBloom, ClassicBloom, CountingBloom, Filter,
+};
 use common::{three_sigma, Rng};
 
 const RATES: [f64; 4] = [1e-1, 1e-2, 1e-3, 1e-4];
@@ -164,6 +166,29 @@ fn concurrent_filter_matches_blocked_rate() {
             },
         );
         check("atomic", n, p, &o, true);
+    }
+}
+
+#[test]
+fn concurrent_classic_matches_its_formula() {
+    let n = 1_000_000u64;
+    for (j, &p) in RATES[1..3].iter().enumerate() {
+        let shape = sizing::classic(n, p).unwrap();
+        let o = measure(
+            n,
+            p,
+            50 + j as u64,
+            0,
+            |seed| AtomicClassicBloom::new(shape, seed).unwrap(),
+            |f, keys| {
+                std::thread::scope(|s| {
+                    for part in keys.chunks(keys.len() / 4) {
+                        s.spawn(|| f.insert_many(part));
+                    }
+                });
+            },
+        );
+        check("atomic classic", n, p, &o, o.expected <= p);
     }
 }
 

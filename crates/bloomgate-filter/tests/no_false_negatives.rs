@@ -5,7 +5,8 @@ mod common;
 use std::collections::HashMap;
 
 use bloomgate_filter::{
-    AtomicBloom, BlockedBloom, ClassicBloom, CountingBloom, Filter, ScalableBloom, ScalableOptions,
+    AtomicBloom, AtomicClassicBloom, BlockedBloom, ClassicBloom, CountingBloom, Filter,
+    ScalableBloom, ScalableOptions,
 };
 use proptest::prelude::*;
 
@@ -58,6 +59,21 @@ proptest! {
         prop_assert_eq!(f.items(), keys.len() as u64);
         // Its heap copy says the same.
         let heap = f.to_blocked();
+        prop_assert!(keys.iter().all(|k| heap.contains(k)));
+    }
+
+    #[test]
+    fn concurrent_classic_finds_keys_inserted_from_several_threads(keys in prop::collection::vec(any::<u64>(), 4..4000), threads in 2usize..6) {
+        let f = AtomicClassicBloom::with_fpr(keys.len() as u64, 0.01).unwrap();
+        std::thread::scope(|s| {
+            for part in keys.chunks(keys.len().div_ceil(threads)) {
+                let f = &f;
+                s.spawn(move || for k in part { f.insert(k); });
+            }
+        });
+        prop_assert!(keys.iter().all(|k| f.contains(k)));
+        prop_assert_eq!(f.items(), keys.len() as u64);
+        let heap = f.to_classic();
         prop_assert!(keys.iter().all(|k| heap.contains(k)));
     }
 

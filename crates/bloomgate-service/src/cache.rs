@@ -1,10 +1,18 @@
 //! The cache tiers: L1 in process (moka), L2 in Redis.
+//!
+//! Redis values are written only by a reader that holds a *lease* on the
+//! key (after Facebook's "Scaling Memcache at Facebook", §3.2.1): a reader
+//! that misses sets a lease token on the key (atomically with the GET) and,
+//! after reading SQL, replaces the value only if its own token is still
+//! there. Every write deletes the key after its SQL commit, which removes
+//! any lease, so a reader that read SQL before the commit can no longer
+//! write what it read. ARCHITECTURE.md spells out why this is enough.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moka::future::Cache;
+use moka::sync::Cache;
 use redis::aio::ConnectionManager;
 
 use crate::model::Sku;
@@ -73,30 +81,80 @@ pub enum RedisLookup {
     Hit(Sku),
     /// The null sentinel.
     Nil,
-    /// Nothing (or an undecodable value, which is deleted).
-    Miss,
+    /// Nothing usable: with `Some(lease)` this reader may fill the key; with
+    /// `None` another reader holds the lease (or the value was undecodable
+    /// and was deleted), so this one reads SQL without writing back.
+    Miss(Option<Lease>),
+}
+
+/// A reader's right to fill one key, valid until a write deletes the key
+/// or the lease expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    token: String,
+}
+
+/// The prefix of lease tokens stored in place of a value.
+pub const LEASE_PREFIX: &str = "__lease__:";
+
+/// How long a lease lives: a reader slower than this between its GET and
+/// its fill does not write back (the fill fails harmlessly).
+pub const LEASE_MS: u64 = 5_000;
+
+impl Lease {
+    fn new() -> Self {
+        Self {
+            token: format!("{LEASE_PREFIX}{:016x}", fastrand::u64(..)),
+        }
+    }
 }
 
 /// Counters of the Redis tier.
 #[derive(Debug, Default)]
 pub struct RedisCounters {
-    /// GETs that found a SKU.
+    /// Lookups that found a SKU.
     pub hits: AtomicU64,
-    /// GETs that found the sentinel.
+    /// Lookups that found the sentinel.
     pub nil_hits: AtomicU64,
-    /// GETs that found nothing.
+    /// Lookups that found nothing (or another reader's lease).
     pub misses: AtomicU64,
+    /// Fills refused because a write (or expiry) took the lease away.
+    pub fills_refused: AtomicU64,
     /// Commands that failed (the read path then goes to SQL).
     pub errors: AtomicU64,
 }
 
-/// The Redis tier: SKU JSON or `__nil__` under `{prefix}sku:{id}`.
+/// GET the key; on a miss set this reader's lease, in one step.
+const LOOKUP_OR_LEASE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+";
+
+/// Replace the key's value only if it still holds this reader's lease.
+const FILL_IF_LEASED: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// Set a lease on a key that holds nothing.
+const LEASE_IF_EMPTY: &str = r"
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+";
+
+/// The Redis tier: SKU JSON, `__nil__` or a lease under `{prefix}sku:{id}`.
 #[derive(Clone)]
 pub struct RedisTier {
     conn: ConnectionManager,
     prefix: String,
     value_ttl: u64,
     nil_ttl: u64,
+    lookup_or_lease: Arc<redis::Script>,
+    fill_if_leased: Arc<redis::Script>,
     /// Counters, shared by clones.
     pub counters: Arc<RedisCounters>,
 }
@@ -141,6 +199,8 @@ impl RedisTier {
             prefix: prefix.to_string(),
             value_ttl,
             nil_ttl,
+            lookup_or_lease: Arc::new(redis::Script::new(LOOKUP_OR_LEASE)),
+            fill_if_leased: Arc::new(redis::Script::new(FILL_IF_LEASED)),
             counters: Arc::default(),
         })
     }
@@ -151,116 +211,167 @@ impl RedisTier {
         format!("{}sku:{id}", self.prefix)
     }
 
-    /// GET an id.
+    fn count_error<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if r.is_err() {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Looks an id up; on a miss, takes a lease on its key in the same step.
     ///
     /// # Errors
     /// Redis errors (counted).
-    pub async fn get(&self, id: i64) -> redis::RedisResult<RedisLookup> {
+    pub async fn lookup(&self, id: i64) -> redis::RedisResult<RedisLookup> {
         let mut conn = self.conn.clone();
         let key = self.key(id);
-        let raw: Option<String> = redis::cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .inspect_err(|_| {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            })?;
+        let lease = Lease::new();
+        let raw: Option<String> = self.count_error(
+            self.lookup_or_lease
+                .key(&key)
+                .arg(&lease.token)
+                .arg(LEASE_MS)
+                .invoke_async(&mut conn)
+                .await,
+        )?;
         let out = match raw.as_deref() {
-            None => RedisLookup::Miss,
+            None => RedisLookup::Miss(Some(lease)),
             Some(NIL_SENTINEL) => RedisLookup::Nil,
+            Some(v) if v.starts_with(LEASE_PREFIX) => RedisLookup::Miss(None),
             Some(json) => match serde_json::from_str(json) {
                 Ok(sku) => RedisLookup::Hit(sku),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "undecodable cache value; deleting it");
                     let _: redis::RedisResult<()> =
                         redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
-                    RedisLookup::Miss
+                    RedisLookup::Miss(None)
                 }
             },
         };
         let c = match out {
             RedisLookup::Hit(_) => &self.counters.hits,
             RedisLookup::Nil => &self.counters.nil_hits,
-            RedisLookup::Miss => &self.counters.misses,
+            RedisLookup::Miss(_) => &self.counters.misses,
         };
         c.fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
 
-    /// Stores a SKU (overwriting a sentinel) with a jittered TTL.
-    ///
-    /// # Errors
-    /// Redis errors (counted).
-    pub async fn put(&self, sku: &Sku) -> redis::RedisResult<()> {
-        let mut conn = self.conn.clone();
-        let json = serde_json::to_string(sku).unwrap_or_default();
-        redis::cmd("SET")
-            .arg(self.key(sku.id))
-            .arg(json)
-            .arg("EX")
-            .arg(jittered(self.value_ttl))
-            .query_async(&mut conn)
-            .await
-            .inspect_err(|_| {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            })
+    fn value_of(&self, sku: Option<&Sku>) -> (String, u64) {
+        match sku {
+            Some(sku) => (
+                serde_json::to_string(sku).unwrap_or_default(),
+                jittered(self.value_ttl),
+            ),
+            None => (NIL_SENTINEL.to_string(), jittered(self.nil_ttl)),
+        }
     }
 
-    /// Stores many SKUs in one pipelined round trip.
+    /// Stores what SQL said about an id (the SKU, or `__nil__` for none)
+    /// if `lease` is still on its key. Returns false when the lease was
+    /// lost: a write deleted the key since the lookup (or the lease expired).
     ///
     /// # Errors
     /// Redis errors (counted).
-    pub async fn put_many(&self, skus: &[Sku]) -> redis::RedisResult<()> {
+    pub async fn fill(
+        &self,
+        id: i64,
+        lease: &Lease,
+        sku: Option<&Sku>,
+    ) -> redis::RedisResult<bool> {
+        let mut conn = self.conn.clone();
+        let (value, ttl) = self.value_of(sku);
+        let filled: i64 = self.count_error(
+            self.fill_if_leased
+                .key(self.key(id))
+                .arg(&lease.token)
+                .arg(value)
+                .arg(ttl)
+                .invoke_async(&mut conn)
+                .await,
+        )?;
+        if filled == 0 {
+            self.counters.fills_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(filled == 1)
+    }
+
+    /// Takes leases on the keys of `ids` that hold nothing, in one
+    /// pipelined round trip; `None` for keys that hold something already.
+    ///
+    /// # Errors
+    /// Redis errors (counted).
+    pub async fn lease_many(&self, ids: &[i64]) -> redis::RedisResult<Vec<Option<Lease>>> {
+        let mut conn = self.conn.clone();
+        let leases: Vec<Lease> = ids.iter().map(|_| Lease::new()).collect();
+        let mut pipe = redis::pipe();
+        for (id, lease) in ids.iter().zip(&leases) {
+            pipe.cmd("EVAL")
+                .arg(LEASE_IF_EMPTY)
+                .arg(1)
+                .arg(self.key(*id))
+                .arg(&lease.token)
+                .arg(LEASE_MS);
+        }
+        let got: Vec<i64> = self.count_error(pipe.query_async(&mut conn).await)?;
+        Ok(leases
+            .into_iter()
+            .zip(got)
+            .map(|(l, g)| (g == 1).then_some(l))
+            .collect())
+    }
+
+    /// Fills many leased keys with SKUs in one pipelined round trip;
+    /// returns how many were written (the rest lost their lease to a write).
+    ///
+    /// # Errors
+    /// Redis errors (counted).
+    pub async fn fill_many(&self, items: &[(&Lease, &Sku)]) -> redis::RedisResult<u64> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        for sku in skus {
-            let json = serde_json::to_string(sku).unwrap_or_default();
-            pipe.cmd("SET")
+        for (lease, sku) in items {
+            let (value, ttl) = self.value_of(Some(sku));
+            pipe.cmd("EVAL")
+                .arg(FILL_IF_LEASED)
+                .arg(1)
                 .arg(self.key(sku.id))
-                .arg(json)
-                .arg("EX")
-                .arg(jittered(self.value_ttl))
-                .ignore();
+                .arg(&lease.token)
+                .arg(value)
+                .arg(ttl);
         }
-        pipe.query_async(&mut conn).await.inspect_err(|_| {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
-        })
+        let filled: Vec<i64> = self.count_error(pipe.query_async(&mut conn).await)?;
+        let written = filled.iter().filter(|&&f| f == 1).count() as u64;
+        self.counters
+            .fills_refused
+            .fetch_add(items.len() as u64 - written, Ordering::Relaxed);
+        Ok(written)
     }
 
-    /// Writes the `__nil__` sentinel with `SET NX EX`: it never overwrites a
-    /// real value that another request stored meanwhile.
-    ///
-    /// # Errors
-    /// Redis errors (counted).
-    pub async fn put_nil(&self, id: i64) -> redis::RedisResult<()> {
-        let mut conn = self.conn.clone();
-        let _: Option<String> = redis::cmd("SET")
-            .arg(self.key(id))
-            .arg(NIL_SENTINEL)
-            .arg("NX")
-            .arg("EX")
-            .arg(jittered(self.nil_ttl))
-            .query_async(&mut conn)
-            .await
-            .inspect_err(|_| {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            })?;
-        Ok(())
-    }
-
-    /// Deletes an id's entry (value or sentinel).
+    /// Deletes an id's entry (value, sentinel or lease). Every SQL write
+    /// calls this after its commit.
     ///
     /// # Errors
     /// Redis errors (counted).
     pub async fn invalidate(&self, id: i64) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        redis::cmd("DEL")
+        self.count_error(
+            redis::cmd("DEL")
+                .arg(self.key(id))
+                .query_async(&mut conn)
+                .await,
+        )
+    }
+
+    /// The raw value under an id's key (for inspection and tests).
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn raw(&self, id: i64) -> redis::RedisResult<Option<String>> {
+        let mut conn = self.conn.clone();
+        redis::cmd("GET")
             .arg(self.key(id))
             .query_async(&mut conn)
             .await
-            .inspect_err(|_| {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            })
     }
 
     /// Number of keys in the selected Redis database (`DBSIZE`).

@@ -32,12 +32,35 @@ pub struct Config {
     pub cache: CacheConfig,
 }
 
+/// Which filter the gate uses (`cache.bloom_layout`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloomLayout {
+    /// 256-bit blocks: one cache line per check, ~10% more bits than classic.
+    #[default]
+    Blocked,
+    /// Seed 000's scheme: `k` positions over the whole array, fewest bits,
+    /// up to `k` cache lines per check.
+    Classic,
+}
+
+/// The lowest `cache.bloom_fpp` accepted: below it the blocked layout needs
+/// more than ~140 bits per key and sizing stops being sensible.
+pub const MIN_BLOOM_FPP: f64 = 1e-9;
+/// The highest `cache.bloom_fpp` accepted: past one half a filter passes
+/// more absent ids than it stops.
+pub const MAX_BLOOM_FPP: f64 = 0.5;
+/// The largest filter the service will allocate (4 GiB).
+pub const MAX_FILTER_BYTES: u64 = 4 << 30;
+
 /// The `cache.*` table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     /// Gate reads with the Bloom filter.
     pub bloom_enabled: bool,
+    /// The filter's layout: `blocked` (default) or `classic`.
+    pub bloom_layout: BloomLayout,
     /// Items the filter is sized for.
     pub bloom_expected: u64,
     /// Target false-positive rate at `bloom_expected` items.
@@ -46,6 +69,11 @@ pub struct CacheConfig {
     pub bloom_build_on_start: bool,
     /// Deletes since the last build that trigger a background rebuild.
     pub bloom_rebuild_after_deletes: u64,
+    /// First wait before retrying a failed start-up build, milliseconds
+    /// (doubling up to `bloom_retry_max_ms`).
+    pub bloom_retry_min_ms: u64,
+    /// Longest wait between retries of a failed start-up build, milliseconds.
+    pub bloom_retry_max_ms: u64,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -77,10 +105,13 @@ impl Default for CacheConfig {
     fn default() -> Self {
         Self {
             bloom_enabled: true,
+            bloom_layout: BloomLayout::Blocked,
             bloom_expected: 500_000,
             bloom_fpp: 0.001,
             bloom_build_on_start: true,
             bloom_rebuild_after_deletes: 10_000,
+            bloom_retry_min_ms: 100,
+            bloom_retry_max_ms: 30_000,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,
@@ -207,14 +238,41 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cache;
-        if !(c.bloom_fpp > 0.0 && c.bloom_fpp < 1.0) {
+        if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
             return Err(invalid(
                 "cache.bloom_fpp",
-                format!("must be between 0 and 1 (exclusive), got {}", c.bloom_fpp),
+                format!(
+                    "must be between {MIN_BLOOM_FPP:e} and {MAX_BLOOM_FPP} (inclusive), got {}",
+                    c.bloom_fpp
+                ),
             ));
         }
         if c.bloom_expected == 0 {
             return Err(invalid("cache.bloom_expected", "must be at least 1"));
+        }
+        // The rebuild sizes for at least `bloom_expected`: check now that
+        // sizing can serve it, rather than failing every build later.
+        let bytes = crate::gate::filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp)
+            .map_err(|e| {
+                invalid(
+                    "cache.bloom_expected",
+                    format!("with bloom_fpp = {}: {e}", c.bloom_fpp),
+                )
+            })?;
+        if bytes > MAX_FILTER_BYTES {
+            return Err(invalid(
+                "cache.bloom_expected",
+                format!(
+                    "{} items at bloom_fpp = {} need a {bytes}-byte filter; the limit is {MAX_FILTER_BYTES} bytes (4 GiB)",
+                    c.bloom_expected, c.bloom_fpp
+                ),
+            ));
+        }
+        if c.bloom_retry_min_ms == 0 || c.bloom_retry_max_ms < c.bloom_retry_min_ms {
+            return Err(invalid(
+                "cache.bloom_retry_max_ms",
+                "bloom_retry_min_ms must be at least 1 and bloom_retry_max_ms at least bloom_retry_min_ms",
+            ));
         }
         if c.l1_capacity == 0 {
             return Err(invalid("cache.l1_capacity", "must be at least 1"));

@@ -13,6 +13,8 @@ pub mod error;
 pub mod gate;
 pub mod metrics;
 pub mod model;
+#[doc(hidden)]
+pub mod pause;
 pub mod reader;
 pub mod routes;
 pub mod state;
@@ -20,6 +22,7 @@ pub mod store;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use config::Config;
 pub use routes::router;
@@ -42,7 +45,8 @@ pub async fn run(
 
 /// Seeds an empty database with `config.seed_if_empty` catalogue SKUs and,
 /// when configured, starts building the filter in the background (reads
-/// fail open until it is ready). Returns the build task, if any.
+/// fail open until it is ready; a failed build is retried with capped
+/// exponential backoff until it succeeds). Returns the build task, if any.
 ///
 /// # Errors
 /// [`StartError::Store`].
@@ -61,14 +65,13 @@ pub async fn prepare(
             .await?;
         tracing::info!(inserted, "catalogue seeded");
     }
-    if config.cache.bloom_enabled && config.cache.bloom_build_on_start {
+    let c = &config.cache;
+    if c.bloom_enabled && c.bloom_build_on_start {
         let gate = Arc::clone(&state.reader.gate);
-        let store = store.clone();
-        return Ok(Some(tokio::spawn(async move {
-            if let Err(e) = gate.rebuild(&store).await {
-                tracing::error!(error = %e, "building the filter at start-up failed; reads fail open");
-            }
-        })));
+        return Ok(Some(tokio::spawn(gate.build_until_ready(
+            Duration::from_millis(c.bloom_retry_min_ms),
+            Duration::from_millis(c.bloom_retry_max_ms),
+        ))));
     }
     Ok(None)
 }

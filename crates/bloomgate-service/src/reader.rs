@@ -1,14 +1,40 @@
-//! The read path: filter → L1 → Redis → SQL, each level counted.
+//! The read path: filter → L1 → Redis → SQL, each level counted, with one
+//! load per id at a time (single flight) and no stale write-back.
+//!
+//! # Why a load never caches what a write replaced
+//!
+//! Ids are spread over [`SHARDS`] shards, each a small lock around a write
+//! counter and the loads in flight. A load notes its shard's counter when it
+//! starts, before it reads Redis or SQL. A write, after its SQL commit and
+//! its Redis `DEL`, takes the shard lock, bumps the counter, drops the id
+//! from L1 and detaches the id's load in flight. The load stores its answer
+//! in L1 under the same lock, and only if the counter has not moved. So:
+//!
+//! * a load that read before the write's commit sees the bump (it happens
+//!   after the commit, and the load stores after its read) and does not
+//!   cache; its Redis fill fails too, because the `DEL` took its lease;
+//! * a read that starts after the write returned finds no L1 entry and no
+//!   load to join, so it loads afresh, after the commit.
+//!
+//! A write to another id of the same shard also stops a load from caching:
+//! harmless, it only costs the next read a load.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use moka::future::Cache;
+use moka::sync::Cache;
+use tokio::sync::watch;
 
-use crate::cache::{CachedSku, Entry, RedisLookup, RedisTier};
+use crate::cache::{CachedSku, Entry, Lease, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
 use crate::metrics::Counter;
-use crate::store::SkuStore;
+use crate::model::Sku;
+use crate::pause::PausePoint;
+use crate::store::{SkuStore, StoreError};
+
+/// Number of lock shards for loads and writes.
+pub const SHARDS: usize = 64;
 
 /// L1 counters.
 #[derive(Debug, Default)]
@@ -19,6 +45,8 @@ pub struct L1Counters {
     pub negative_hits: Counter,
     /// Lookups that went on to Redis/SQL (or joined such a load).
     pub misses: Counter,
+    /// Loads whose answer was not cached because a write intervened.
+    pub stale_skipped: Counter,
 }
 
 /// Where an answer came from.
@@ -41,12 +69,28 @@ pub enum Lookup {
     Missing(Source),
 }
 
+type LoadResult = Result<Entry, Arc<StoreError>>;
+
+#[derive(Debug)]
+struct Flight {
+    number: u64,
+    answer: watch::Receiver<Option<LoadResult>>,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    writes: u64,
+    next_flight: u64,
+    flights: HashMap<i64, Flight>,
+}
+
 /// The shielded read path for SKU details.
 #[derive(Debug, Clone)]
 pub struct ShieldedReader {
     /// The Bloom gate.
     pub gate: Arc<Gate>,
-    /// The L1 cache.
+    /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
+    /// an insert that bypasses the shard protocol may cache a stale answer.
     pub l1: Cache<i64, Entry>,
     /// The Redis tier, when configured.
     pub redis: Option<RedisTier>,
@@ -54,9 +98,48 @@ pub struct ShieldedReader {
     pub store: SkuStore,
     /// L1 counters.
     pub l1_counters: Arc<L1Counters>,
+    shards: Arc<[Mutex<Shard>]>,
+    /// Test hook: where a load stops between its read and its write-back.
+    #[doc(hidden)]
+    pub after_read: Arc<PausePoint>,
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // Shard state is a counter and a map that each step leaves consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a load read, before anything is written back.
+struct Fetched {
+    entry: Entry,
+    /// Read from SQL with this lease on the Redis key: fill it.
+    lease: Option<Lease>,
 }
 
 impl ShieldedReader {
+    /// Assembles the read path.
+    #[must_use]
+    pub fn new(
+        gate: Arc<Gate>,
+        l1: Cache<i64, Entry>,
+        redis: Option<RedisTier>,
+        store: SkuStore,
+    ) -> Self {
+        Self {
+            gate,
+            l1,
+            redis,
+            store,
+            l1_counters: Arc::default(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            after_read: Arc::default(),
+        }
+    }
+
+    fn shard(&self, id: i64) -> &Mutex<Shard> {
+        &self.shards[(id as u64 % SHARDS as u64) as usize]
+    }
+
     /// Looks an id up through the funnel.
     ///
     /// # Errors
@@ -65,7 +148,7 @@ impl ShieldedReader {
         if self.gate.check(id) == Verdict::Reject {
             return Ok(Lookup::Missing(Source::Filter));
         }
-        if let Some(entry) = self.l1.get(&id).await {
+        if let Some(entry) = self.l1.get(&id) {
             return Ok(match entry {
                 Entry::Found(sku) => {
                     self.l1_counters.hits.incr();
@@ -78,49 +161,173 @@ impl ShieldedReader {
             });
         }
         self.l1_counters.misses.incr();
-        // moka runs one loader per key; concurrent misses wait for it and
-        // share its result (single flight). Errors are not cached.
-        let entry = self
-            .l1
-            .try_get_with(id, self.load(id))
-            .await
-            .map_err(|e| AppError::Unavailable(e.to_string()))?;
-        Ok(match entry {
-            Entry::Found(sku) => Lookup::Found(sku, Source::Load),
-            Entry::Missing => Lookup::Missing(Source::Load),
-        })
+        let mut answer = self.join_or_start(id);
+        let entry = match answer.wait_for(Option::is_some).await {
+            Ok(v) => v.clone(),
+            Err(_) => None,
+        };
+        match entry {
+            Some(Ok(Entry::Found(sku))) => Ok(Lookup::Found(sku, Source::Load)),
+            Some(Ok(Entry::Missing)) => Ok(Lookup::Missing(Source::Load)),
+            Some(Err(e)) => Err(AppError::Unavailable(e.to_string())),
+            None => Err(AppError::Unavailable("the load stopped".into())),
+        }
     }
 
-    /// Redis, then SQL with write-back. Redis failures degrade to SQL.
-    async fn load(&self, id: i64) -> Result<Entry, crate::store::StoreError> {
+    /// Joins the id's load in flight, or starts one as a task of its own,
+    /// so a client that goes away does not cancel it.
+    fn join_or_start(&self, id: i64) -> watch::Receiver<Option<LoadResult>> {
+        let mut shard = lock(self.shard(id));
+        if let Some(f) = shard.flights.get(&id) {
+            return f.answer.clone();
+        }
+        let (tx, rx) = watch::channel(None);
+        shard.next_flight += 1;
+        let number = shard.next_flight;
+        let writes = shard.writes;
+        shard.flights.insert(
+            id,
+            Flight {
+                number,
+                answer: rx.clone(),
+            },
+        );
+        drop(shard);
+        let reader = self.clone();
+        tokio::spawn(async move {
+            let result = reader.load(id, writes).await;
+            let mut shard = lock(reader.shard(id));
+            if shard.flights.get(&id).is_some_and(|f| f.number == number) {
+                shard.flights.remove(&id);
+            }
+            drop(shard);
+            tx.send_replace(Some(result));
+        });
+        rx
+    }
+
+    /// Reads Redis, then SQL; writes back under the lease; caches in L1 if
+    /// no write to the shard happened since `writes` was read.
+    async fn load(&self, id: i64, writes: u64) -> LoadResult {
+        let fetched = self.fetch(id).await.map_err(Arc::new)?;
+        self.after_read.pass(id).await;
+        let mut cacheable = true;
+        if let (Some(redis), Some(lease)) = (&self.redis, &fetched.lease) {
+            let sku = match &fetched.entry {
+                Entry::Found(c) => Some(&c.sku),
+                Entry::Missing => None,
+            };
+            match redis.fill(id, lease, sku).await {
+                Ok(true) => {}
+                // The lease is gone: a write deleted the key since our
+                // lookup, so what we read may be older than that write.
+                Ok(false) => cacheable = false,
+                Err(e) => tracing::warn!(id, error = %e, "redis write-back failed"),
+            }
+        }
+        let shard = lock(self.shard(id));
+        if cacheable && shard.writes == writes {
+            self.l1.insert(id, fetched.entry.clone());
+        } else {
+            self.l1_counters.stale_skipped.incr();
+        }
+        drop(shard);
+        Ok(fetched.entry)
+    }
+
+    async fn fetch(&self, id: i64) -> Result<Fetched, StoreError> {
+        let mut lease = None;
         if let Some(redis) = &self.redis {
-            match redis.get(id).await {
-                Ok(RedisLookup::Hit(sku)) => return Ok(Entry::Found(CachedSku::new(sku))),
-                Ok(RedisLookup::Nil) => return Ok(Entry::Missing),
-                Ok(RedisLookup::Miss) => {}
-                Err(e) => tracing::warn!(id, error = %e, "redis GET failed; reading SQL"),
+            match redis.lookup(id).await {
+                Ok(RedisLookup::Hit(sku)) => {
+                    return Ok(Fetched {
+                        entry: Entry::Found(CachedSku::new(sku)),
+                        lease: None,
+                    })
+                }
+                Ok(RedisLookup::Nil) => {
+                    return Ok(Fetched {
+                        entry: Entry::Missing,
+                        lease: None,
+                    })
+                }
+                Ok(RedisLookup::Miss(l)) => lease = l,
+                Err(e) => tracing::warn!(id, error = %e, "redis lookup failed; reading SQL"),
             }
         }
         let found = self.store.get(id).await?;
-        if let Some(redis) = &self.redis {
-            let res = match &found {
-                Some(sku) => redis.put(sku).await,
-                None => redis.put_nil(id).await,
-            };
-            if let Err(e) = res {
-                tracing::warn!(id, error = %e, "redis write-back failed");
-            }
-        }
-        Ok(found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))))
+        Ok(Fetched {
+            entry: found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))),
+            lease,
+        })
     }
 
-    /// Drops an id from L1 and Redis (after a write).
+    /// Drops an id from Redis and L1 and detaches its load in flight. Every
+    /// write calls this after its SQL commit, before it answers.
     pub async fn invalidate(&self, id: i64) {
-        self.l1.invalidate(&id).await;
         if let Some(redis) = &self.redis {
             if let Err(e) = redis.invalidate(id).await {
                 tracing::warn!(id, error = %e, "redis DEL failed; the entry expires with its TTL");
             }
         }
+        let mut shard = lock(self.shard(id));
+        shard.writes += 1;
+        shard.flights.remove(&id);
+        self.l1.invalidate(&id);
     }
+
+    /// Loads `skus` (just read from SQL, in one batch) into Redis and L1
+    /// under the same rules as a read: Redis keys are leased before SQL is
+    /// read and filled only while the lease holds; L1 entries are stored
+    /// only if no write touched their shard since `start` was taken.
+    /// Returns how many Redis keys were written.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn warm(&self, start: WarmStart, skus: &[Sku]) -> Result<u64, redis::RedisError> {
+        let mut written = 0;
+        if let Some(redis) = &self.redis {
+            let leased: Vec<(&Lease, &Sku)> = skus
+                .iter()
+                .filter_map(|s| start.leases.get(&s.id).map(|l| (l, s)))
+                .collect();
+            written = redis.fill_many(&leased).await?;
+        }
+        for sku in skus {
+            let shard = lock(self.shard(sku.id));
+            let shard_no = (sku.id as u64 % SHARDS as u64) as usize;
+            if shard.writes == start.writes[shard_no] {
+                self.l1
+                    .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())));
+            }
+        }
+        Ok(written)
+    }
+
+    /// Notes the shards' write counters and leases the Redis keys of `ids`
+    /// that hold nothing, before a warm reads their rows from SQL.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn warm_start(&self, ids: &[i64]) -> Result<WarmStart, redis::RedisError> {
+        let writes = self.shards.iter().map(|s| lock(s).writes).collect();
+        let mut leases = HashMap::new();
+        if let Some(redis) = &self.redis {
+            for chunk in ids.chunks(1000) {
+                for (id, lease) in chunk.iter().zip(redis.lease_many(chunk).await?) {
+                    if let Some(l) = lease {
+                        leases.insert(*id, l);
+                    }
+                }
+            }
+        }
+        Ok(WarmStart { writes, leases })
+    }
+}
+
+/// What a warm noted before reading SQL: see [`ShieldedReader::warm_start`].
+#[derive(Debug)]
+pub struct WarmStart {
+    writes: Vec<u64>,
+    leases: HashMap<i64, Lease>,
 }

@@ -1,7 +1,6 @@
 //! HTTP routes.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -15,7 +14,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cache::{CachedSku, Entry};
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::model::{now_secs, SkuInput};
@@ -36,12 +34,45 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The most characters of a client's input an error message quotes.
+pub const MAX_QUOTED: usize = 64;
+
+/// `s`, cut to [`MAX_QUOTED`] characters with `…` when longer.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(MAX_QUOTED) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// Clips every quoted span (between backticks or double quotes) of a
+/// parser's message, which may echo the client's input.
+fn clip_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(512));
+    let mut rest = message;
+    while let Some(open) = rest.find(['`', '"']) {
+        let quote = &rest[open..=open];
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(quote) else {
+            out.push_str(&clip(after));
+            return out;
+        };
+        out.push_str(&clip(&after[..close]));
+        out.push_str(quote);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Parses a path id: a positive integer that fits in i64.
 fn parse_id(raw: &str) -> Result<i64, AppError> {
     match raw.parse::<i64>() {
         Ok(id) if id > 0 => Ok(id),
         _ => Err(AppError::BadRequest(format!(
-            "skuId must be a positive integer that fits in 64 bits, got {raw:?}"
+            "skuId must be a positive integer that fits in 64 bits, got {:?}",
+            clip(raw)
         ))),
     }
 }
@@ -49,7 +80,7 @@ fn parse_id(raw: &str) -> Result<i64, AppError> {
 /// Parses a JSON body ourselves so that every failure is a JSON 400.
 fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, AppError> {
     serde_json::from_slice(body)
-        .map_err(|e| AppError::BadRequest(format!("invalid JSON body: {e}")))
+        .map_err(|e| AppError::BadRequest(clip_quoted(&format!("invalid JSON body: {e}"))))
 }
 
 /// Admin calls need `Authorization: Bearer <token>` when a token is
@@ -123,37 +154,22 @@ async fn warm(
         )));
     }
     let started = Instant::now();
-    let skus = state.reader.store.first(req.limit).await?;
-    let mut redis_written = 0u64;
-    if let Some(redis) = &state.reader.redis {
-        for chunk in skus.chunks(1000) {
-            redis
-                .put_many(chunk)
-                .await
-                .map_err(|e| AppError::Unavailable(format!("redis: {e}")))?;
-            redis_written += chunk.len() as u64;
-        }
-    }
-    for sku in &skus {
-        state
-            .reader
-            .l1
-            .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())))
-            .await;
-    }
-    let rebuild = if req.rebuild_bloom {
-        match state.reader.gate.rebuild(&state.reader.store).await {
-            Ok(report) => Some(report),
-            Err(RebuildError::Busy(_)) => {
-                return Err(AppError::Conflict(
-                    "a filter rebuild is already running; retry when it ends".into(),
-                ))
-            }
-            Err(RebuildError::Store(e)) => return Err(e.into()),
-            Err(RebuildError::Filter(e)) => return Err(AppError::Unavailable(e.to_string())),
-        }
-    } else {
-        None
+    let reader = &state.reader;
+    // Registered first, so the rebuild's SQL scan starts after this call
+    // arrived. The rebuild runs in the gate's worker: if this client goes
+    // away, it still completes and is published.
+    let ticket = req.rebuild_bloom.then(|| reader.gate.request_rebuild());
+    let ids = reader.store.first_ids(req.limit).await?;
+    let redis_down = |e: redis::RedisError| AppError::Unavailable(format!("redis: {e}"));
+    let start = reader.warm_start(&ids).await.map_err(redis_down)?;
+    let skus = reader.store.first(req.limit).await?;
+    let redis_written = reader.warm(start, &skus).await.map_err(redis_down)?;
+    let rebuild = match ticket {
+        Some(t) => Some(t.wait().await.map_err(|e| match e {
+            RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
+            other => AppError::Unavailable(other.to_string()),
+        })?),
+        None => None,
     };
     Ok(Json(json!({
         "warmed": skus.len(),
@@ -176,6 +192,7 @@ async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppEr
                 "hits": c.hits.load(Ordering::Relaxed),
                 "nil_hits": c.nil_hits.load(Ordering::Relaxed),
                 "misses": c.misses.load(Ordering::Relaxed),
+                "fills_refused": c.fills_refused.load(Ordering::Relaxed),
                 "errors": c.errors.load(Ordering::Relaxed),
                 "keys": redis.key_count().await.ok(),
             })
@@ -188,6 +205,7 @@ async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppEr
             "hits": l1.hits.get(),
             "negative_hits": l1.negative_hits.get(),
             "misses": l1.misses.get(),
+            "stale_skipped": l1.stale_skipped.get(),
             "entries": r.l1.entry_count(),
         },
         "redis": redis,
@@ -213,7 +231,12 @@ async fn create_sku(
     for _ in 0..5 {
         let id = match explicit {
             Some(id) => id,
-            None => store.next_id().await?,
+            None => store.next_id().await?.ok_or_else(|| {
+                AppError::Conflict(format!(
+                    "no automatic id is left: the largest id in use is {}; give an explicit id",
+                    i64::MAX
+                ))
+            })?,
         };
         let candidate = input.clone().into_sku(id, now_secs());
         if store.insert(&candidate).await? {
@@ -226,19 +249,10 @@ async fn create_sku(
     }
     let sku = sku.ok_or_else(|| AppError::Conflict("could not allocate an id; retry".into()))?;
     // The id enters the filter before the response, and any cached
-    // "not found" for it is replaced, so the next read finds it.
+    // "not found" for it (in Redis or L1, or being loaded) is dropped, so
+    // the next read loads it from SQL.
     state.reader.gate.insert(sku.id);
-    state
-        .reader
-        .l1
-        .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())))
-        .await;
-    if let Some(redis) = &state.reader.redis {
-        if let Err(e) = redis.put(&sku).await {
-            tracing::warn!(id = sku.id, error = %e, "redis SET after create failed; deleting instead");
-            let _ = redis.invalidate(sku.id).await;
-        }
-    }
+    state.reader.invalidate(sku.id).await;
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
@@ -278,14 +292,9 @@ async fn delete_sku(
     state.reader.invalidate(id).await;
     // The plain filter cannot forget the id; it keeps answering "maybe",
     // which costs one cached lookup. Enough deletes trigger a rebuild.
+    // The gate's worker runs it; nobody waits for the answer.
     if state.reader.gate.note_delete(state.rebuild_after_deletes) {
-        let gate = Arc::clone(&state.reader.gate);
-        let store = state.reader.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = gate.rebuild(&store).await {
-                tracing::info!(error = %e, "rebuild after deletes not run");
-            }
-        });
+        drop(state.reader.gate.request_rebuild());
     }
     Ok(Json(json!({ "deleted": id })))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cache::{new_l1, RedisTier};
 use crate::config::Config;
-use crate::gate::Gate;
+use crate::gate::{Gate, GateConfig};
 use crate::reader::ShieldedReader;
 use crate::store::{SkuStore, StoreError};
 
@@ -59,17 +59,21 @@ impl AppState {
             ),
             None => None,
         };
-        let reader = ShieldedReader {
-            gate: Arc::new(Gate::new(c.bloom_enabled, c.bloom_expected, c.bloom_fpp)),
-            l1: new_l1(
-                c.l1_capacity,
-                Duration::from_secs(c.l1_ttl_secs),
-                Duration::from_secs(c.l1_negative_ttl_secs),
-            ),
-            redis,
-            store,
-            l1_counters: Arc::default(),
-        };
+        let gate = Gate::new(
+            GateConfig {
+                enabled: c.bloom_enabled,
+                layout: c.bloom_layout,
+                expected: c.bloom_expected,
+                fpp: c.bloom_fpp,
+            },
+            store.clone(),
+        );
+        let l1 = new_l1(
+            c.l1_capacity,
+            Duration::from_secs(c.l1_ttl_secs),
+            Duration::from_secs(c.l1_negative_ttl_secs),
+        );
+        let reader = ShieldedReader::new(Arc::new(gate), l1, redis, store);
         Ok(Self {
             reader,
             admin_token: config.admin_token.as_deref().map(Arc::from),

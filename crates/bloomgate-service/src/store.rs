@@ -227,6 +227,23 @@ impl SkuStore {
             .map_err(err("first"))
     }
 
+    /// The first `limit` ids.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn first_ids(&self, limit: u64) -> Result<Vec<i64>, StoreError> {
+        let q = format!("SELECT id FROM skus ORDER BY id LIMIT {}", self.ph(1));
+        sqlx::query(&q)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("first ids"))?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(err("first ids"))
+    }
+
     /// Streams every id in ascending order, `batch` at a time (keyset
     /// pagination, so no long-lived cursor holds a connection), calling `f`
     /// with each batch.
@@ -281,16 +298,20 @@ impl SkuStore {
         }
     }
 
-    /// The next id after the largest one in use.
+    /// The next id after the largest one in use, or `None` when the largest
+    /// is `i64::MAX` and there is no next one.
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn next_id(&self) -> Result<i64, StoreError> {
+    pub async fn next_id(&self) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM skus")
             .fetch_one(&self.pool)
             .await
             .map_err(err("next id"))?;
-        Ok(row.try_get::<i64, _>(0).map_err(err("next id"))? + 1)
+        Ok(row
+            .try_get::<i64, _>(0)
+            .map_err(err("next id"))?
+            .checked_add(1))
     }
 
     /// Replaces a SKU's fields. Returns false when no such id.

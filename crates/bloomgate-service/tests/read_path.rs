@@ -92,7 +92,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
         counter(&server.stats().await, &["l1", "negative_hits"]),
         negative + 1
     );
-    server.state.reader.l1.invalidate(&5000).await;
+    server.state.reader.l1.invalidate(&5000);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 0);
     assert_eq!(server.get("/api/seckill/5000").await.0, 404);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 1);
@@ -110,32 +110,46 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
 }
 
 #[tokio::test]
-async fn sentinel_never_overwrites_a_value() {
+async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
+    use bloomgate_service::cache::RedisLookup;
     let Some(redis) = common::redis_url().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = sqlite_server(&dir, Some(&redis), "nx", 10, |_| {}).await;
+    let server = sqlite_server(&dir, Some(&redis), "lease", 10, |_| {}).await;
     let tier = server.state.reader.redis.clone().unwrap();
     let sku = bloomgate_service::model::catalogue_sku(3);
-    tier.put(&sku).await.unwrap();
-    tier.put_nil(3).await.unwrap();
-    assert!(
-        matches!(tier.get(3).await.unwrap(), bloomgate_service::cache::RedisLookup::Hit(s) if s == sku)
+    // The first miss takes the lease; a second reader gets none.
+    let RedisLookup::Miss(Some(lease)) = tier.lookup(3).await.unwrap() else {
+        panic!("first miss takes a lease");
+    };
+    assert!(matches!(
+        tier.lookup(3).await.unwrap(),
+        RedisLookup::Miss(None)
+    ));
+    assert!(tier.fill(3, &lease, Some(&sku)).await.unwrap());
+    assert!(matches!(tier.lookup(3).await.unwrap(), RedisLookup::Hit(s) if s == sku));
+    // A sentinel never overwrites a value: the lease is spent.
+    assert!(!tier.fill(3, &lease, None).await.unwrap());
+    assert!(matches!(tier.lookup(3).await.unwrap(), RedisLookup::Hit(_)));
+    // A write's DEL between lookup and fill revokes the lease: nothing is
+    // written, and the next reader leases afresh.
+    let RedisLookup::Miss(Some(old)) = tier.lookup(4).await.unwrap() else {
+        panic!("miss takes a lease");
+    };
+    tier.invalidate(4).await.unwrap();
+    assert!(!tier.fill(4, &old, None).await.unwrap());
+    assert_eq!(tier.raw(4).await.unwrap(), None);
+    let RedisLookup::Miss(Some(fresh)) = tier.lookup(4).await.unwrap() else {
+        panic!("a new lease after the delete");
+    };
+    assert!(tier.fill(4, &fresh, None).await.unwrap());
+    assert!(matches!(tier.lookup(4).await.unwrap(), RedisLookup::Nil));
+    assert_eq!(
+        tier.counters.fills_refused.load(Ordering::Relaxed),
+        2,
+        "two refused fills"
     );
-    // A sentinel on an empty key is written, and a value replaces it.
-    tier.put_nil(4).await.unwrap();
-    assert!(matches!(
-        tier.get(4).await.unwrap(),
-        bloomgate_service::cache::RedisLookup::Nil
-    ));
-    tier.put(&bloomgate_service::model::catalogue_sku(4))
-        .await
-        .unwrap();
-    assert!(matches!(
-        tier.get(4).await.unwrap(),
-        bloomgate_service::cache::RedisLookup::Hit(_)
-    ));
     server.stop().await;
 }
 
@@ -286,8 +300,7 @@ type RebuildTask = tokio::task::JoinHandle<
 /// Starts a filter rebuild in the background and returns once it is running.
 async fn start_rebuild(server: &TestServer) -> RebuildTask {
     let gate = std::sync::Arc::clone(&server.state.reader.gate);
-    let store = server.state.reader.store.clone();
-    let rebuild = tokio::spawn(async move { gate.rebuild(&store).await });
+    let rebuild = tokio::spawn(async move { gate.rebuild().await });
     while !server.state.reader.gate.is_rebuilding() {
         tokio::task::yield_now().await;
     }
@@ -325,40 +338,6 @@ async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
             "id {id}"
         );
     }
-    // And a second rebuild while one runs is refused, never run twice.
-    let gate = &server.state.reader.gate;
-    let store = &server.state.reader.store;
-    let (a, b) = tokio::join!(gate.rebuild(store), gate.rebuild(store));
-    assert!(
-        a.is_ok() != b.is_ok(),
-        "exactly one of two concurrent rebuilds runs"
-    );
-    server.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn warm_answers_409_while_a_rebuild_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = sqlite_server(&dir, None, "busy", 200_000, |_| {}).await;
-    let rebuild = start_rebuild(&server).await;
-    let (s, body) = server
-        .send(
-            Method::POST,
-            "/api/cache/warm",
-            Some(r#"{"limit":1,"rebuild_bloom":true}"#),
-        )
-        .await;
-    assert_eq!(s, 409, "{body}");
-    assert_eq!(body["error"], "conflict");
-    rebuild.await.unwrap().unwrap();
-    let (s, _) = server
-        .send(
-            Method::POST,
-            "/api/cache/warm",
-            Some(r#"{"limit":1,"rebuild_bloom":true}"#),
-        )
-        .await;
-    assert_eq!(s, 200);
     server.stop().await;
 }
 

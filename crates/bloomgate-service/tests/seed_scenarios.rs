@@ -26,9 +26,9 @@ async fn redis_calls(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
         .unwrap();
     info.lines()
         .filter(|l| {
-            l.starts_with("cmdstat_get:")
-                || l.starts_with("cmdstat_set:")
-                || l.starts_with("cmdstat_del:")
+            ["get", "set", "del", "eval", "evalsha"]
+                .iter()
+                .any(|c| l.starts_with(&format!("cmdstat_{c}:")))
         })
         .filter_map(|l| {
             l.split("calls=")

@@ -32,7 +32,7 @@ async fn exercise(url: &str) {
         "duplicate id is refused"
     );
     assert_eq!(store.get(9_000_000_000).await.unwrap(), Some(sku.clone()));
-    assert_eq!(store.next_id().await.unwrap(), 9_000_000_001);
+    assert_eq!(store.next_id().await.unwrap(), Some(9_000_000_001));
     sku.stock = 1;
     assert!(store.update(&sku).await.unwrap());
     assert_eq!(store.get(sku.id).await.unwrap().unwrap().stock, 1);
@@ -41,6 +41,11 @@ async fn exercise(url: &str) {
     assert!(!store.update(&sku).await.unwrap());
     let first = store.first(3).await.unwrap();
     assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(store.first_ids(3).await.unwrap(), [1, 2, 3]);
+    // The largest id leaves no automatic next one (instead of overflowing).
+    assert!(store.insert(&catalogue_sku(i64::MAX)).await.unwrap());
+    assert_eq!(store.next_id().await.unwrap(), None);
+    assert!(store.delete(i64::MAX).await.unwrap());
     let c = &store.counters;
     use std::sync::atomic::Ordering::Relaxed;
     assert_eq!(

@@ -162,10 +162,17 @@ impl TestServer {
     /// Connects, seeds `seed` catalogue SKUs if the table is empty, runs the
     /// start-up preparation (filter build if configured) to completion, and
     /// starts serving.
-    pub async fn start(mut config: Config, seed: u64) -> Self {
+    pub async fn start(config: Config, seed: u64) -> Self {
+        Self::start_with(config, seed, true).await
+    }
+
+    /// As [`TestServer::start`]; with `wait_for_build` false it serves at
+    /// once while the start-up build runs, as `bloomgate serve` does.
+    pub async fn start_with(mut config: Config, seed: u64, wait_for_build: bool) -> Self {
         config.seed_if_empty = seed;
         let state = AppState::connect(&config).await.expect("service starts");
-        if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {
+        let build = bloomgate_service::prepare(&state, &config).await.unwrap();
+        if let (Some(build), true) = (build, wait_for_build) {
             build.await.unwrap();
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -255,4 +262,20 @@ pub fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
         .fold(v, |v, k| &v[*k])
         .as_i64()
         .unwrap_or_else(|| panic!("no counter {path:?} in {v}"))
+}
+
+/// Polls `f` every 10 ms until it is true; panics after `secs` seconds.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {secs} s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
