@@ -187,7 +187,7 @@ pub fn build(a: &BuildArgs) -> anyhow::Result<()> {
         }
         builder.insert(key_hash(&line, a.strings, 0, i + 1)?);
         n += 1;
-        if n % 65_536 == 0 {
+        if n.is_multiple_of(65_536) {
             bar.set_position(n);
         }
     }

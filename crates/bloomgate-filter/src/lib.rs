@@ -17,9 +17,10 @@
 //! [`hash`], the file format in [`snapshot`].
 //!
 //! This crate does no network I/O; its only I/O is reading and writing
-//! snapshot files. `unsafe` code lives in three small modules: `mmap` (mapping
-//! a file), `simd` (the AVX2 block mask, chosen at run time) and `storage`
-//! (a slice view of owned, possibly huge-page-mapped lines).
+//! snapshot files. `unsafe` code lives in four small modules: `mmap` (mapping
+//! a file), `simd` (the AVX2 block mask), `block` (calling `simd` after the
+//! run-time AVX2 check, and the prefetch hint) and `storage` (a slice view
+//! of owned, possibly huge-page-mapped lines).
 //!
 //! ```
 //! use bloomgate_filter::{BlockedBloom, Filter};

@@ -1,6 +1,7 @@
 //! Zero-copy, read-only views of snapshot files through `mmap`.
 //!
-//! This is the only module of the crate with `unsafe` code: mapping a file.
+//! Its one `unsafe` block maps the file; ARCHITECTURE.md lists every module
+//! with `unsafe` code.
 
 use std::path::Path;
 

@@ -1,9 +1,9 @@
 //! The AVX2 versions of the 256-bit block mask, probe and insert, chosen at
 //! run time.
 //!
-//! This module, `mmap` and `storage` are the only places with `unsafe` code
-//! in the crate. Every function here computes exactly what its scalar twin
-//! in `block` computes (a unit test checks it on random inputs).
+//! Every function here computes exactly what its scalar twin in `block`
+//! computes (a unit test checks it on random inputs). ARCHITECTURE.md lists
+//! every module with `unsafe` code.
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
@@ -110,11 +110,8 @@ mod tests {
             let k = 1 + (i % 32) as u32;
             let scalar = mask256_scalar(h1, k);
             // SAFETY: AVX2 support was checked above.
-            assert_eq!(
-                unsafe { super::mask256_avx2(h1, k) },
-                scalar,
-                "h1 {h1:#x} k {k}"
-            );
+            let mask = unsafe { super::mask256_avx2(h1, k) };
+            assert_eq!(mask, scalar, "h1 {h1:#x} k {k}");
             let mut block: [u64; 4] =
                 core::array::from_fn(|w| splitmix64(i * 4 + w as u64) & splitmix64(i + w as u64));
             let covered = covers(&block, &scalar);

@@ -343,12 +343,12 @@ fn check_header_shape(h: &Header) -> Result<(), SnapshotError> {
         Layout::Blocked => (
             sizing::MAX_BLOCKED_HASHES,
             (h.block_bits == 256 || h.block_bits == 128)
-                && h.bits % u64::from(h.block_bits) == 0
+                && h.bits.is_multiple_of(u64::from(h.block_bits))
                 && (h.block_bits == 128 || h.bits / 256 <= 1 << 32),
         ),
         Layout::Counting => (
             sizing::MAX_BLOCKED_HASHES,
-            h.block_bits == 128 && h.bits % 128 == 0,
+            h.block_bits == 128 && h.bits.is_multiple_of(128),
         ),
     };
     if !(1..=max_hashes).contains(&h.hashes) {

@@ -133,3 +133,58 @@ fn invalid_values_name_the_key() {
         Err(ConfigError::Read { .. })
     ));
 }
+
+#[test]
+fn rates_and_sizes_the_filter_cannot_serve_are_refused_with_the_range() {
+    for (pairs, key, needle) in [
+        (
+            vec![("BLOOMGATE_CACHE__BLOOM_FPP", "1e-12")],
+            "cache.bloom_fpp",
+            "between 1e-9 and 0.5",
+        ),
+        (
+            vec![("BLOOMGATE_CACHE__BLOOM_FPP", "0.75")],
+            "cache.bloom_fpp",
+            "between 1e-9 and 0.5",
+        ),
+        (
+            vec![("BLOOMGATE_CACHE__BLOOM_EXPECTED", "100000000000")],
+            "cache.bloom_expected",
+            "limit is",
+        ),
+        (
+            vec![
+                ("BLOOMGATE_CACHE__BLOOM_RETRY_MIN_MS", "500"),
+                ("BLOOMGATE_CACHE__BLOOM_RETRY_MAX_MS", "100"),
+            ],
+            "cache.bloom_retry_max_ms",
+            "at least",
+        ),
+        (
+            vec![("BLOOMGATE_CACHE__BLOOM_LAYOUT", "cuckoo")],
+            "cache.bloom_layout",
+            "unknown variant",
+        ),
+    ] {
+        match Config::load_from(None, env(&pairs)) {
+            Err(ConfigError::Invalid { key: k, message }) => {
+                assert_eq!(k, key, "{message}");
+                assert!(message.contains(needle), "{message}");
+            }
+            other => panic!("{pairs:?}: {other:?}"),
+        }
+    }
+    // The edges of the range are served, in both layouts.
+    for layout in ["blocked", "classic"] {
+        for fpp in ["1e-9", "0.5"] {
+            let c = Config::load_from(
+                None,
+                env(&[
+                    ("BLOOMGATE_CACHE__BLOOM_FPP", fpp),
+                    ("BLOOMGATE_CACHE__BLOOM_LAYOUT", layout),
+                ]),
+            );
+            assert!(c.is_ok(), "{layout} {fpp}: {c:?}");
+        }
+    }
+}

@@ -381,6 +381,108 @@ async fn bad_input_is_a_json_400() {
     }
     let (s, body) = server.get("/no/such/route").await;
     assert_eq!((s, body["error"].as_str()), (404, Some("not_found")));
+
+    // Error messages quote at most 64 characters of a bad input.
+    let long_id = "9".repeat(5000);
+    let long_field = format!(r#"{{"{}":1}}"#, "x".repeat(5000));
+    let long_value = format!(r#"{{"limit":"{}"}}"#, "y".repeat(5000));
+    for (method, path, body, needle) in [
+        (
+            Method::GET,
+            format!("/api/seckill/{long_id}"),
+            String::new(),
+            '9',
+        ),
+        (Method::POST, "/api/cache/warm".into(), long_field, 'x'),
+        (Method::POST, "/api/cache/warm".into(), long_value, 'y'),
+    ] {
+        let (s, reply) = server.send(method, &path, Some(&body)).await;
+        assert_eq!(s, 400, "{reply}");
+        let message = reply["message"].as_str().unwrap();
+        let longest_run = message
+            .split(|c| c != needle)
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(longest_run, 64, "{message}");
+        assert!(message.len() < 200, "{message}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_largest_id_is_served_and_leaves_no_automatic_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "maxid", 10, |_| {}).await;
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(Some(i64::MAX), "last", 100)),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let (s, body) = server.get(&format!("/api/seckill/{}", i64::MAX)).await;
+    assert_eq!((s, body["name"].as_str()), (200, Some("last")));
+    // No id follows i64::MAX: a clear 409, and nothing is written.
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(None, "auto", 100)),
+        )
+        .await;
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (409, Some("conflict")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("explicit id"),
+        "{body}"
+    );
+    assert_eq!(server.state.reader.store.count().await.unwrap(), 11);
+    // An explicit id still works.
+    let (s, _) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(Some(11), "eleven", 100)),
+        )
+        .await;
+    assert_eq!(s, 201);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn classic_layout_gives_seed_000s_exact_stats_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, None, "classic", 200_000, |c| {
+        c.cache.bloom_layout = bloomgate_service::config::BloomLayout::Classic;
+    })
+    .await;
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/cache/warm",
+            Some(r#"{"limit":1000,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let text = server.stats_text().await;
+    assert!(
+        text.contains(
+            r#""bloom":{"enabled":true,"ready":true,"added":200000,"rejected":0,"bits":7188794,"hashes":10,"layout":"classic""#
+        ),
+        "{text}"
+    );
+    for _ in 0..100 {
+        assert_eq!(server.get("/api/seckill/200100").await.0, 404);
+    }
+    assert_eq!(counter(&server.stats().await, &["bloom", "rejected"]), 100);
+    for id in [1, 77_777, 200_000] {
+        assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 200);
+    }
     server.stop().await;
 }
 

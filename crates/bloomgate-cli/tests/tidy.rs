@@ -1,0 +1,208 @@
+//! Docs that stay true (rust-analyzer's `tidy` idea): ARCHITECTURE.md's
+//! code map names every module, every module opens with a `//!` line, the
+//! places that hold `unsafe` are the ones the docs name, each `unsafe`
+//! block has a `SAFETY` comment, and `rust-version` is the oldest Rust the
+//! locked dependencies allow.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn crates() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem().unwrap().to_string_lossy().into_owned()
+}
+
+/// The text of ARCHITECTURE.md's section for `crates/<name>`.
+fn map_section<'a>(architecture: &'a str, name: &str) -> &'a str {
+    let heading = format!("### `crates/{name}`");
+    let start = architecture
+        .find(&heading)
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has no code map heading {heading}"));
+    let rest = &architecture[start + heading.len()..];
+    let end = rest
+        .find("\n## ")
+        .or_else(|| rest.find("\n### "))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn the_code_map_names_every_module_and_every_module_says_what_it_is_for() {
+    let architecture = read(&root().join("ARCHITECTURE.md"));
+    for dir in crates() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let section = map_section(&architecture, &name);
+        for file in rust_files(&dir.join("src")) {
+            let text = read(&file);
+            assert!(
+                text.trim_start().starts_with("//!"),
+                "{} does not open with a `//!` line saying what it is for",
+                file.display()
+            );
+            let module = stem(&file);
+            if module == "lib" || module == "main" {
+                continue;
+            }
+            assert!(
+                section.contains(&format!("`{module}`")),
+                "ARCHITECTURE.md's section for {name} does not name module `{module}`"
+            );
+        }
+    }
+}
+
+/// Modules with `unsafe` blocks, functions or impls, as `crate::module`.
+fn modules_with_unsafe() -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for dir in crates() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for file in rust_files(&dir.join("src")) {
+            let text = read(&file);
+            let lines: Vec<&str> = text.lines().collect();
+            let mut any = false;
+            for (i, line) in lines.iter().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                let block = code.contains("unsafe {");
+                if block || code.contains("unsafe fn") || code.contains("unsafe impl") {
+                    any = true;
+                }
+                if block || code.contains("unsafe impl") {
+                    // The comment lines directly above (or the line itself).
+                    let above = lines[..i]
+                        .iter()
+                        .rev()
+                        .take_while(|l| l.trim_start().starts_with("//"));
+                    let mut said = above.chain([line]);
+                    assert!(
+                        said.any(|l| l.contains("SAFETY")),
+                        "{}:{}: `unsafe` without a SAFETY comment just above",
+                        file.display(),
+                        i + 1
+                    );
+                }
+            }
+            if any {
+                found.insert(format!("{name}::{}", stem(&file)));
+            }
+        }
+    }
+    found
+}
+
+/// The backticked names in the first line of `text` containing `marker`,
+/// and the lines after it up to a blank line.
+fn named_after(text: &str, marker: &str) -> BTreeSet<String> {
+    let start = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("no line with {marker:?}"));
+    let rest = &text[start..];
+    // The paragraph ends at a blank line (in Markdown or in `//!` docs).
+    let end = ["\n\n", "\n//!\n"]
+        .iter()
+        .filter_map(|p| rest.find(p))
+        .min()
+        .unwrap_or(rest.len());
+    rest[..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn unsafe_lives_where_the_docs_say() {
+    let found = modules_with_unsafe();
+    assert!(
+        found.iter().all(|m| m.starts_with("bloomgate-filter::")),
+        "unsafe outside the filter crate: {found:?}"
+    );
+    let modules: BTreeSet<String> = found
+        .iter()
+        .map(|m| m.trim_start_matches("bloomgate-filter::").to_string())
+        .collect();
+    let architecture = read(&root().join("ARCHITECTURE.md"));
+    let mut documented = named_after(&architecture, "`unsafe` is confined to");
+    documented.retain(|n| n != "unsafe" && n != "bloomgate-filter");
+    assert_eq!(documented, modules, "ARCHITECTURE.md's unsafe invariant");
+    let lib = read(&root().join("crates/bloomgate-filter/src/lib.rs"));
+    let mut in_lib = named_after(&lib, "`unsafe` code lives in");
+    in_lib.retain(|n| n != "unsafe");
+    assert_eq!(in_lib, modules, "bloomgate-filter's crate docs");
+}
+
+fn version(v: &str) -> Vec<u64> {
+    let mut parts: Vec<u64> = v.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    parts.resize(3, 0);
+    parts
+}
+
+#[test]
+fn rust_version_is_the_oldest_that_the_locked_dependencies_allow() {
+    let manifest = read(&root().join("Cargo.toml"));
+    let declared = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("workspace rust-version")
+        .trim_matches('"')
+        .to_string();
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let needed = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| Some((p["rust_version"].as_str()?, p["name"].as_str()?)))
+        .max_by_key(|(v, _)| version(v))
+        .unwrap();
+    // Our own code is held to the declared version by clippy's
+    // `incompatible_msrv` lint (CI runs clippy); the dependencies by this.
+    assert_eq!(
+        version(&declared),
+        version(needed.0),
+        "rust-version {declared}: the newest requirement among locked dependencies is {} ({})",
+        needed.0,
+        needed.1
+    );
+}
