@@ -8,13 +8,16 @@
 //! any lease, so a reader that read SQL before the commit can no longer
 //! write what it read. ARCHITECTURE.md spells out why this is enough.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use moka::sync::Cache;
 use redis::aio::ConnectionManager;
 
+use crate::config::CacheConfig;
 use crate::model::Sku;
 
 /// The Redis value that marks an id confirmed missing in SQL.
@@ -122,6 +125,131 @@ pub struct RedisCounters {
     pub fills_refused: AtomicU64,
     /// Commands that failed (the read path then goes to SQL).
     pub errors: AtomicU64,
+    /// Commands that took longer than `cache.redis_timeout_ms`.
+    pub timeouts: AtomicU64,
+    /// Commands not sent because the breaker was open.
+    pub skipped: AtomicU64,
+}
+
+/// Why a Redis command gave no answer. The read path treats every one
+/// alike: go on to SQL.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The breaker is open: the command was not sent.
+    #[error("redis breaker open")]
+    BreakerOpen,
+    /// No answer within the timeout.
+    #[error("redis command timed out after {0:?}")]
+    Timeout(Duration),
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// The breaker's state, for stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Commands are sent.
+    Closed,
+    /// Commands are not sent until the open period ends.
+    Open,
+    /// The open period ended: the next commands probe Redis.
+    HalfOpen,
+}
+
+/// Records the breaker's transitions (failsafe calls it on each one).
+#[derive(Debug, Default)]
+struct WatchInner {
+    state: AtomicU8,
+    opened: AtomicU64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct BreakerWatch(Arc<WatchInner>);
+
+impl failsafe::Instrument for BreakerWatch {
+    fn on_call_rejected(&self) {}
+    fn on_open(&self) {
+        self.0.state.store(1, Ordering::Relaxed);
+        self.0.opened.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("redis breaker opened: reads go to SQL without Redis");
+    }
+    fn on_half_open(&self) {
+        self.0.state.store(2, Ordering::Relaxed);
+    }
+    fn on_closed(&self) {
+        if self.0.state.swap(0, Ordering::Relaxed) != 0 {
+            tracing::info!("redis breaker closed: Redis answers again");
+        }
+    }
+}
+
+/// Open periods that double from `next` up to `max` (failsafe's own
+/// exponential backoff starts at one second at least; ours may be shorter).
+#[derive(Debug, Clone)]
+struct Doubling {
+    next: Duration,
+    max: Duration,
+}
+
+impl Iterator for Doubling {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(now)
+    }
+}
+
+type Breaker =
+    failsafe::StateMachine<failsafe::failure_policy::ConsecutiveFailures<Doubling>, BreakerWatch>;
+
+/// The timeout, the breaker and the invalidations Redis is still owed,
+/// shared by every clone of a [`RedisTier`].
+#[derive(Debug)]
+struct Guard {
+    timeout: Duration,
+    breaker: Breaker,
+    watch: BreakerWatch,
+    /// Ids whose `DEL` after a write failed or was not sent: Redis may hold
+    /// an older state for them, so they bypass Redis until the `DEL` lands.
+    owed: Mutex<HashSet<i64>>,
+}
+
+impl Guard {
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+        // A set of ids stays consistent under a panic elsewhere.
+        self.owed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one command under the timeout and the breaker.
+    async fn run<T>(
+        &self,
+        counters: &RedisCounters,
+        command: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, CacheError> {
+        if !self.breaker.is_call_permitted() {
+            counters.skipped.fetch_add(1, Ordering::Relaxed);
+            return Err(CacheError::BreakerOpen);
+        }
+        match tokio::time::timeout(self.timeout, command).await {
+            Ok(Ok(v)) => {
+                self.breaker.on_success();
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                self.breaker.on_error();
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                Err(CacheError::Redis(e))
+            }
+            Err(_) => {
+                self.breaker.on_error();
+                counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(CacheError::Timeout(self.timeout))
+            }
+        }
+    }
 }
 
 /// GET the key; on a miss set this reader's lease, in one step.
@@ -147,6 +275,7 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 ";
 
 /// The Redis tier: SKU JSON, `__nil__` or a lease under `{prefix}sku:{id}`.
+/// Every command runs under a timeout and a circuit breaker (failsafe).
 #[derive(Clone)]
 pub struct RedisTier {
     conn: ConnectionManager,
@@ -155,6 +284,7 @@ pub struct RedisTier {
     nil_ttl: u64,
     lookup_or_lease: Arc<redis::Script>,
     fill_if_leased: Arc<redis::Script>,
+    guard: Arc<Guard>,
     /// Counters, shared by clones.
     pub counters: Arc<RedisCounters>,
 }
@@ -178,31 +308,82 @@ pub fn jittered(base: u64) -> u64 {
 }
 
 impl RedisTier {
-    /// Connects (with automatic reconnection).
+    /// Connects (with automatic reconnection) and starts the task that
+    /// delivers owed invalidations once Redis answers again.
     ///
     /// # Errors
     /// The client's error when the URL is bad or the server unreachable.
-    pub async fn connect(
-        url: &str,
-        prefix: &str,
-        value_ttl: u64,
-        nil_ttl: u64,
-    ) -> redis::RedisResult<Self> {
+    pub async fn connect(url: &str, c: &CacheConfig) -> redis::RedisResult<Self> {
+        let timeout = Duration::from_millis(c.redis_timeout_ms);
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(2))
-            .set_response_timeout(Duration::from_secs(2))
+            .set_connection_timeout(timeout.max(Duration::from_millis(200)))
+            .set_response_timeout(timeout)
             .set_number_of_retries(1);
         let conn = ConnectionManager::new_with_config(client, config).await?;
-        Ok(Self {
+        let watch = BreakerWatch::default();
+        let policy = failsafe::failure_policy::consecutive_failures(
+            c.redis_breaker_failures,
+            Doubling {
+                next: Duration::from_millis(c.redis_breaker_open_ms),
+                max: Duration::from_millis(c.redis_breaker_max_open_ms),
+            },
+        );
+        let breaker = failsafe::Config::new()
+            .failure_policy(policy)
+            .instrument(watch.clone())
+            .build();
+        let tier = Self {
             conn,
-            prefix: prefix.to_string(),
-            value_ttl,
-            nil_ttl,
+            prefix: c.redis_prefix.clone(),
+            value_ttl: c.redis_ttl_secs,
+            nil_ttl: c.redis_nil_ttl_secs,
             lookup_or_lease: Arc::new(redis::Script::new(LOOKUP_OR_LEASE)),
             fill_if_leased: Arc::new(redis::Script::new(FILL_IF_LEASED)),
+            guard: Arc::new(Guard {
+                timeout,
+                breaker,
+                watch,
+                owed: Mutex::default(),
+            }),
             counters: Arc::default(),
-        })
+        };
+        tokio::spawn(deliver_owed(
+            Arc::downgrade(&tier.guard),
+            tier.conn.clone(),
+            tier.prefix.clone(),
+            Arc::clone(&tier.counters),
+        ));
+        Ok(tier)
+    }
+
+    async fn guarded<T>(
+        &self,
+        command: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, CacheError> {
+        self.guard.run(&self.counters, command).await
+    }
+
+    /// The breaker's state.
+    #[must_use]
+    pub fn breaker_state(&self) -> BreakerState {
+        match self.guard.watch.0.state.load(Ordering::Relaxed) {
+            1 => BreakerState::Open,
+            2 => BreakerState::HalfOpen,
+            _ => BreakerState::Closed,
+        }
+    }
+
+    /// Times the breaker opened.
+    #[must_use]
+    pub fn breaker_opened(&self) -> u64 {
+        self.guard.watch.0.opened.load(Ordering::Relaxed)
+    }
+
+    /// Invalidations Redis is still owed.
+    #[must_use]
+    pub fn owed_invalidations(&self) -> usize {
+        self.guard.owed().len()
     }
 
     /// The key of an id.
@@ -211,29 +392,28 @@ impl RedisTier {
         format!("{}sku:{id}", self.prefix)
     }
 
-    fn count_error<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
-        if r.is_err() {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        r
-    }
-
     /// Looks an id up; on a miss, takes a lease on its key in the same step.
+    /// An id whose invalidation Redis is still owed is a miss without a
+    /// lease (Redis may hold its older state).
     ///
     /// # Errors
-    /// Redis errors (counted).
-    pub async fn lookup(&self, id: i64) -> redis::RedisResult<RedisLookup> {
+    /// [`CacheError`] (counted).
+    pub async fn lookup(&self, id: i64) -> Result<RedisLookup, CacheError> {
+        if self.guard.owed().contains(&id) {
+            return Ok(RedisLookup::Miss(None));
+        }
         let mut conn = self.conn.clone();
         let key = self.key(id);
         let lease = Lease::new();
-        let raw: Option<String> = self.count_error(
-            self.lookup_or_lease
-                .key(&key)
-                .arg(&lease.token)
-                .arg(LEASE_MS)
-                .invoke_async(&mut conn)
-                .await,
-        )?;
+        let raw: Option<String> = self
+            .guarded(
+                self.lookup_or_lease
+                    .key(&key)
+                    .arg(&lease.token)
+                    .arg(LEASE_MS)
+                    .invoke_async(&mut conn),
+            )
+            .await?;
         let out = match raw.as_deref() {
             None => RedisLookup::Miss(Some(lease)),
             Some(NIL_SENTINEL) => RedisLookup::Nil,
@@ -242,8 +422,9 @@ impl RedisTier {
                 Ok(sku) => RedisLookup::Hit(sku),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "undecodable cache value; deleting it");
-                    let _: redis::RedisResult<()> =
-                        redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+                    let _: Result<(), CacheError> = self
+                        .guarded(redis::cmd("DEL").arg(&key).query_async(&mut conn))
+                        .await;
                     RedisLookup::Miss(None)
                 }
             },
@@ -272,24 +453,25 @@ impl RedisTier {
     /// lost: a write deleted the key since the lookup (or the lease expired).
     ///
     /// # Errors
-    /// Redis errors (counted).
+    /// [`CacheError`] (counted).
     pub async fn fill(
         &self,
         id: i64,
         lease: &Lease,
         sku: Option<&Sku>,
-    ) -> redis::RedisResult<bool> {
+    ) -> Result<bool, CacheError> {
         let mut conn = self.conn.clone();
         let (value, ttl) = self.value_of(sku);
-        let filled: i64 = self.count_error(
-            self.fill_if_leased
-                .key(self.key(id))
-                .arg(&lease.token)
-                .arg(value)
-                .arg(ttl)
-                .invoke_async(&mut conn)
-                .await,
-        )?;
+        let filled: i64 = self
+            .guarded(
+                self.fill_if_leased
+                    .key(self.key(id))
+                    .arg(&lease.token)
+                    .arg(value)
+                    .arg(ttl)
+                    .invoke_async(&mut conn),
+            )
+            .await?;
         if filled == 0 {
             self.counters.fills_refused.fetch_add(1, Ordering::Relaxed);
         }
@@ -297,11 +479,12 @@ impl RedisTier {
     }
 
     /// Takes leases on the keys of `ids` that hold nothing, in one
-    /// pipelined round trip; `None` for keys that hold something already.
+    /// pipelined round trip; `None` for keys that hold something already
+    /// (or whose invalidation is owed).
     ///
     /// # Errors
-    /// Redis errors (counted).
-    pub async fn lease_many(&self, ids: &[i64]) -> redis::RedisResult<Vec<Option<Lease>>> {
+    /// [`CacheError`] (counted).
+    pub async fn lease_many(&self, ids: &[i64]) -> Result<Vec<Option<Lease>>, CacheError> {
         let mut conn = self.conn.clone();
         let leases: Vec<Lease> = ids.iter().map(|_| Lease::new()).collect();
         let mut pipe = redis::pipe();
@@ -313,11 +496,13 @@ impl RedisTier {
                 .arg(&lease.token)
                 .arg(LEASE_MS);
         }
-        let got: Vec<i64> = self.count_error(pipe.query_async(&mut conn).await)?;
+        let got: Vec<i64> = self.guarded(pipe.query_async(&mut conn)).await?;
+        let owed = self.guard.owed();
         Ok(leases
             .into_iter()
             .zip(got)
-            .map(|(l, g)| (g == 1).then_some(l))
+            .zip(ids)
+            .map(|((l, g), id)| (g == 1 && !owed.contains(id)).then_some(l))
             .collect())
     }
 
@@ -325,8 +510,8 @@ impl RedisTier {
     /// returns how many were written (the rest lost their lease to a write).
     ///
     /// # Errors
-    /// Redis errors (counted).
-    pub async fn fill_many(&self, items: &[(&Lease, &Sku)]) -> redis::RedisResult<u64> {
+    /// [`CacheError`] (counted).
+    pub async fn fill_many(&self, items: &[(&Lease, &Sku)]) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         for (lease, sku) in items {
@@ -339,7 +524,7 @@ impl RedisTier {
                 .arg(value)
                 .arg(ttl);
         }
-        let filled: Vec<i64> = self.count_error(pipe.query_async(&mut conn).await)?;
+        let filled: Vec<i64> = self.guarded(pipe.query_async(&mut conn)).await?;
         let written = filled.iter().filter(|&&f| f == 1).count() as u64;
         self.counters
             .fills_refused
@@ -348,38 +533,73 @@ impl RedisTier {
     }
 
     /// Deletes an id's entry (value, sentinel or lease). Every SQL write
-    /// calls this after its commit.
+    /// calls this after its commit. When the `DEL` fails (or the breaker
+    /// is open) the id is remembered: reads bypass Redis for it, and a
+    /// background task delivers the `DEL` once Redis answers again.
     ///
     /// # Errors
-    /// Redis errors (counted).
-    pub async fn invalidate(&self, id: i64) -> redis::RedisResult<()> {
+    /// [`CacheError`] (counted); the invalidation is then owed.
+    pub async fn invalidate(&self, id: i64) -> Result<(), CacheError> {
         let mut conn = self.conn.clone();
-        self.count_error(
-            redis::cmd("DEL")
-                .arg(self.key(id))
-                .query_async(&mut conn)
-                .await,
-        )
+        let res: Result<(), CacheError> = self
+            .guarded(redis::cmd("DEL").arg(self.key(id)).query_async(&mut conn))
+            .await;
+        if res.is_err() {
+            self.guard.owed().insert(id);
+        }
+        res
     }
 
     /// The raw value under an id's key (for inspection and tests).
     ///
     /// # Errors
-    /// Redis errors.
-    pub async fn raw(&self, id: i64) -> redis::RedisResult<Option<String>> {
+    /// [`CacheError`].
+    pub async fn raw(&self, id: i64) -> Result<Option<String>, CacheError> {
         let mut conn = self.conn.clone();
-        redis::cmd("GET")
-            .arg(self.key(id))
-            .query_async(&mut conn)
+        self.guarded(redis::cmd("GET").arg(self.key(id)).query_async(&mut conn))
             .await
     }
 
     /// Number of keys in the selected Redis database (`DBSIZE`).
     ///
     /// # Errors
-    /// Redis errors.
-    pub async fn key_count(&self) -> redis::RedisResult<u64> {
+    /// [`CacheError`].
+    pub async fn key_count(&self) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
-        redis::cmd("DBSIZE").query_async(&mut conn).await
+        self.guarded(redis::cmd("DBSIZE").query_async(&mut conn))
+            .await
+    }
+}
+
+/// Delivers owed invalidations (`DEL`s that failed) every 100 ms while
+/// there are any, until the tier is dropped.
+async fn deliver_owed(
+    guard: Weak<Guard>,
+    mut conn: ConnectionManager,
+    prefix: String,
+    counters: Arc<RedisCounters>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(guard) = guard.upgrade() else {
+            return;
+        };
+        let owed: Vec<i64> = guard.owed().iter().copied().take(1000).collect();
+        if owed.is_empty() {
+            continue;
+        }
+        let mut pipe = redis::pipe();
+        for id in &owed {
+            pipe.cmd("DEL").arg(format!("{prefix}sku:{id}")).ignore();
+        }
+        let sent: Result<(), CacheError> = guard.run(&counters, pipe.query_async(&mut conn)).await;
+        if sent.is_ok() {
+            let mut set = guard.owed();
+            for id in &owed {
+                set.remove(id);
+            }
+            drop(set);
+            tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");
+        }
     }
 }

@@ -30,6 +30,64 @@ pub struct Config {
     pub seed_if_empty: u64,
     /// Cache and filter settings.
     pub cache: CacheConfig,
+    /// SQL pool, timeouts and the load bulkhead.
+    pub sql: SqlConfig,
+    /// HTTP limits and shutdown.
+    pub http: HttpConfig,
+}
+
+/// The `sql.*` table: how much the service may ask of the database.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SqlConfig {
+    /// Connections in the pool (at most).
+    pub pool_size: u32,
+    /// Longest wait for a pooled connection, milliseconds.
+    pub acquire_timeout_ms: u64,
+    /// Longest time one statement may take, milliseconds.
+    pub statement_timeout_ms: u64,
+    /// Read-path loads that may query SQL at once (the bulkhead); more wait.
+    pub max_concurrent_loads: u32,
+    /// Longest wait for a bulkhead slot before answering 503, milliseconds.
+    pub queue_timeout_ms: u64,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        Self {
+            pool_size: 16,
+            acquire_timeout_ms: 1_000,
+            statement_timeout_ms: 2_000,
+            max_concurrent_loads: 32,
+            queue_timeout_ms: 100,
+        }
+    }
+}
+
+/// The `http.*` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Largest request body accepted, bytes (larger: 413).
+    pub body_limit_bytes: usize,
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may take to
+    /// finish before the server closes them, seconds.
+    pub shutdown_grace_secs: u64,
+    /// Requests per second per client IP on the public read route; 0 = off.
+    pub rate_limit_per_sec: u64,
+    /// Burst allowed above the rate, requests.
+    pub rate_limit_burst: u32,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            body_limit_bytes: 64 * 1024,
+            shutdown_grace_secs: 10,
+            rate_limit_per_sec: 0,
+            rate_limit_burst: 50,
+        }
+    }
 }
 
 /// Which filter the gate uses (`cache.bloom_layout`).
@@ -86,6 +144,15 @@ pub struct CacheConfig {
     pub redis_nil_ttl_secs: u64,
     /// Prefix of every Redis key the service writes.
     pub redis_prefix: String,
+    /// Longest time one Redis command may take, milliseconds.
+    pub redis_timeout_ms: u64,
+    /// Consecutive Redis failures (errors or timeouts) that open the breaker.
+    pub redis_breaker_failures: u32,
+    /// How long the breaker stays open before a probe, milliseconds
+    /// (doubling on repeated failure up to `redis_breaker_max_open_ms`).
+    pub redis_breaker_open_ms: u64,
+    /// Longest open period of the breaker, milliseconds.
+    pub redis_breaker_max_open_ms: u64,
 }
 
 impl Default for Config {
@@ -97,6 +164,8 @@ impl Default for Config {
             admin_token: None,
             seed_if_empty: 200_000,
             cache: CacheConfig::default(),
+            sql: SqlConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 }
@@ -118,6 +187,10 @@ impl Default for CacheConfig {
             redis_ttl_secs: 3600,
             redis_nil_ttl_secs: 300,
             redis_prefix: "bloomgate:".into(),
+            redis_timeout_ms: 50,
+            redis_breaker_failures: 5,
+            redis_breaker_open_ms: 500,
+            redis_breaker_max_open_ms: 10_000,
         }
     }
 }
@@ -286,6 +359,36 @@ impl Config {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1 second"));
             }
+        }
+        for (key, v) in [
+            ("cache.redis_timeout_ms", c.redis_timeout_ms),
+            ("cache.redis_breaker_open_ms", c.redis_breaker_open_ms),
+            ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),
+            ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),
+            ("sql.queue_timeout_ms", self.sql.queue_timeout_ms),
+            (
+                "cache.redis_breaker_failures",
+                u64::from(c.redis_breaker_failures),
+            ),
+            ("sql.pool_size", u64::from(self.sql.pool_size)),
+            (
+                "sql.max_concurrent_loads",
+                u64::from(self.sql.max_concurrent_loads),
+            ),
+            ("http.body_limit_bytes", self.http.body_limit_bytes as u64),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if c.redis_breaker_max_open_ms < c.redis_breaker_open_ms {
+            return Err(invalid(
+                "cache.redis_breaker_max_open_ms",
+                "must be at least cache.redis_breaker_open_ms",
+            ));
+        }
+        if self.http.rate_limit_per_sec > 0 && self.http.rate_limit_burst == 0 {
+            return Err(invalid("http.rate_limit_burst", "must be at least 1"));
         }
         let scheme = self.database_url.split(':').next().unwrap_or_default();
         if !matches!(

@@ -7,12 +7,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod cache;
 pub mod config;
 pub mod error;
 pub mod gate;
+pub mod input;
+pub mod json_errors;
+pub mod limits;
 pub mod metrics;
 pub mod model;
+pub mod openapi;
 #[doc(hidden)]
 pub mod pause;
 pub mod reader;
@@ -20,7 +25,7 @@ pub mod routes;
 pub mod state;
 pub mod store;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +33,10 @@ pub use config::Config;
 pub use routes::router;
 pub use state::{AppState, StartError};
 
-/// Serves `state` on `listener` until `shutdown` resolves, then drains
-/// in-flight requests.
+/// Serves `state` on `listener` until `shutdown` resolves, then stops
+/// accepting and drains in-flight requests for at most
+/// `http.shutdown_grace_secs`; connections still open after that are
+/// closed.
 ///
 /// # Errors
 /// I/O errors from the listener.
@@ -38,9 +45,28 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    };
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let bound = async move {
+        if stopping_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server.into_future() => served,
+        () = bound => {
+            tracing::warn!(grace_secs = grace.as_secs(), "requests still in flight after the shutdown grace period; closing them");
+            Ok(())
+        }
+    }
 }
 
 /// Seeds an empty database with `config.seed_if_empty` catalogue SKUs and,

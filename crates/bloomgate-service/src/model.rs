@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A seckill SKU, as stored in SQL, cached as JSON and returned by the API.
 /// Prices are integer cents; times are Unix seconds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Sku {
     /// Positive 64-bit id.
     pub id: i64,
@@ -25,19 +25,24 @@ pub struct Sku {
 }
 
 /// The body of `POST /api/skus` and `PUT /api/skus/{id}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SkuInput {
     /// Id for a create; omitted, the next free id is used. Ignored by updates
     /// unless it differs from the path, which is refused.
+    #[schema(minimum = 1)]
     pub id: Option<i64>,
     /// Display name, 1 to 255 characters.
+    #[schema(min_length = 1, max_length = 255)]
     pub name: String,
     /// List price, cents, ≥ 0.
+    #[schema(minimum = 0)]
     pub original_price: i64,
     /// Flash-sale price, cents, ≥ 0 and ≤ the list price.
+    #[schema(minimum = 0)]
     pub seckill_price: i64,
     /// Units, ≥ 0.
+    #[schema(minimum = 0)]
     pub stock: i64,
     /// Sale start, Unix seconds.
     pub seckill_start: i64,

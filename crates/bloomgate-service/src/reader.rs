@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use moka::sync::Cache;
 use tokio::sync::watch;
@@ -69,7 +70,50 @@ pub enum Lookup {
     Missing(Source),
 }
 
-type LoadResult = Result<Entry, Arc<StoreError>>;
+/// Why a load gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// SQL failed or timed out.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Too many loads are querying SQL: the bulkhead is full.
+    #[error("too many lookups are waiting for the database")]
+    Overloaded,
+}
+
+type LoadResult = Result<Entry, Arc<LoadError>>;
+
+/// The bulkhead: at most `permits` read-path loads query SQL at once; a
+/// load waits at most `queue_timeout` for a slot, then gives up with
+/// [`LoadError::Overloaded`] (a 503 with `Retry-After`). Answers from L1
+/// or Redis never wait for it.
+#[derive(Debug, Clone)]
+pub struct Bulkhead {
+    slots: Arc<tokio::sync::Semaphore>,
+    permits: usize,
+    queue_timeout: Duration,
+    /// Loads turned away.
+    pub rejected: Arc<Counter>,
+}
+
+impl Bulkhead {
+    /// A bulkhead of `permits` slots.
+    #[must_use]
+    pub fn new(permits: usize, queue_timeout: Duration) -> Self {
+        Self {
+            slots: Arc::new(tokio::sync::Semaphore::new(permits)),
+            permits,
+            queue_timeout,
+            rejected: Arc::default(),
+        }
+    }
+
+    /// Slots in use now.
+    #[must_use]
+    pub fn in_use(&self) -> usize {
+        self.permits.saturating_sub(self.slots.available_permits())
+    }
+}
 
 #[derive(Debug)]
 struct Flight {
@@ -98,6 +142,8 @@ pub struct ShieldedReader {
     pub store: SkuStore,
     /// L1 counters.
     pub l1_counters: Arc<L1Counters>,
+    /// The SQL bulkhead of the read path.
+    pub bulkhead: Bulkhead,
     shards: Arc<[Mutex<Shard>]>,
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
@@ -124,6 +170,7 @@ impl ShieldedReader {
         l1: Cache<i64, Entry>,
         redis: Option<RedisTier>,
         store: SkuStore,
+        bulkhead: Bulkhead,
     ) -> Self {
         Self {
             gate,
@@ -131,6 +178,7 @@ impl ShieldedReader {
             redis,
             store,
             l1_counters: Arc::default(),
+            bulkhead,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             after_read: Arc::default(),
         }
@@ -169,7 +217,10 @@ impl ShieldedReader {
         match entry {
             Some(Ok(Entry::Found(sku))) => Ok(Lookup::Found(sku, Source::Load)),
             Some(Ok(Entry::Missing)) => Ok(Lookup::Missing(Source::Load)),
-            Some(Err(e)) => Err(AppError::Unavailable(e.to_string())),
+            Some(Err(e)) => Err(match &*e {
+                LoadError::Overloaded => AppError::Overloaded,
+                LoadError::Store(e) => AppError::Unavailable(e.to_string()),
+            }),
             None => Err(AppError::Unavailable("the load stopped".into())),
         }
     }
@@ -235,7 +286,7 @@ impl ShieldedReader {
         Ok(fetched.entry)
     }
 
-    async fn fetch(&self, id: i64) -> Result<Fetched, StoreError> {
+    async fn fetch(&self, id: i64) -> Result<Fetched, LoadError> {
         let mut lease = None;
         if let Some(redis) = &self.redis {
             match redis.lookup(id).await {
@@ -255,6 +306,11 @@ impl ShieldedReader {
                 Err(e) => tracing::warn!(id, error = %e, "redis lookup failed; reading SQL"),
             }
         }
+        let b = &self.bulkhead;
+        let Ok(Ok(_slot)) = tokio::time::timeout(b.queue_timeout, b.slots.acquire()).await else {
+            b.rejected.incr();
+            return Err(LoadError::Overloaded);
+        };
         let found = self.store.get(id).await?;
         Ok(Fetched {
             entry: found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))),
@@ -276,53 +332,75 @@ impl ShieldedReader {
         self.l1.invalidate(&id);
     }
 
-    /// Loads `skus` (just read from SQL, in one batch) into Redis and L1
-    /// under the same rules as a read: Redis keys are leased before SQL is
-    /// read and filled only while the lease holds; L1 entries are stored
-    /// only if no write touched their shard since `start` was taken.
-    /// Returns how many Redis keys were written.
-    ///
-    /// # Errors
-    /// Redis errors.
-    pub async fn warm(&self, start: WarmStart, skus: &[Sku]) -> Result<u64, redis::RedisError> {
-        let mut written = 0;
+    /// Notes the shards' write counters and leases the Redis keys of `ids`
+    /// that hold nothing, before a warm reads their rows from SQL. When
+    /// Redis fails, the warm goes on for L1 alone.
+    pub async fn warm_start(&self, ids: &[i64]) -> WarmStart {
+        let writes = self.shards.iter().map(|s| lock(s).writes).collect();
+        let mut leases = HashMap::new();
+        let mut redis_error = None;
         if let Some(redis) = &self.redis {
+            for chunk in ids.chunks(1000) {
+                match redis.lease_many(chunk).await {
+                    Ok(got) => {
+                        for (id, lease) in chunk.iter().zip(got) {
+                            if let Some(l) = lease {
+                                leases.insert(*id, l);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        redis_error = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        WarmStart {
+            writes,
+            leases,
+            redis_error,
+        }
+    }
+
+    /// Loads `skus` (read from SQL after [`ShieldedReader::warm_start`])
+    /// into Redis and L1 under the same rules as a read: Redis keys are
+    /// filled only while their lease holds; L1 entries are stored only if
+    /// no write touched their shard since the start.
+    pub async fn warm(&self, start: WarmStart, skus: &[Sku]) -> WarmOutcome {
+        let mut outcome = WarmOutcome {
+            redis_written: 0,
+            redis_error: start.redis_error,
+        };
+        if let (Some(redis), None) = (&self.redis, &outcome.redis_error) {
             let leased: Vec<(&Lease, &Sku)> = skus
                 .iter()
                 .filter_map(|s| start.leases.get(&s.id).map(|l| (l, s)))
                 .collect();
-            written = redis.fill_many(&leased).await?;
+            match redis.fill_many(&leased).await {
+                Ok(n) => outcome.redis_written = n,
+                Err(e) => outcome.redis_error = Some(e.to_string()),
+            }
         }
         for sku in skus {
-            let shard = lock(self.shard(sku.id));
             let shard_no = (sku.id as u64 % SHARDS as u64) as usize;
+            let shard = lock(&self.shards[shard_no]);
             if shard.writes == start.writes[shard_no] {
                 self.l1
                     .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())));
             }
         }
-        Ok(written)
+        outcome
     }
+}
 
-    /// Notes the shards' write counters and leases the Redis keys of `ids`
-    /// that hold nothing, before a warm reads their rows from SQL.
-    ///
-    /// # Errors
-    /// Redis errors.
-    pub async fn warm_start(&self, ids: &[i64]) -> Result<WarmStart, redis::RedisError> {
-        let writes = self.shards.iter().map(|s| lock(s).writes).collect();
-        let mut leases = HashMap::new();
-        if let Some(redis) = &self.redis {
-            for chunk in ids.chunks(1000) {
-                for (id, lease) in chunk.iter().zip(redis.lease_many(chunk).await?) {
-                    if let Some(l) = lease {
-                        leases.insert(*id, l);
-                    }
-                }
-            }
-        }
-        Ok(WarmStart { writes, leases })
-    }
+/// What a warm did with Redis.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WarmOutcome {
+    /// Keys written.
+    pub redis_written: u64,
+    /// Why Redis was skipped, if it was.
+    pub redis_error: Option<String>,
 }
 
 /// What a warm noted before reading SQL: see [`ShieldedReader::warm_start`].
@@ -330,4 +408,5 @@ impl ShieldedReader {
 pub struct WarmStart {
     writes: Vec<u64>,
     leases: HashMap<i64, Lease>,
+    redis_error: Option<String>,
 }

@@ -1,116 +1,74 @@
-//! HTTP routes.
+//! HTTP routes: the seckill read, the operator endpoints, SKU writes.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::admin::authorize;
 use crate::error::AppError;
 use crate::gate::RebuildError;
+use crate::input::{json_body, parse_id};
 use crate::model::{now_secs, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
-/// The service's routes over `state`.
+/// The service's routes over `state`, with the body limit, the optional
+/// per-client rate limit on the read route, and JSON for every error.
 pub fn router(state: AppState) -> Router {
+    let mut read = Router::new().route("/api/seckill/{sku_id}", get(sku_detail));
+    if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
+        read = read.layer(limit);
+    }
     Router::new()
-        .route("/api/seckill/{sku_id}", get(sku_detail))
+        .merge(read)
         .route("/api/cache/warm", post(warm))
         .route("/api/cache/stats", get(stats))
         .route("/api/skus", post(create_sku))
         .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
         .route("/api/ping", get(ping))
         .route("/healthz", get(ping))
+        .route("/openapi.json", get(crate::openapi::serve))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async {
+            crate::error::error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(state.http.body_limit_bytes))
+        .layer(axum::middleware::map_response(
+            crate::json_errors::json_errors,
+        ))
         .with_state(state)
 }
 
-/// The most characters of a client's input an error message quotes.
-pub const MAX_QUOTED: usize = 64;
-
-/// `s`, cut to [`MAX_QUOTED`] characters with `…` when longer.
-fn clip(s: &str) -> String {
-    match s.char_indices().nth(MAX_QUOTED) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
-}
-
-/// Clips every quoted span (between backticks or double quotes) of a
-/// parser's message, which may echo the client's input.
-fn clip_quoted(message: &str) -> String {
-    let mut out = String::with_capacity(message.len().min(512));
-    let mut rest = message;
-    while let Some(open) = rest.find(['`', '"']) {
-        let quote = &rest[open..=open];
-        out.push_str(&rest[..=open]);
-        let after = &rest[open + 1..];
-        let Some(close) = after.find(quote) else {
-            out.push_str(&clip(after));
-            return out;
-        };
-        out.push_str(&clip(&after[..close]));
-        out.push_str(quote);
-        rest = &after[close + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Parses a path id: a positive integer that fits in i64.
-fn parse_id(raw: &str) -> Result<i64, AppError> {
-    match raw.parse::<i64>() {
-        Ok(id) if id > 0 => Ok(id),
-        _ => Err(AppError::BadRequest(format!(
-            "skuId must be a positive integer that fits in 64 bits, got {:?}",
-            clip(raw)
-        ))),
-    }
-}
-
-/// Parses a JSON body ourselves so that every failure is a JSON 400.
-fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, AppError> {
-    serde_json::from_slice(body)
-        .map_err(|e| AppError::BadRequest(clip_quoted(&format!("invalid JSON body: {e}"))))
-}
-
-/// Admin calls need `Authorization: Bearer <token>` when a token is
-/// configured. Without one, the server only starts on loopback (see
-/// `Config::validate`), so local callers are accepted.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
-    let Some(token) = state.admin_token.as_deref() else {
-        return Ok(());
-    };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(AppError::Unauthorized)?;
-    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden)
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn ping() -> impl IntoResponse {
+/// Liveness: a fixed answer, the benchmarks' ceiling.
+#[utoipa::path(get, path = "/api/ping", responses((status = 200, description = "Alive", body = Object)))]
+pub async fn ping() -> impl IntoResponse {
     Json(json!({ "ok": true }))
 }
 
-async fn sku_detail(
+/// A SKU's details through the funnel: filter, L1, Redis, SQL.
+#[utoipa::path(get, path = "/api/seckill/{skuId}",
+    params(("skuId" = i64, Path, minimum = 1, description = "A positive 64-bit SKU id")),
+    responses(
+        (status = 200, description = "The SKU", body = crate::model::Sku),
+        (status = 400, description = "Not a positive 64-bit integer", body = crate::error::ErrorBody),
+        (status = 404, description = "No such SKU", body = crate::error::ErrorBody),
+        (status = 429, description = "Over the per-client rate limit", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable or overloaded", body = crate::error::ErrorBody),
+    ))]
+pub async fn sku_detail(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
@@ -121,11 +79,15 @@ async fn sku_detail(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /api/cache/warm` (optional: an empty body is `{}`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct WarmRequest {
+pub struct WarmRequest {
+    /// SKUs to load into Redis and L1, from the smallest id.
     #[serde(default = "default_warm_limit")]
+    #[schema(minimum = 0, maximum = 1_000_000, default = 1000)]
     limit: u64,
+    /// Also rebuild the filter from SQL, waiting for it.
     #[serde(default)]
     rebuild_bloom: bool,
 }
@@ -137,17 +99,25 @@ const fn default_warm_limit() -> u64 {
 /// The largest `limit` a warm call accepts.
 pub const MAX_WARM_LIMIT: u64 = 1_000_000;
 
-async fn warm(
+/// Warms Redis and L1 with the first SKUs; optionally rebuilds the filter.
+#[utoipa::path(post, path = "/api/cache/warm",
+    request_body(content = Option<WarmRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Warmed (and rebuilt)", body = Object),
+        (status = 400, description = "Bad body", body = crate::error::ErrorBody),
+        (status = 401, description = "Missing bearer token", body = crate::error::ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = crate::error::ErrorBody),
+        (status = 413, description = "Body over the limit", body = crate::error::ErrorBody),
+        (status = 415, description = "Body not declared JSON", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
+    ))]
+pub async fn warm(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
-    authorize(&state, &headers)?;
-    let req: WarmRequest = if body.is_empty() {
-        parse_body(&Bytes::from_static(b"{}"))?
-    } else {
-        parse_body(&body)?
-    };
+    authorize(state.admin_token.as_deref(), &headers, "/api/cache/warm")?;
+    let req: WarmRequest = json_body(&headers, &body)?;
     if req.limit > MAX_WARM_LIMIT {
         return Err(AppError::BadRequest(format!(
             "limit must be at most {MAX_WARM_LIMIT}"
@@ -160,10 +130,9 @@ async fn warm(
     // away, it still completes and is published.
     let ticket = req.rebuild_bloom.then(|| reader.gate.request_rebuild());
     let ids = reader.store.first_ids(req.limit).await?;
-    let redis_down = |e: redis::RedisError| AppError::Unavailable(format!("redis: {e}"));
-    let start = reader.warm_start(&ids).await.map_err(redis_down)?;
+    let start = reader.warm_start(&ids).await;
     let skus = reader.store.first(req.limit).await?;
-    let redis_written = reader.warm(start, &skus).await.map_err(redis_down)?;
+    let outcome = reader.warm(start, &skus).await;
     let rebuild = match ticket {
         Some(t) => Some(t.wait().await.map_err(|e| match e {
             RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
@@ -173,14 +142,19 @@ async fn warm(
     };
     Ok(Json(json!({
         "warmed": skus.len(),
-        "redis_written": redis_written,
+        "redis_written": outcome.redis_written,
+        "redis_error": outcome.redis_error,
         "rebuild_bloom": rebuild,
         "added": rebuild.map_or(0, |r| r.added),
         "duration_ms": started.elapsed().as_millis() as u64,
     })))
 }
 
-async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppError> {
+/// Counters of every level: bloom, l1, redis, sql.
+#[utoipa::path(get, path = "/api/cache/stats",
+    responses((status = 200, description = "Counters", body = Object),
+        (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody)))]
+pub async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppError> {
     let r = &state.reader;
     let l1 = &r.l1_counters;
     let sql = &r.store.counters;
@@ -194,6 +168,11 @@ async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppEr
                 "misses": c.misses.load(Ordering::Relaxed),
                 "fills_refused": c.fills_refused.load(Ordering::Relaxed),
                 "errors": c.errors.load(Ordering::Relaxed),
+                "timeouts": c.timeouts.load(Ordering::Relaxed),
+                "skipped": c.skipped.load(Ordering::Relaxed),
+                "breaker": redis.breaker_state(),
+                "breaker_opened": redis.breaker_opened(),
+                "owed_invalidations": redis.owed_invalidations(),
                 "keys": redis.key_count().await.ok(),
             })
         }
@@ -213,17 +192,33 @@ async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppEr
             "queries": sql.queries.load(Ordering::Relaxed),
             "found": sql.found.load(Ordering::Relaxed),
             "missing": sql.missing.load(Ordering::Relaxed),
+            "timeouts": sql.timeouts.load(Ordering::Relaxed),
+            "bulkhead_in_use": r.bulkhead.in_use(),
+            "bulkhead_rejected": r.bulkhead.rejected.get(),
         },
     })))
 }
 
-async fn create_sku(
+/// Creates a SKU (the next free id when none is given).
+#[utoipa::path(post, path = "/api/skus",
+    request_body(content = crate::model::SkuInput, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created", body = crate::model::Sku),
+        (status = 400, description = "Bad body", body = crate::error::ErrorBody),
+        (status = 401, description = "Missing bearer token", body = crate::error::ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = crate::error::ErrorBody),
+        (status = 413, description = "Body over the limit", body = crate::error::ErrorBody),
+        (status = 415, description = "Body not declared JSON", body = crate::error::ErrorBody),
+        (status = 409, description = "The id is taken, or no automatic id is left", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
+    ))]
+pub async fn create_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
-    authorize(&state, &headers)?;
-    let input: SkuInput = parse_body(&body)?;
+    authorize(state.admin_token.as_deref(), &headers, "/api/skus")?;
+    let input: SkuInput = json_body(&headers, &body)?;
     input.validate().map_err(AppError::BadRequest)?;
     let store = &state.reader.store;
     let explicit = input.id;
@@ -256,15 +251,29 @@ async fn create_sku(
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
-async fn update_sku(
+/// Replaces a SKU's fields.
+#[utoipa::path(put, path = "/api/skus/{skuId}",
+    params(("skuId" = i64, Path, minimum = 1)),
+    request_body(content = crate::model::SkuInput, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Updated", body = crate::model::Sku),
+        (status = 400, description = "Bad body", body = crate::error::ErrorBody),
+        (status = 401, description = "Missing bearer token", body = crate::error::ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = crate::error::ErrorBody),
+        (status = 413, description = "Body over the limit", body = crate::error::ErrorBody),
+        (status = 415, description = "Body not declared JSON", body = crate::error::ErrorBody),
+        (status = 404, description = "No such SKU", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
+    ))]
+pub async fn update_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
-    authorize(&state, &headers)?;
+    authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
-    let input: SkuInput = parse_body(&body)?;
+    let input: SkuInput = json_body(&headers, &body)?;
     input.validate().map_err(AppError::BadRequest)?;
     if input.id.is_some_and(|body_id| body_id != id) {
         return Err(AppError::BadRequest(
@@ -279,12 +288,23 @@ async fn update_sku(
     Ok(Json(sku))
 }
 
-async fn delete_sku(
+/// Deletes a SKU.
+#[utoipa::path(delete, path = "/api/skus/{skuId}",
+    params(("skuId" = i64, Path, minimum = 1)),
+    responses(
+        (status = 200, description = "Deleted", body = Object),
+        (status = 400, description = "Bad id", body = crate::error::ErrorBody),
+        (status = 401, description = "Missing bearer token", body = crate::error::ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = crate::error::ErrorBody),
+        (status = 404, description = "No such SKU", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
+    ))]
+pub async fn delete_sku(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
-    authorize(&state, &headers)?;
+    authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
     if !state.reader.store.delete(id).await? {
         return Err(AppError::NotFound(format!("sku {id} not found")));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::cache::{new_l1, RedisTier};
 use crate::config::Config;
 use crate::gate::{Gate, GateConfig};
-use crate::reader::ShieldedReader;
+use crate::reader::{Bulkhead, ShieldedReader};
 use crate::store::{SkuStore, StoreError};
 
 /// What every handler shares.
@@ -18,6 +18,8 @@ pub struct AppState {
     pub admin_token: Option<Arc<str>>,
     /// Deletes that trigger a filter rebuild.
     pub rebuild_after_deletes: u64,
+    /// Body limit, rate limit, shutdown grace.
+    pub http: crate::config::HttpConfig,
 }
 
 /// Why the service could not start.
@@ -50,13 +52,10 @@ impl AppState {
     /// [`StartError`].
     pub async fn connect(config: &Config) -> Result<Self, StartError> {
         config.validate()?;
-        let store = SkuStore::connect(&config.database_url).await?;
+        let store = SkuStore::connect_with(&config.database_url, &config.sql).await?;
         let c = &config.cache;
         let redis = match &config.redis_url {
-            Some(url) => Some(
-                RedisTier::connect(url, &c.redis_prefix, c.redis_ttl_secs, c.redis_nil_ttl_secs)
-                    .await?,
-            ),
+            Some(url) => Some(RedisTier::connect(url, c).await?),
             None => None,
         };
         let gate = Gate::new(
@@ -73,11 +72,16 @@ impl AppState {
             Duration::from_secs(c.l1_ttl_secs),
             Duration::from_secs(c.l1_negative_ttl_secs),
         );
-        let reader = ShieldedReader::new(Arc::new(gate), l1, redis, store);
+        let bulkhead = Bulkhead::new(
+            config.sql.max_concurrent_loads as usize,
+            Duration::from_millis(config.sql.queue_timeout_ms),
+        );
+        let reader = ShieldedReader::new(Arc::new(gate), l1, redis, store, bulkhead);
         Ok(Self {
             reader,
             admin_token: config.admin_token.as_deref().map(Arc::from),
             rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
+            http: config.http.clone(),
         })
     }
 }

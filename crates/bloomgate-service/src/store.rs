@@ -1,13 +1,16 @@
 //! The source of truth: SKUs in SQL (SQLite, MySQL/MariaDB or PostgreSQL)
 //! through sqlx's `Any` driver, with a small migration runner.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+use crate::config::SqlConfig;
 use crate::model::Sku;
 
 /// A database failure, with the operation that failed.
@@ -57,6 +60,8 @@ const COLUMNS: &str =
 /// Counters of the queries this store sent, by outcome.
 #[derive(Debug, Default)]
 pub struct StoreCounters {
+    /// Statements that took longer than `sql.statement_timeout_ms`.
+    pub timeouts: AtomicU64,
     /// Point lookups sent.
     pub queries: AtomicU64,
     /// Point lookups that found a row.
@@ -65,11 +70,38 @@ pub struct StoreCounters {
     pub missing: AtomicU64,
 }
 
+/// A bound on every statement's duration; a statement past it fails with
+/// an I/O `TimedOut` error (and is counted).
+#[derive(Debug, Clone)]
+struct StatementLimit {
+    timeout: Duration,
+    counters: Arc<StoreCounters>,
+}
+
+/// `.within(&limit)` on any sqlx future: the statement timeout.
+trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
+    async fn within(self, limit: &StatementLimit) -> Result<T, sqlx::Error> {
+        match tokio::time::timeout(limit.timeout, self).await {
+            Ok(r) => r,
+            Err(_) => {
+                limit.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("statement took longer than {:?}", limit.timeout),
+                )))
+            }
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T, sqlx::Error>>> Within<T> for F {}
+
 /// The SKU table.
 #[derive(Debug, Clone)]
 pub struct SkuStore {
     pool: AnyPool,
     backend: Backend,
+    limit: StatementLimit,
     /// Query counters, shared by clones.
     pub counters: Arc<StoreCounters>,
 }
@@ -81,6 +113,14 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, &SqlConfig::default()).await
+    }
+
+    /// As [`SkuStore::connect`], with the pool size and timeouts of `c`.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn connect_with(url: &str, c: &SqlConfig) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -94,15 +134,24 @@ impl SkuStore {
             url = prepare_sqlite(&url);
         }
         let pool = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 16 })
-            .acquire_timeout(std::time::Duration::from_secs(5))
+            .max_connections(if backend == Backend::Sqlite {
+                c.pool_size.min(4)
+            } else {
+                c.pool_size
+            })
+            .acquire_timeout(Duration::from_millis(c.acquire_timeout_ms))
             .connect(&url)
             .await
             .map_err(err("connect"))?;
+        let counters = Arc::<StoreCounters>::default();
         let store = Self {
             pool,
             backend,
-            counters: Arc::default(),
+            limit: StatementLimit {
+                timeout: Duration::from_millis(c.statement_timeout_ms),
+                counters: Arc::clone(&counters),
+            },
+            counters,
         };
         store.migrate().await?;
         Ok(store)
@@ -132,10 +181,12 @@ impl SkuStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("migrate"))?;
         let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
             .fetch_all(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("migrate"))?
             .iter()
@@ -148,6 +199,7 @@ impl SkuStore {
             }
             sqlx::query(ddl)
                 .execute(&self.pool)
+                .within(&self.limit)
                 .await
                 .map_err(err("migrate"))?;
             let q = format!(
@@ -159,6 +211,7 @@ impl SkuStore {
                 .bind(version)
                 .bind(crate::model::now_secs())
                 .execute(&self.pool)
+                .within(&self.limit)
                 .await;
             // Two instances migrating at once: the loser's insert collides.
             if let Err(e) = res {
@@ -177,6 +230,7 @@ impl SkuStore {
     pub async fn count(&self) -> Result<u64, StoreError> {
         let row = sqlx::query("SELECT COUNT(*) FROM skus")
             .fetch_one(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("count"))?;
         Ok(row.try_get::<i64, _>(0).map_err(err("count"))? as u64)
@@ -192,6 +246,7 @@ impl SkuStore {
         let row = sqlx::query(&q)
             .bind(id)
             .fetch_optional(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("get"))?;
         let sku = row
@@ -219,6 +274,7 @@ impl SkuStore {
         sqlx::query(&q)
             .bind(limit as i64)
             .fetch_all(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("first"))?
             .iter()
@@ -236,6 +292,7 @@ impl SkuStore {
         sqlx::query(&q)
             .bind(limit as i64)
             .fetch_all(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("first ids"))?
             .iter()
@@ -269,7 +326,12 @@ impl SkuStore {
                 .bind(after)
                 .bind(batch as i64)
                 .fetch(&self.pool);
-            while let Some(row) = rows.try_next().await.map_err(err("scan ids"))? {
+            while let Some(row) = rows
+                .try_next()
+                .within(&self.limit)
+                .await
+                .map_err(err("scan ids"))?
+            {
                 ids.push(row.try_get::<i64, _>(0).map_err(err("scan ids"))?);
             }
             drop(rows);
@@ -291,7 +353,11 @@ impl SkuStore {
     /// [`StoreError`].
     pub async fn insert(&self, sku: &Sku) -> Result<bool, StoreError> {
         let q = format!("INSERT INTO skus ({COLUMNS}) VALUES ({})", self.phs(1, 8));
-        match bind_sku(sqlx::query(&q), sku).execute(&self.pool).await {
+        match bind_sku(sqlx::query(&q), sku)
+            .execute(&self.pool)
+            .within(&self.limit)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if is_unique_violation(&e) => Ok(false),
             Err(e) => Err(err("insert")(e)),
@@ -306,6 +372,7 @@ impl SkuStore {
     pub async fn next_id(&self) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM skus")
             .fetch_one(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("next id"))?;
         Ok(row
@@ -333,6 +400,7 @@ impl SkuStore {
             .bind(sku.updated_at)
             .bind(sku.id)
             .execute(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("update"))?;
         Ok(res.rows_affected() > 0)
@@ -347,6 +415,7 @@ impl SkuStore {
         let res = sqlx::query(&q)
             .bind(id)
             .execute(&self.pool)
+            .within(&self.limit)
             .await
             .map_err(err("delete"))?;
         Ok(res.rows_affected() > 0)
@@ -391,7 +460,11 @@ impl SkuStore {
             for id in start..=end {
                 query = bind_sku(query, &crate::model::catalogue_sku(id));
             }
-            let res = query.execute(&self.pool).await.map_err(err("seed"))?;
+            let res = query
+                .execute(&self.pool)
+                .within(&self.limit)
+                .await
+                .map_err(err("seed"))?;
             inserted += res.rows_affected();
             progress(n as u64);
             start = end + 1;

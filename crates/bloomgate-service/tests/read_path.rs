@@ -512,6 +512,7 @@ async fn admin_calls_need_the_token_when_one_is_configured() {
             let mut r = server
                 .client
                 .request(method.clone(), server.url(path))
+                .header("content-type", "application/json")
                 .body(body.clone());
             if let Some(a) = auth {
                 r = r.header("authorization", a);

@@ -1,0 +1,99 @@
+//! Parsing what clients send: path ids and JSON bodies. Pure functions, so
+//! the fuzz targets call them directly; every failure is an
+//! [`AppError::BadRequest`] (or 415) whose message quotes at most
+//! [`MAX_QUOTED`] characters of the input.
+
+use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
+
+use crate::error::AppError;
+
+/// The most characters of a client's input an error message quotes.
+pub const MAX_QUOTED: usize = 64;
+
+/// `s`, cut to [`MAX_QUOTED`] characters with `…` when longer.
+#[must_use]
+pub fn clip(s: &str) -> String {
+    match s.char_indices().nth(MAX_QUOTED) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// Clips every quoted span (between backticks or double quotes) of a
+/// parser's message, which may echo the client's input.
+#[must_use]
+pub fn clip_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(512));
+    let mut rest = message;
+    while let Some(open) = rest.find(['`', '"']) {
+        let quote = &rest[open..=open];
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(quote) else {
+            out.push_str(&clip(after));
+            return out;
+        };
+        out.push_str(&clip(&after[..close]));
+        out.push_str(quote);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Parses a path id: a positive integer that fits in i64.
+///
+/// # Errors
+/// [`AppError::BadRequest`].
+pub fn parse_id(raw: &str) -> Result<i64, AppError> {
+    match raw.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(AppError::BadRequest(format!(
+            "skuId must be a positive integer that fits in 64 bits, got {:?}",
+            clip(raw)
+        ))),
+    }
+}
+
+/// Parses a JSON body ourselves so that every failure is a JSON 400.
+///
+/// # Errors
+/// [`AppError::BadRequest`].
+pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
+    serde_json::from_slice(body)
+        .map_err(|e| AppError::BadRequest(clip_quoted(&format!("invalid JSON body: {e}"))))
+}
+
+/// A body must be declared JSON (`application/json`, any parameters) when
+/// there is one.
+///
+/// # Errors
+/// [`AppError::UnsupportedMediaType`].
+pub fn require_json(headers: &HeaderMap, body: &[u8]) -> Result<(), AppError> {
+    if body.is_empty() {
+        return Ok(());
+    }
+    let declared = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim);
+    match declared {
+        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
+        other => Err(AppError::UnsupportedMediaType(format!(
+            "the body must be application/json, got {:?}",
+            clip(other.unwrap_or("no content type"))
+        ))),
+    }
+}
+
+/// [`require_json`], then [`parse_body`]; an empty body parses as `{}`.
+///
+/// # Errors
+/// As both.
+pub fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, AppError> {
+    require_json(headers, body)?;
+    parse_body(if body.is_empty() { b"{}" } else { body })
+}
