@@ -310,3 +310,49 @@ fn bench_reports_throughput_and_fpr() {
 fn attack_refuses_a_bad_url() {
     assert_clean_failure(&run(&["attack", "--url", "ftp://x"]), "--url");
 }
+
+#[test]
+fn serve_exits_zero_on_sigterm_after_draining() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = bin()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("BLOOMGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("BLOOMGATE_SEED_IF_EMPTY", "100")
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "serve did not listen");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve ignored SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {err}");
+    assert!(err.contains("shutting down"), "{err}");
+}

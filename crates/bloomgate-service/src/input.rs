@@ -90,10 +90,18 @@ pub fn require_json(headers: &HeaderMap, body: &[u8]) -> Result<(), AppError> {
 }
 
 /// [`require_json`], then [`parse_body`]; an empty body parses as `{}`.
+/// Every body of this API is an object (or `null` where optional): arrays,
+/// which serde would accept for a struct field by field, are refused.
 ///
 /// # Errors
 /// As both.
 pub fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, AppError> {
     require_json(headers, body)?;
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        return Err(AppError::BadRequest(
+            "invalid JSON body: expected an object, got an array".into(),
+        ));
+    }
     parse_body(if body.is_empty() { b"{}" } else { body })
 }

@@ -35,8 +35,9 @@ pub use state::{AppState, StartError};
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting and drains in-flight requests for at most
-/// `http.shutdown_grace_secs`; connections still open after that are
-/// closed.
+/// `http.shutdown_grace_secs`. After that it returns anyway; the requests
+/// still running end when the runtime shuts down (for `bloomgate serve`,
+/// when the process exits).
 ///
 /// # Errors
 /// I/O errors from the listener.

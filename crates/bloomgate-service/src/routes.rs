@@ -79,7 +79,8 @@ pub async fn sku_detail(
     }
 }
 
-/// The body of `POST /api/cache/warm` (optional: an empty body is `{}`).
+/// The body of `POST /api/cache/warm` (optional: an empty body or `null`
+/// is `{}`).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WarmRequest {
@@ -94,6 +95,15 @@ pub struct WarmRequest {
 
 const fn default_warm_limit() -> u64 {
     1000
+}
+
+impl Default for WarmRequest {
+    fn default() -> Self {
+        Self {
+            limit: default_warm_limit(),
+            rebuild_bloom: false,
+        }
+    }
 }
 
 /// The largest `limit` a warm call accepts.
@@ -117,7 +127,8 @@ pub async fn warm(
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/cache/warm")?;
-    let req: WarmRequest = json_body(&headers, &body)?;
+    // An empty body or JSON `null` means all defaults.
+    let req: WarmRequest = json_body::<Option<WarmRequest>>(&headers, &body)?.unwrap_or_default();
     if req.limit > MAX_WARM_LIMIT {
         return Err(AppError::BadRequest(format!(
             "limit must be at most {MAX_WARM_LIMIT}"

@@ -279,3 +279,180 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+async fn wait_port(port: u16, up: bool) {
+    for _ in 0..300 {
+        let open = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok();
+        if open == up {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "port {port} did not become {}",
+        if up { "open" } else { "closed" }
+    );
+}
+
+/// A server process this test owns, on its own loopback port: it can be
+/// stopped, restarted, paused (SIGSTOP) and resumed; killed when dropped.
+pub struct OwnServer {
+    pub port: u16,
+    program: String,
+    args: Vec<String>,
+    child: Option<std::process::Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnServer {
+    fn spawn(&mut self) {
+        let child = std::process::Command::new(&self.program)
+            .args(&self.args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.program));
+        self.child = Some(child);
+    }
+
+    /// Starts (again) and waits until the port accepts connections.
+    pub async fn start(&mut self) {
+        self.spawn();
+        wait_port(self.port, true).await;
+    }
+
+    /// Kills the process and waits until the port is closed.
+    pub async fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        wait_port(self.port, false).await;
+    }
+
+    /// Freezes the process (SIGSTOP): connections hang, nothing answers.
+    pub fn pause(&self) {
+        signal(self.child.as_ref().unwrap().id(), "-STOP");
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.child.as_ref().unwrap().id(), "-CONT");
+    }
+
+    /// A Redis server with no persistence on a free port.
+    pub async fn redis() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut s = Self {
+            port,
+            program: "redis-server".into(),
+            args: [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &dir.path().display().to_string(),
+            ]
+            .iter()
+            .map(|a| (*a).to_string())
+            .collect(),
+            child: None,
+            _dir: dir,
+        };
+        s.start().await;
+        s
+    }
+
+    /// A MariaDB server with a fresh data directory on a free port, root
+    /// without a password, database `test`.
+    pub async fn mariadb() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let status = std::process::Command::new("mariadb-install-db")
+            .args([
+                "--no-defaults",
+                &format!("--datadir={}", data.display()),
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("mariadb-install-db");
+        assert!(status.success(), "mariadb-install-db failed");
+        let port = free_port();
+        let mut s = Self {
+            port,
+            program: "mariadbd".into(),
+            args: vec![
+                "--no-defaults".into(),
+                format!("--datadir={}", data.display()),
+                format!("--port={port}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--socket={}", dir.path().join("sock").display()),
+                "--user=root".into(),
+                "--skip-log-bin".into(),
+                "--innodb-buffer-pool-size=32M".into(),
+            ],
+            child: None,
+            _dir: dir,
+        };
+        s.start().await;
+        sqlx::any::install_default_drivers();
+        let admin = format!("mysql://root@127.0.0.1:{port}/mysql");
+        let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+        sqlx::query("CREATE DATABASE IF NOT EXISTS test")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        s
+    }
+
+    /// The server's URL (`redis://…` or `mysql://…/test`).
+    pub fn url(&self) -> String {
+        if self.program == "redis-server" {
+            format!("redis://127.0.0.1:{}/", self.port)
+        } else {
+            format!("mysql://root@127.0.0.1:{}/test", self.port)
+        }
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

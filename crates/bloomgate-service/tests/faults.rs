@@ -1,0 +1,348 @@
+//! Dependencies that fail: Redis stopped or frozen, MariaDB stopped or
+//! frozen, each a server this test starts on its own port (never the
+//! machine's). The service keeps answering correctly, fails fast where it
+//! must, and recovers without a restart. Figures go to stderr for
+//! RELIABILITY.md (`cargo test -p bloomgate-service --test faults -- --nocapture`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{counter, eventually, sku_body, OwnServer, TestServer};
+use reqwest::Method;
+
+/// One request's outcome.
+struct Answer {
+    status: u16,
+    body: serde_json::Value,
+    retry_after: Option<String>,
+    took: Duration,
+}
+
+async fn get(server: &TestServer, id: i64) -> Answer {
+    let started = Instant::now();
+    let r = server
+        .client
+        .get(server.url(&format!("/api/seckill/{id}")))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = r.json().await.unwrap_or(serde_json::Value::Null);
+    Answer {
+        status,
+        body,
+        retry_after,
+        took: started.elapsed(),
+    }
+}
+
+/// GETs for `ids`, 50 at a time.
+async fn get_all(server: &TestServer, ids: &[i64]) -> Vec<(i64, Answer)> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(50) {
+        let answers = futures_util::future::join_all(chunk.iter().map(|&id| get(server, id))).await;
+        out.extend(chunk.iter().copied().zip(answers));
+    }
+    out
+}
+
+fn percentile(mut d: Vec<Duration>, p: f64) -> Duration {
+    d.sort();
+    d[((d.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Checks each answer is right for a catalogue of ids `1..=catalogue`:
+/// existing ids 200 with their own id, others 404; a bulkhead 503
+/// (`overloaded`, with `Retry-After`) is no wrong answer and is counted.
+/// Returns counts by status.
+fn check_answers(answers: &[(i64, Answer)], catalogue: i64) -> BTreeMap<u16, usize> {
+    let mut by_status = BTreeMap::new();
+    for (id, a) in answers {
+        *by_status.entry(a.status).or_default() += 1;
+        if a.status == 503 && a.body["error"] == "overloaded" {
+            assert_eq!(a.retry_after.as_deref(), Some("1"));
+        } else if *id <= catalogue {
+            assert_eq!(a.status, 200, "id {id}: {}", a.body);
+            assert_eq!(a.body["id"], *id, "a wrong SKU for {id}");
+        } else {
+            assert_eq!(a.status, 404, "id {id}: {}", a.body);
+        }
+    }
+    by_status
+}
+
+fn fault_config(db: &str, redis: Option<&str>, prefix: &str) -> bloomgate_service::Config {
+    let mut c = common::config(db, redis, prefix);
+    c.cache.redis_timeout_ms = 50;
+    c.cache.redis_breaker_failures = 3;
+    c.cache.redis_breaker_open_ms = 200;
+    c.cache.redis_breaker_max_open_ms = 1000;
+    c.sql.acquire_timeout_ms = 300;
+    c.sql.statement_timeout_ms = 500;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_restart() {
+    let mut redis = OwnServer::redis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = fault_config(
+        &common::sqlite_url(&dir),
+        Some(&redis.url()),
+        "faults-redis",
+    );
+    let server = TestServer::start(config, 2000).await;
+    // Existing ids and ids past the catalogue (rejected by the filter, or
+    // the odd false positive that goes on to SQL).
+    let ids: Vec<i64> = (1..=400).map(|i| i * 5).chain(5001..=5100).collect();
+    let healthy = get_all(&server, &ids).await;
+    check_answers(&healthy, 2000);
+
+    redis.stop().await;
+    let stopped_at = Instant::now();
+    let mut latencies = Vec::new();
+    let mut by_status = BTreeMap::new();
+    for _ in 0..3 {
+        // Every round misses L1, so every existing id needs Redis or SQL.
+        server.state.reader.l1.invalidate_all();
+        let answers = get_all(&server, &ids).await;
+        for (s, n) in check_answers(&answers, 2000) {
+            *by_status.entry(s).or_insert(0) += n;
+        }
+        latencies.extend(answers.iter().map(|(_, a)| a.took));
+    }
+    let stats = server.stats().await;
+    let (p50, p99, max) = (
+        percentile(latencies.clone(), 0.5),
+        percentile(latencies.clone(), 0.99),
+        percentile(latencies, 1.0),
+    );
+    eprintln!(
+        "redis stopped: {by_status:?} answers, latency p50 {p50:?} p99 {p99:?} max {max:?}; redis errors {} timeouts {} skipped {} breaker opened {}",
+        stats["redis"]["errors"], stats["redis"]["timeouts"], stats["redis"]["skipped"], stats["redis"]["breaker_opened"]
+    );
+    assert!(
+        by_status.keys().all(|s| [200, 404, 503].contains(s)),
+        "{by_status:?}"
+    );
+    assert!(counter(&stats, &["redis", "breaker_opened"]) >= 1);
+    assert!(
+        counter(&stats, &["redis", "skipped"]) > 0,
+        "the open breaker spared Redis calls"
+    );
+    // A miss costs at most one Redis timeout (50 ms) on top of SQL.
+    assert!(max < Duration::from_millis(1000), "slowest answer {max:?}");
+
+    redis.start().await;
+    let restarted = Instant::now();
+    let hits_before = counter(&server.stats().await, &["redis", "hits"]);
+    eventually(15, "Redis hits resume without a restart", || async {
+        server.state.reader.l1.invalidate_all();
+        let _ = get(&server, 7).await;
+        counter(&server.stats().await, &["redis", "hits"]) > hits_before
+    })
+    .await;
+    eprintln!(
+        "redis restarted after {:?} down: Redis hits resumed {:?} after the restart",
+        restarted - stopped_at,
+        restarted.elapsed()
+    );
+    assert_eq!(server.stats().await["redis"]["breaker"], "closed");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
+    let redis = OwnServer::redis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = fault_config(
+        &common::sqlite_url(&dir),
+        Some(&redis.url()),
+        "faults-frozen",
+    );
+    let server = TestServer::start(config, 100).await;
+    let tier = server.state.reader.redis.clone().unwrap();
+    let (s, old) = server.get("/api/seckill/42").await.clone();
+    assert_eq!(s, 200);
+    assert!(
+        tier.raw(42).await.unwrap().is_some(),
+        "42 is cached in Redis"
+    );
+
+    redis.pause();
+    let started = Instant::now();
+    let (s, _) = server
+        .send(
+            Method::PUT,
+            "/api/skus/42",
+            Some(&sku_body(None, "renamed", 5000)),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let write_took = started.elapsed();
+    assert_eq!(tier.owed_invalidations(), 1, "the DEL is owed");
+    // Reads bypass Redis for 42 (it may still hold the old row) and answer
+    // from SQL; other misses cost at most one timeout each.
+    let a = get(&server, 42).await;
+    assert_eq!((a.status, a.body["name"].as_str()), (200, Some("renamed")));
+    let b = get(&server, 43).await;
+    assert_eq!(b.status, 200);
+    eprintln!(
+        "redis frozen: the write answered in {write_took:?}, a miss in {:?}",
+        b.took
+    );
+    assert!(b.took < Duration::from_millis(1000));
+
+    redis.resume();
+    let thawed = Instant::now();
+    eventually(15, "the owed DEL is delivered", || async {
+        tier.owed_invalidations() == 0
+    })
+    .await;
+    eprintln!(
+        "redis thawed: owed DEL delivered after {:?}",
+        thawed.elapsed()
+    );
+    let cached = tier.raw(42).await.unwrap();
+    assert!(
+        cached
+            .as_deref()
+            .is_none_or(|v| !v.contains(old["name"].as_str().unwrap())),
+        "Redis still holds the old row: {cached:?}"
+    );
+    server.state.reader.l1.invalidate_all();
+    for _ in 0..2 {
+        let a = get(&server, 42).await;
+        assert_eq!(a.body["name"], "renamed");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recovers() {
+    let mut db = OwnServer::mariadb().await;
+    let config = fault_config(&db.url(), None, "faults-mariadb");
+    let server = TestServer::start(config, 2000).await;
+    let cached: Vec<i64> = (1..=100).collect();
+    check_answers(&get_all(&server, &cached).await, 2000);
+
+    db.stop().await;
+    let stopped_at = Instant::now();
+    // Cached ids still answer 200; ids past the catalogue are 404 by the
+    // filter; other existing ids get a fast JSON 503 with Retry-After.
+    check_answers(&get_all(&server, &cached).await, 2000);
+    let missing: Vec<i64> = (10_001..=10_050).collect();
+    let m = get_all(&server, &missing).await;
+    let through_filter = m.iter().filter(|(_, a)| a.status != 404).count();
+    assert!(
+        through_filter <= 1,
+        "{through_filter} missing ids passed the filter"
+    );
+    let uncached: Vec<i64> = (500..550).collect();
+    let answers = get_all(&server, &uncached).await;
+    let slowest = answers.iter().map(|(_, a)| a.took).max().unwrap();
+    for (id, a) in &answers {
+        assert_eq!(a.status, 503, "id {id}: {}", a.body);
+        // The database refused (unavailable), or the bulkhead's slots were
+        // all waiting for it (overloaded): both fast, both retryable.
+        assert!(
+            ["unavailable", "overloaded"].contains(&a.body["error"].as_str().unwrap()),
+            "{}",
+            a.body
+        );
+        assert_eq!(a.retry_after.as_deref(), Some("1"));
+    }
+    eprintln!("mariadb stopped: 100 cached ids 200, 50 uncached 503 (slowest {slowest:?})");
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "slowest 503 took {slowest:?}"
+    );
+
+    // A rebuild while the database is down fails and keeps the filter.
+    let gate = &server.state.reader.gate;
+    assert!(gate.rebuild().await.is_err());
+    let stats = gate.stats();
+    assert!(stats.ready && !stats.rebuilding);
+    assert_eq!(stats.added, 2000);
+    assert_eq!(get(&server, 10_001).await.status, 404);
+
+    db.start().await;
+    let restarted = Instant::now();
+    eventually(15, "SQL answers again without a restart", || async {
+        get(&server, 500).await.status == 200
+    })
+    .await;
+    eprintln!(
+        "mariadb restarted after {:?} down: reads recovered {:?} after the restart",
+        restarted - stopped_at,
+        restarted.elapsed()
+    );
+    check_answers(&get_all(&server, &uncached).await, 2000);
+    assert_eq!(gate.rebuild().await.unwrap().added, 2000);
+    let stats = server.stats().await;
+    assert_eq!(counter(&stats, &["sql", "bulkhead_in_use"]), 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_database_fills_the_bulkhead_and_excess_loads_get_a_fast_503() {
+    let db = OwnServer::mariadb().await;
+    let mut config = fault_config(&db.url(), None, "faults-bulkhead");
+    config.sql.max_concurrent_loads = 4;
+    config.sql.queue_timeout_ms = 50;
+    config.sql.statement_timeout_ms = 1500;
+    let server = TestServer::start(config, 500).await;
+    let cached: Vec<i64> = (1..=20).collect();
+    check_answers(&get_all(&server, &cached).await, 500);
+
+    db.pause();
+    let uncached: Vec<i64> = (100..140).collect();
+    let (answers, during) = tokio::join!(get_all(&server, &uncached), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        get_all(&server, &cached).await
+    });
+    // Cached ids answer while the database hangs.
+    check_answers(&during, 500);
+    let mut overloaded = Vec::new();
+    let mut unavailable = 0;
+    for (id, a) in &answers {
+        assert_eq!(a.status, 503, "id {id}: {}", a.body);
+        assert_eq!(a.retry_after.as_deref(), Some("1"));
+        match a.body["error"].as_str() {
+            Some("overloaded") => overloaded.push(a.took),
+            Some("unavailable") => unavailable += 1,
+            other => panic!("id {id}: {other:?}"),
+        }
+    }
+    let slowest_overloaded = overloaded.iter().max().copied().unwrap();
+    eprintln!(
+        "database frozen: 40 concurrent loads -> {} overloaded (slowest {slowest_overloaded:?}), {unavailable} timed out after the statement timeout",
+        overloaded.len()
+    );
+    assert_eq!(
+        unavailable, 4,
+        "exactly the bulkhead's four slots reached SQL"
+    );
+    assert_eq!(overloaded.len(), 36);
+    assert!(slowest_overloaded < Duration::from_millis(1000));
+    let stats = server.stats().await;
+    assert_eq!(counter(&stats, &["sql", "bulkhead_rejected"]), 36);
+
+    db.resume();
+    eventually(15, "loads succeed again", || async {
+        get(&server, 100).await.status == 200
+    })
+    .await;
+    check_answers(&get_all(&server, &uncached).await, 500);
+    assert_eq!(
+        counter(&server.stats().await, &["sql", "bulkhead_in_use"]),
+        0
+    );
+    server.stop().await;
+}

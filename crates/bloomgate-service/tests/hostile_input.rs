@@ -1,0 +1,443 @@
+//! Hostile input, table-driven: every bad request gets the one JSON error
+//! shape with the right status, never a panic, a 500 or an echo of the
+//! whole input. Also the admin scheme, the rate limit, the OpenAPI
+//! document and the graceful shutdown.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{sku_body, TestServer};
+
+async fn server(prefix: &str, f: impl FnOnce(&mut bloomgate_service::Config)) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(&common::sqlite_url(&dir), None, prefix);
+    config.http.body_limit_bytes = 16 * 1024;
+    f(&mut config);
+    let server = TestServer::start(config, 100).await;
+    // The directory lives as long as the test process; SQLite keeps its file.
+    std::mem::forget(dir);
+    server
+}
+
+struct Case {
+    method: &'static str,
+    path: String,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn case(
+    method: &'static str,
+    path: &str,
+    content_type: Option<&'static str>,
+    body: impl Into<Vec<u8>>,
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        method,
+        path: path.to_string(),
+        content_type,
+        body: body.into(),
+        status,
+        code,
+    }
+}
+
+const JSON: Option<&str> = Some("application/json");
+
+#[tokio::test]
+async fn every_bad_input_gets_the_json_error_shape_and_the_right_status() {
+    let server = server("hostile", |_| {}).await;
+    let long = "9".repeat(5000);
+    let bomb = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep = format!(r#"{{"limit":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let big = format!(r#"{{"limit":1,"x":"{}"}}"#, "a".repeat(20_000));
+    let good_sku = sku_body(Some(500), "ok", 100);
+    let cases = [
+        // Routes and methods.
+        case("GET", "/no/such/route", None, "", 404, "not_found"),
+        case(
+            "DELETE",
+            "/api/seckill/1",
+            None,
+            "",
+            405,
+            "method_not_allowed",
+        ),
+        case(
+            "PUT",
+            "/api/cache/stats",
+            None,
+            "",
+            405,
+            "method_not_allowed",
+        ),
+        case(
+            "GET",
+            "/api/cache/warm",
+            None,
+            "",
+            405,
+            "method_not_allowed",
+        ),
+        // Path ids.
+        case("GET", "/api/seckill/-5", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/0", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/abc", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/1.5", None, "", 400, "bad_request"),
+        case(
+            "GET",
+            &format!("/api/seckill/{long}"),
+            None,
+            "",
+            400,
+            "bad_request",
+        ),
+        case(
+            "GET",
+            "/api/seckill/9223372036854775808",
+            None,
+            "",
+            400,
+            "bad_request",
+        ),
+        case("GET", "/api/seckill/1%2F2", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/%00", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/%FF%FE", None, "", 400, "bad_request"),
+        case("GET", "/api/seckill/%20", None, "", 400, "bad_request"),
+        case("DELETE", "/api/skus/-1", None, "", 400, "bad_request"),
+        // Bodies.
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            "{not json",
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            r#"{"limit":"#,
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            r#"{"limit":"ten"}"#,
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            r#"{"limit":-1}"#,
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            r#"{"limitt":5}"#,
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            r#"[1,2]"#,
+            400,
+            "bad_request",
+        ),
+        case("POST", "/api/cache/warm", JSON, "[]", 400, "bad_request"),
+        case(
+            "POST",
+            "/api/skus",
+            JSON,
+            r#"[1,"x",1,1,1,0,1]"#,
+            400,
+            "bad_request",
+        ),
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            bomb.clone(),
+            413,
+            "payload_too_large",
+        ),
+        case("POST", "/api/cache/warm", JSON, deep, 400, "bad_request"),
+        case("POST", "/api/skus", JSON, &bomb[..8000], 400, "bad_request"),
+        case(
+            "POST",
+            "/api/skus",
+            JSON,
+            r#"{"name":"x"}"#,
+            400,
+            "bad_request",
+        ),
+        case("POST", "/api/skus", JSON, "", 400, "bad_request"),
+        case("PUT", "/api/skus/5", JSON, "\u{0}\u{1}", 400, "bad_request"),
+        // Size and type.
+        case(
+            "POST",
+            "/api/cache/warm",
+            JSON,
+            big,
+            413,
+            "payload_too_large",
+        ),
+        case(
+            "POST",
+            "/api/skus",
+            Some("text/plain"),
+            good_sku.clone(),
+            415,
+            "unsupported_media_type",
+        ),
+        case(
+            "POST",
+            "/api/skus",
+            None,
+            good_sku.clone(),
+            415,
+            "unsupported_media_type",
+        ),
+        case(
+            "PUT",
+            "/api/skus/5",
+            Some("application/x-www-form-urlencoded"),
+            good_sku,
+            415,
+            "unsupported_media_type",
+        ),
+    ];
+    for c in cases {
+        let mut req = server
+            .client
+            .request(c.method.parse().unwrap(), server.url(&c.path));
+        if let Some(t) = c.content_type {
+            req = req.header("content-type", t);
+        }
+        let r = req.body(c.body.clone()).send().await.unwrap();
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = r.text().await.unwrap();
+        let what = format!(
+            "{} {} ({} byte body)",
+            c.method,
+            &c.path[..c.path.len().min(40)],
+            c.body.len()
+        );
+        assert_eq!(status, c.status, "{what}: {text}");
+        assert_eq!(content_type.as_deref(), Some("application/json"), "{what}");
+        let body: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+        assert_eq!(body["error"], c.code, "{what}: {text}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            !message.is_empty() && message.chars().count() <= 300,
+            "{what}: {message}"
+        );
+        assert!(
+            !message.contains(&"9".repeat(65)),
+            "{what} echoes its input"
+        );
+    }
+    // Defaults are accepted: an empty body or `null` is `{}`.
+    for body in ["", "null"] {
+        let r = server
+            .client
+            .post(server.url("/api/cache/warm"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{body:?}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive_and_the_token_exact() {
+    let server = server("hostile-auth", |c| c.admin_token = Some("s3cret".into())).await;
+    let call = |auth: &'static str| {
+        server
+            .client
+            .post(server.url("/api/cache/warm"))
+            .header("authorization", auth)
+            .send()
+    };
+    for ok in [
+        "Bearer s3cret",
+        "bearer s3cret",
+        "BEARER s3cret",
+        "Bearer  s3cret ",
+    ] {
+        assert_eq!(call(ok).await.unwrap().status(), 200, "{ok:?}");
+    }
+    for (bad, status) in [
+        ("Bearer s3cre", 403),
+        ("Bearer s3cret2", 403),
+        ("Bearer S3CRET", 403),
+        ("Basic s3cret", 401),
+        ("s3cret", 401),
+        ("Bearer", 401),
+    ] {
+        let r = call(bad).await.unwrap();
+        assert_eq!(r.status(), status, "{bad:?}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(body["error"] == "unauthorized" || body["error"] == "forbidden");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_optional_rate_limit_answers_429_json_on_the_read_route_only() {
+    let server = server("hostile-rate", |c| {
+        c.http.rate_limit_per_sec = 5;
+        c.http.rate_limit_burst = 5;
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let r = server
+            .client
+            .get(server.url("/api/seckill/1"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+        if r.status() == 429 {
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["error"], "too_many_requests");
+        }
+    }
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert!(statuses[..5].iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(limited >= 10, "{statuses:?}");
+    // Other routes are not limited.
+    for _ in 0..20 {
+        assert_eq!(server.get("/api/cache/stats").await.0, 200);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route() {
+    let server = server("hostile-openapi", |_| {}).await;
+    let (status, doc) = server.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, method) in [
+        ("/api/seckill/{skuId}", "get"),
+        ("/api/cache/warm", "post"),
+        ("/api/cache/stats", "get"),
+        ("/api/skus", "post"),
+        ("/api/skus/{skuId}", "put"),
+        ("/api/skus/{skuId}", "delete"),
+        ("/api/ping", "get"),
+    ] {
+        assert!(paths[path][method].is_object(), "{method} {path} missing");
+    }
+    for schema in ["Sku", "SkuInput", "ErrorBody", "WarmRequest"] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "{schema}");
+    }
+    server.stop().await;
+}
+
+/// Starts `run` on a port-0 listener; returns the base URL, a trigger for
+/// the shutdown, and the server task.
+async fn run_with_shutdown(
+    grace_secs: u64,
+) -> (
+    String,
+    bloomgate_service::AppState,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(&common::sqlite_url(&dir), None, "shutdown");
+    config.http.shutdown_grace_secs = grace_secs;
+    config.seed_if_empty = 100;
+    let state = bloomgate_service::AppState::connect(&config).await.unwrap();
+    if let Some(t) = bloomgate_service::prepare(&state, &config).await.unwrap() {
+        t.await.unwrap();
+    }
+    std::mem::forget(dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bloomgate_service::run(listener, state.clone(), async {
+        let _ = rx.await;
+    }));
+    (base, state, tx, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
+    let (base, state, stop, task) = run_with_shutdown(10).await;
+    let pause = state.reader.after_read.arm(7);
+    let in_flight = tokio::spawn(reqwest::get(format!("{base}/api/seckill/7")));
+    pause.reached().await;
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !task.is_finished(),
+        "the server waits for the request in flight"
+    );
+    // New connections are refused once shutdown began.
+    let refused = reqwest::Client::new()
+        .get(format!("{base}/api/ping"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    assert!(refused.is_err(), "accepted a request after shutdown began");
+    pause.resume();
+    let answer = in_flight.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the server stops once drained")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_period() {
+    let (base, state, stop, task) = run_with_shutdown(1).await;
+    let pause = state.reader.after_read.arm(9);
+    let stuck = tokio::spawn(reqwest::get(format!("{base}/api/seckill/9")));
+    pause.reached().await;
+    let started = Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the grace period bounds the drain")
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    // `run` gave up on it; the binary then exits, closing the connection.
+    // In this process the connection task lives on until its load resumes.
+    pause.resume();
+    let _ = stuck.await.unwrap();
+}
