@@ -588,11 +588,14 @@ async fn deliver_owed(
         if owed.is_empty() {
             continue;
         }
+        // Read every reply (no `ignore()`), so success means Redis ran
+        // every DEL, not only that the pipeline was written.
         let mut pipe = redis::pipe();
         for id in &owed {
-            pipe.cmd("DEL").arg(format!("{prefix}sku:{id}")).ignore();
+            pipe.cmd("DEL").arg(format!("{prefix}sku:{id}"));
         }
-        let sent: Result<(), CacheError> = guard.run(&counters, pipe.query_async(&mut conn)).await;
+        let sent: Result<Vec<i64>, CacheError> =
+            guard.run(&counters, pipe.query_async(&mut conn)).await;
         if sent.is_ok() {
             let mut set = guard.owed();
             for id in &owed {

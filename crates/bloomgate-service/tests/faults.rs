@@ -199,6 +199,9 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
     );
     assert!(b.took < Duration::from_millis(1000));
 
+    // Delivery attempts while Redis is frozen must not count as delivered.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tier.owed_invalidations(), 1, "delivered to a frozen Redis");
     redis.resume();
     let thawed = Instant::now();
     eventually(15, "the owed DEL is delivered", || async {
