@@ -70,6 +70,10 @@ impl Default for SqlConfig {
 pub struct HttpConfig {
     /// Largest request body accepted, bytes (larger: 413).
     pub body_limit_bytes: usize,
+    /// Longest time a request may take, milliseconds (longer: 503 JSON).
+    /// A warm's filter rebuild goes on in the background when its request
+    /// times out.
+    pub request_timeout_ms: u64,
     /// After SIGTERM or Ctrl-C, how long in-flight requests may take to
     /// finish before the server closes them, seconds.
     pub shutdown_grace_secs: u64,
@@ -83,6 +87,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             body_limit_bytes: 64 * 1024,
+            request_timeout_ms: 30_000,
             shutdown_grace_secs: 10,
             rate_limit_per_sec: 0,
             rate_limit_burst: 50,
@@ -376,6 +381,7 @@ impl Config {
                 u64::from(self.sql.max_concurrent_loads),
             ),
             ("http.body_limit_bytes", self.http.body_limit_bytes as u64),
+            ("http.request_timeout_ms", self.http.request_timeout_ms),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1"));

@@ -21,8 +21,9 @@ use crate::model::{now_secs, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
-/// The service's routes over `state`, with the body limit, the optional
-/// per-client rate limit on the read route, and JSON for every error.
+/// The service's routes over `state`, with the body limit, a request
+/// timeout (tower-http), the optional per-client rate limit on the read
+/// route, and JSON for every error.
 pub fn router(state: AppState) -> Router {
     let mut read = Router::new().route("/api/seckill/{sku_id}", get(sku_detail));
     if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
@@ -46,6 +47,10 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.http.body_limit_bytes))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            std::time::Duration::from_millis(state.http.request_timeout_ms),
+        ))
         .layer(axum::middleware::map_response(
             crate::json_errors::json_errors,
         ))

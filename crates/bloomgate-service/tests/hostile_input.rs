@@ -441,3 +441,29 @@ async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_perio
     pause.resume();
     let _ = stuck.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_timeout_gets_a_json_503() {
+    let server = server("hostile-timeout", |c| c.http.request_timeout_ms = 200).await;
+    let pause = server.state.reader.after_read.arm(11);
+    let started = Instant::now();
+    let r = server
+        .client
+        .get(server.url("/api/seckill/11"))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "unavailable");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // The load itself was not cancelled: once resumed, the id is cached.
+    pause.resume();
+    common::eventually(5, "the abandoned load completes and caches", || async {
+        server.state.reader.l1.contains_key(&11)
+    })
+    .await;
+    assert_eq!(server.get("/api/seckill/11").await.0, 200);
+    server.stop().await;
+}
