@@ -132,6 +132,12 @@ pub struct CacheConfig {
     pub bloom_build_on_start: bool,
     /// Deletes since the last build that trigger a background rebuild.
     pub bloom_rebuild_after_deletes: u64,
+    /// On a capacity, fill or observed-rate alarm, rebuild sized for twice
+    /// the current items.
+    pub bloom_auto_rebuild: bool,
+    /// How often the fill ratio and the observed false-positive rate are
+    /// checked (the observed rate's window), milliseconds.
+    pub bloom_monitor_ms: u64,
     /// First wait before retrying a failed start-up build, milliseconds
     /// (doubling up to `bloom_retry_max_ms`).
     pub bloom_retry_min_ms: u64,
@@ -184,6 +190,8 @@ impl Default for CacheConfig {
             bloom_fpp: 0.001,
             bloom_build_on_start: true,
             bloom_rebuild_after_deletes: 10_000,
+            bloom_auto_rebuild: true,
+            bloom_monitor_ms: 10_000,
             bloom_retry_min_ms: 100,
             bloom_retry_max_ms: 30_000,
             l1_capacity: 100_000,
@@ -367,6 +375,7 @@ impl Config {
         }
         for (key, v) in [
             ("cache.redis_timeout_ms", c.redis_timeout_ms),
+            ("cache.bloom_monitor_ms", c.bloom_monitor_ms),
             ("cache.redis_breaker_open_ms", c.redis_breaker_open_ms),
             ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),
             ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),

@@ -42,8 +42,10 @@ use crate::store::{SkuStore, StoreError};
 pub enum Verdict {
     /// Certainly absent: answer 404 now.
     Reject,
-    /// Possibly present (or the gate is not ready): continue to the caches.
+    /// Possibly present: continue to the caches.
     Pass,
+    /// No filter to ask (not built yet, or disabled): continue (fail-open).
+    Open,
 }
 
 /// The outcome of one rebuild.
@@ -104,6 +106,16 @@ pub struct GateStats {
     pub last_rebuild_ms: u64,
     /// SKUs deleted since the last rebuild (still answered "maybe").
     pub deleted_since_build: u64,
+    /// Requests the filter passed that turned out not to exist (false
+    /// positives and deleted SKUs).
+    pub passed_missing: u64,
+    /// `passed_missing` over all missing ids seen (rejected + passed_missing).
+    pub observed_fpr: f64,
+    /// The alarm in force, if any, as text: `bloom` stays a flat object so
+    /// seed 000's `grep -o '"bloom":{[^}]*}'` still shows all of it.
+    pub alarm: Option<String>,
+    /// Alarms raised so far (each crossing once).
+    pub alarms_raised: u64,
 }
 
 /// Why a rebuild failed. Cheap to clone: every caller that shared the
@@ -206,7 +218,62 @@ pub struct GateConfig {
     pub expected: u64,
     /// Target false-positive rate.
     pub fpp: f64,
+    /// Rebuild with room for twice the items when an alarm is raised.
+    pub auto_rebuild: bool,
 }
+
+/// Why the filter needs attention (002 §六: a filter past its capacity, or
+/// more than half full, or letting through more than it should, no longer
+/// protects the database as sized).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Alarm {
+    /// More items than the filter was sized for.
+    PastCapacity {
+        /// Items in the filter.
+        items: u64,
+        /// Items it was sized for.
+        capacity: u64,
+    },
+    /// More than half the bits are set.
+    FillRatio {
+        /// Fraction of bits set.
+        fill_ratio: f64,
+    },
+    /// Over the last window, ids that passed the filter but did not exist
+    /// were more than twice the filter's expected false-positive rate.
+    ObservedFpr {
+        /// Passed-but-missing over all missing ids in the window.
+        observed: f64,
+        /// The filter's expected rate at its load.
+        expected: f64,
+    },
+}
+
+impl std::fmt::Display for Alarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::PastCapacity { items, capacity } => {
+                write!(f, "past_capacity: {items} items, sized for {capacity}")
+            }
+            Self::FillRatio { fill_ratio } => write!(f, "fill_ratio: {fill_ratio:.3} > 0.5"),
+            Self::ObservedFpr { observed, expected } => write!(
+                f,
+                "observed_fpr: {observed:.6} > 2 x expected {expected:.6}"
+            ),
+        }
+    }
+}
+
+impl Gate {
+    /// The alarm in force, if any.
+    pub fn alarm(&self) -> Option<Alarm> {
+        *lock(&self.alarm)
+    }
+}
+
+/// Missing ids a monitoring window must see before its observed rate
+/// counts: fewer is noise.
+pub const MIN_WINDOW_SAMPLES: u64 = 200;
 
 /// What the rebuild worker last finished: every request numbered up to
 /// `through` is answered by `outcome`.
@@ -249,6 +316,13 @@ pub struct Gate {
     /// Test hook: where a rebuild stops after its scan, before publishing.
     #[doc(hidden)]
     pub after_scan: PausePoint,
+    passed_missing: Counter,
+    /// The next rebuild sizes for at least this many items.
+    min_capacity: AtomicU64,
+    alarm: Mutex<Option<Alarm>>,
+    alarms_raised: AtomicU64,
+    /// (rejected, passed_missing) at the start of the monitor's window.
+    window: Mutex<(u64, u64)>,
 }
 
 /// A registered rebuild request; [`RebuildTicket::wait`] resolves when a
@@ -307,6 +381,11 @@ impl Gate {
             last_rebuild_ms: AtomicU64::new(0),
             deleted_since_build: AtomicU64::new(0),
             after_scan: PausePoint::default(),
+            passed_missing: Counter::default(),
+            min_capacity: AtomicU64::new(0),
+            alarm: Mutex::new(None),
+            alarms_raised: AtomicU64::new(0),
+            window: Mutex::new((0, 0)),
         }
     }
 
@@ -314,7 +393,7 @@ impl Gate {
     #[inline]
     pub fn check(&self, id: i64) -> Verdict {
         if !self.config.enabled {
-            return Verdict::Pass;
+            return Verdict::Open;
         }
         let guard = self.current.load();
         match guard.as_deref() {
@@ -322,21 +401,139 @@ impl Gate {
                 self.rejected.incr();
                 Verdict::Reject
             }
-            _ => {
+            Some(_) => {
                 self.passed.incr();
                 Verdict::Pass
+            }
+            None => {
+                self.passed.incr();
+                Verdict::Open
             }
         }
     }
 
-    /// Adds a new id, to the filter being built first, then the published one.
-    pub fn insert(&self, id: i64) {
+    /// Adds a new id, to the filter being built first, then the published
+    /// one; raises the capacity alarm when the filter fills past its size.
+    pub fn insert(self: &Arc<Self>, id: i64) {
         if let Some(f) = self.building.load().as_deref() {
             f.insert(id);
         }
-        if let Some(f) = self.current.load().as_deref() {
+        let current = self.current.load();
+        if let Some(f) = current.as_deref() {
             f.insert(id);
+            let (items, capacity) = (f.as_filter().items(), self.capacity.load(Ordering::Relaxed));
+            if items > capacity {
+                self.raise(Alarm::PastCapacity { items, capacity });
+            }
         }
+    }
+
+    /// Notes that a request the filter passed found no SKU.
+    pub fn note_passed_missing(&self) {
+        self.passed_missing.incr();
+    }
+
+    /// Raises `alarm` unless one is in force (one warning per crossing) and,
+    /// with auto-rebuild on, asks for a rebuild sized for twice the items.
+    fn raise(self: &Arc<Self>, alarm: Alarm) {
+        {
+            let mut current = lock(&self.alarm);
+            if current.is_some() {
+                return;
+            }
+            *current = Some(alarm);
+        }
+        self.alarms_raised.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            ?alarm,
+            auto_rebuild = self.config.auto_rebuild,
+            "bloom filter alarm"
+        );
+        if self.config.auto_rebuild {
+            let items = self
+                .current
+                .load()
+                .as_deref()
+                .map_or(0, |f| f.as_filter().items());
+            self.min_capacity
+                .fetch_max(items.saturating_mul(2), Ordering::Relaxed);
+            drop(self.request_rebuild());
+        }
+    }
+
+    /// The alarm the published filter deserves now, from its own figures
+    /// (`fill` is the fill ratio, which costs a pass over the bits).
+    fn structural_alarm(&self, fill: bool) -> Option<Alarm> {
+        let guard = self.current.load();
+        let f = guard.as_deref()?.as_filter();
+        let (items, capacity) = (f.items(), self.capacity.load(Ordering::Relaxed));
+        if items > capacity {
+            return Some(Alarm::PastCapacity { items, capacity });
+        }
+        if fill {
+            let fill_ratio = f.fill_ratio();
+            if fill_ratio > 0.5 {
+                return Some(Alarm::FillRatio { fill_ratio });
+            }
+        }
+        None
+    }
+
+    /// One monitoring step: closes the window of missing ids, checks the
+    /// observed rate against twice the expected one and the fill ratio,
+    /// and raises or clears the alarm.
+    pub fn monitor_step(self: &Arc<Self>) {
+        let (rejected, passed_missing) = (self.rejected.get(), self.passed_missing.get());
+        let (r0, p0) = std::mem::replace(&mut *lock(&self.window), (rejected, passed_missing));
+        let (dr, dp) = (
+            rejected.saturating_sub(r0),
+            passed_missing.saturating_sub(p0),
+        );
+        let expected = self
+            .current
+            .load()
+            .as_deref()
+            .map(|f| f.as_filter().expected_fpr(f.as_filter().items()));
+        let observed_alarm = match expected {
+            Some(expected) if dr + dp >= MIN_WINDOW_SAMPLES => {
+                let observed = dp as f64 / (dr + dp) as f64;
+                (observed > 2.0 * expected).then_some(Alarm::ObservedFpr { observed, expected })
+            }
+            _ => None,
+        };
+        let observed_ok =
+            expected.is_some() && dr + dp >= MIN_WINDOW_SAMPLES && observed_alarm.is_none();
+        match self.structural_alarm(true).or(observed_alarm) {
+            Some(alarm) => self.raise(alarm),
+            None => {
+                // An observed-rate alarm clears only after a full window
+                // below the threshold; a structural one as soon as it holds.
+                let mut current = lock(&self.alarm);
+                let clears = match *current {
+                    Some(Alarm::ObservedFpr { .. }) => observed_ok,
+                    Some(_) => true,
+                    None => false,
+                };
+                if clears {
+                    *current = None;
+                    tracing::info!("bloom filter alarm cleared");
+                }
+            }
+        }
+    }
+
+    /// Runs [`Gate::monitor_step`] every `every` until the gate is dropped.
+    pub fn spawn_monitor(self: &Arc<Self>, every: Duration) {
+        let gate = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(gate) = gate.upgrade() else {
+                    return;
+                };
+                gate.monitor_step();
+            }
+        });
     }
 
     /// Notes a deletion; returns true when enough have piled up that a
@@ -417,7 +614,18 @@ impl Gate {
                     Err(RebuildError::Stopped("the rebuild panicked".into()))
                 });
             match &outcome {
-                Ok(_) => *lock(&self.last_error) = None,
+                Ok(_) => {
+                    *lock(&self.last_error) = None;
+                    // A new filter starts a new window, with a clean slate.
+                    *lock(&self.window) = (self.rejected.get(), self.passed_missing.get());
+                    let still = self.structural_alarm(false);
+                    if lock(&self.alarm).take().is_some() && still.is_none() {
+                        tracing::info!("bloom filter alarm cleared by the rebuild");
+                    }
+                    if let Some(alarm) = still {
+                        self.raise(alarm);
+                    }
+                }
                 Err(e) => {
                     self.failures.fetch_add(1, Ordering::Relaxed);
                     *lock(&self.last_error) = Some(e.to_string());
@@ -452,7 +660,9 @@ impl Gate {
         // Size for the configured capacity, or for the actual count with
         // room to grow when the catalogue has outgrown it.
         let count = self.store.count().await.map_err(store_err)?;
-        let capacity = expected.max(count.saturating_mul(5) / 4);
+        let capacity = expected
+            .max(count.saturating_mul(5) / 4)
+            .max(self.min_capacity.load(Ordering::Relaxed));
         if capacity > expected {
             tracing::warn!(
                 count,
@@ -531,6 +741,17 @@ impl Gate {
             last_rebuild_error: lock(&self.last_error).clone(),
             last_rebuild_ms: self.last_rebuild_ms.load(Ordering::Relaxed),
             deleted_since_build: self.deleted_since_build.load(Ordering::Relaxed),
+            passed_missing: self.passed_missing.get(),
+            observed_fpr: {
+                let (r, p) = (self.rejected.get(), self.passed_missing.get());
+                if r + p == 0 {
+                    0.0
+                } else {
+                    p as f64 / (r + p) as f64
+                }
+            },
+            alarm: lock(&self.alarm).map(|a| a.to_string()),
+            alarms_raised: self.alarms_raised.load(Ordering::Relaxed),
         }
     }
 }

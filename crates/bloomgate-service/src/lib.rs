@@ -93,6 +93,12 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
     }
     let c = &config.cache;
+    if c.bloom_enabled {
+        state
+            .reader
+            .gate
+            .spawn_monitor(Duration::from_millis(c.bloom_monitor_ms));
+    }
     if c.bloom_enabled && c.bloom_build_on_start {
         let gate = Arc::clone(&state.reader.gate);
         return Ok(Some(tokio::spawn(gate.build_until_ready(

@@ -193,9 +193,20 @@ impl ShieldedReader {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: i64) -> Result<Lookup, AppError> {
-        if self.gate.check(id) == Verdict::Reject {
+        let verdict = self.gate.check(id);
+        if verdict == Verdict::Reject {
             return Ok(Lookup::Missing(Source::Filter));
         }
+        let answer = self.lookup_past_the_gate(id).await;
+        if verdict == Verdict::Pass && matches!(answer, Ok(Lookup::Missing(_))) {
+            // The filter said "maybe" to an id that does not exist: a false
+            // positive, or a SKU deleted since the last build.
+            self.gate.note_passed_missing();
+        }
+        answer
+    }
+
+    async fn lookup_past_the_gate(&self, id: i64) -> Result<Lookup, AppError> {
         if let Some(entry) = self.l1.get(&id) {
             return Ok(match entry {
                 Entry::Found(sku) => {

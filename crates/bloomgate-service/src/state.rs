@@ -64,6 +64,7 @@ impl AppState {
                 layout: c.bloom_layout,
                 expected: c.bloom_expected,
                 fpp: c.bloom_fpp,
+                auto_rebuild: c.bloom_auto_rebuild,
             },
             store.clone(),
         );
