@@ -27,6 +27,9 @@ enum Command {
         /// TOML configuration file.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Log lines as text (default) or as one JSON object per line.
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
     },
     /// Generate the deterministic SKU catalogue (ids 1..=COUNT) in SQL.
     Seed {
@@ -57,7 +60,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { config } => serve(config),
+        Command::Serve { config, log_format } => serve(config, log_format),
         Command::Seed {
             count,
             database_url,
@@ -92,19 +95,36 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+/// How `serve` writes its log.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines, coloured on a terminal.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
 }
 
-fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
-    init_logging();
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
+}
+
+fn serve(config: Option<PathBuf>, log_format: LogFormat) -> anyhow::Result<()> {
+    init_logging(log_format);
     let config = bloomgate_service::Config::load(config.as_deref())?;
     runtime()?.block_on(bloomgate_service::serve(
         config,

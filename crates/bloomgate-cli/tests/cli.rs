@@ -356,3 +356,57 @@ fn serve_exits_zero_on_sigterm_after_draining() {
     assert!(exit.success(), "exit {exit:?}: {err}");
     assert!(err.contains("shutting down"), "{err}");
 }
+
+#[test]
+fn serve_logs_one_json_object_per_line_with_the_request_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = bin()
+        .args(["serve", "--log-format", "json"])
+        .current_dir(dir.path())
+        .env("BLOOMGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("BLOOMGATE_SEED_IF_EMPTY", "100")
+        .env("RUST_LOG", "debug")
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            s.write_all(b"GET /api/seckill/7 HTTP/1.1\r\nhost: x\r\nx-request-id: trace-me\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            let mut reply = String::new();
+            std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
+            assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "serve did not listen");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let request = lines
+        .iter()
+        .find(|l| l["span"]["request_id"] == "trace-me" && l["fields"]["status"] == 200)
+        .unwrap_or_else(|| panic!("no request line in {err}"));
+    assert_eq!(request["span"]["route"], "/api/seckill/{sku_id}");
+    assert_eq!(request["span"]["sku_id"], 7);
+    assert_eq!(request["span"]["outcome"], "loaded_found");
+}

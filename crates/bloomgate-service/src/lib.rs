@@ -24,6 +24,7 @@ pub mod reader;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 
 use std::future::{Future, IntoFuture};
 use std::sync::Arc;

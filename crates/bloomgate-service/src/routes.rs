@@ -13,12 +13,15 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
 use crate::admin::authorize;
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
 use crate::model::{now_secs, SkuInput};
-use crate::reader::Lookup;
+use crate::reader::{Lookup, Source};
 use crate::state::AppState;
 
 /// The service's routes over `state`, with the body limit, a request
@@ -54,6 +57,16 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::map_response(
             crate::json_errors::json_errors,
         ))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(crate::telemetry::request_span)
+                .on_request(())
+                .on_response(crate::telemetry::on_response),
+        )
+        .layer(SetRequestIdLayer::x_request_id(
+            crate::telemetry::NextRequestId::default(),
+        ))
         .with_state(state)
 }
 
@@ -78,7 +91,17 @@ pub async fn sku_detail(
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
-    match state.reader.lookup(id).await? {
+    let answer = state.reader.lookup(id).await;
+    let outcome = match &answer {
+        Ok(Lookup::Found(_, Source::L1)) => "l1_hit",
+        Ok(Lookup::Found(..)) => "loaded_found",
+        Ok(Lookup::Missing(Source::Filter)) => "filter_rejected",
+        Ok(Lookup::Missing(Source::L1)) => "l1_negative_hit",
+        Ok(Lookup::Missing(_)) => "loaded_missing",
+        Err(_) => "error",
+    };
+    crate::telemetry::record_outcome(id, outcome);
+    match answer? {
         Lookup::Found(cached, _) => Ok(([(CONTENT_TYPE, "application/json")], cached.json.clone())),
         Lookup::Missing(_) => Err(AppError::NotFound(format!("sku {id} not found"))),
     }
