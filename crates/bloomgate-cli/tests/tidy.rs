@@ -179,7 +179,7 @@ fn rust_version_is_the_oldest_that_the_locked_dependencies_allow() {
         .trim_matches('"')
         .to_string();
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked"])
         .current_dir(root())
         .output()
         .unwrap();
