@@ -311,19 +311,21 @@ fn attack_refuses_a_bad_url() {
     assert_clean_failure(&run(&["attack", "--url", "ftp://x"]), "--url");
 }
 
-#[test]
-fn serve_exits_zero_on_sigterm_after_draining() {
-    let dir = tempfile::tempdir().unwrap();
+/// `bloomgate serve` in `dir` on a free loopback port with SQLite and 100
+/// SKUs, plus `args` and `env`; returns once it listens.
+fn spawn_serve(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut child = bin()
+    let child = bin()
         .arg("serve")
-        .current_dir(dir.path())
+        .args(args)
+        .current_dir(dir)
         .env("BLOOMGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("BLOOMGATE_SEED_IF_EMPTY", "100")
+        .envs(env.iter().copied())
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")
         .stdout(Stdio::null())
@@ -335,11 +337,22 @@ fn serve_exits_zero_on_sigterm_after_draining() {
         assert!(std::time::Instant::now() < deadline, "serve did not listen");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    (child, port)
+}
+
+fn sigterm(child: &std::process::Child) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+#[test]
+fn serve_exits_zero_on_sigterm_after_draining() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _) = spawn_serve(dir.path(), &[], &[]);
+    sigterm(&child);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let exit = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -360,40 +373,18 @@ fn serve_exits_zero_on_sigterm_after_draining() {
 #[test]
 fn serve_logs_one_json_object_per_line_with_the_request_span() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = bin()
-        .args(["serve", "--log-format", "json"])
-        .current_dir(dir.path())
-        .env("BLOOMGATE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("BLOOMGATE_SEED_IF_EMPTY", "100")
-        .env("RUST_LOG", "debug")
-        .env_remove("DATABASE_URL")
-        .env_remove("REDIS_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+    let (child, port) = spawn_serve(
+        dir.path(),
+        &["--log-format", "json"],
+        &[("RUST_LOG", "debug")],
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /api/seckill/7 HTTP/1.1\r\nhost: x\r\nx-request-id: trace-me\r\nconnection: close\r\n\r\n")
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            s.write_all(b"GET /api/seckill/7 HTTP/1.1\r\nhost: x\r\nx-request-id: trace-me\r\nconnection: close\r\n\r\n")
-                .unwrap();
-            let mut reply = String::new();
-            std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
-            assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "serve did not listen");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    sigterm(&child);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let err = text(&out.stderr);

@@ -46,13 +46,7 @@ async fn writes_during_a_paused_load(writer: &TestServer, reader: &TestServer) {
 
     // 1. An UPDATE commits while the loader holds the old row.
     let (get, pause) = paused_get(reader, 42).await;
-    let (s, _) = writer
-        .send(
-            Method::PUT,
-            "/api/skus/42",
-            Some(&sku_body(None, "renamed", 5000)),
-        )
-        .await;
+    let (s, _) = writer.put_sku(42, "renamed", 5000).await;
     assert_eq!(s, 200);
     pause.resume();
     assert_eq!(get.await.unwrap(), 200);

@@ -9,8 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{counter, eventually, sku_body, OwnServer, TestServer};
-use reqwest::Method;
+use common::{counter, eventually, OwnServer, TestServer};
 
 /// One request's outcome.
 struct Answer {
@@ -177,13 +176,7 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
 
     redis.pause();
     let started = Instant::now();
-    let (s, _) = server
-        .send(
-            Method::PUT,
-            "/api/skus/42",
-            Some(&sku_body(None, "renamed", 5000)),
-        )
-        .await;
+    let (s, _) = server.put_sku(42, "renamed", 5000).await;
     assert_eq!(s, 200);
     let write_took = started.elapsed();
     assert_eq!(tier.owed_invalidations(), 1, "the DEL is owed");

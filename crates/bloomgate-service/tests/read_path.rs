@@ -194,13 +194,7 @@ async fn update_and_delete_invalidate_both_cache_levels() {
     let server = sqlite_server(&dir, Some(&redis), "inval", 100, |_| {}).await;
     let (s, before) = server.get("/api/seckill/42").await;
     assert_eq!(s, 200);
-    let (s, _) = server
-        .send(
-            Method::PUT,
-            "/api/skus/42",
-            Some(&sku_body(None, "renamed", 5000)),
-        )
-        .await;
+    let (s, _) = server.put_sku(42, "renamed", 5000).await;
     assert_eq!(s, 200);
     let (s, after) = server.get("/api/seckill/42").await;
     assert_eq!(s, 200);

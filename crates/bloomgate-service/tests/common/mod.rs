@@ -236,6 +236,16 @@ impl TestServer {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// `PUT /api/skus/{id}` with a SKU body of `name` and `price`.
+    pub async fn put_sku(&self, id: i64, name: &str, price: i64) -> (u16, serde_json::Value) {
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/api/skus/{id}"),
+            Some(&sku_body(None, name, price)),
+        )
+        .await
+    }
+
     /// Stops accepting, drains, and waits for the server task.
     pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
