@@ -157,6 +157,8 @@ pub struct CacheConfig {
     pub redis_prefix: String,
     /// Longest time one Redis command may take, milliseconds.
     pub redis_timeout_ms: u64,
+    /// Entries kept in the change log stream shared by instances (about).
+    pub change_log_max_len: u64,
     /// Consecutive Redis failures (errors or timeouts) that open the breaker.
     pub redis_breaker_failures: u32,
     /// How long the breaker stays open before a probe, milliseconds
@@ -201,6 +203,7 @@ impl Default for CacheConfig {
             redis_nil_ttl_secs: 300,
             redis_prefix: "bloomgate:".into(),
             redis_timeout_ms: 50,
+            change_log_max_len: 100_000,
             redis_breaker_failures: 5,
             redis_breaker_open_ms: 500,
             redis_breaker_max_open_ms: 10_000,
@@ -376,6 +379,7 @@ impl Config {
         for (key, v) in [
             ("cache.redis_timeout_ms", c.redis_timeout_ms),
             ("cache.bloom_monitor_ms", c.bloom_monitor_ms),
+            ("cache.change_log_max_len", c.change_log_max_len),
             ("cache.redis_breaker_open_ms", c.redis_breaker_open_ms),
             ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),
             ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),

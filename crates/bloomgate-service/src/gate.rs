@@ -428,6 +428,20 @@ impl Gate {
         }
     }
 
+    /// Adds an id another instance created (from the change log): always
+    /// to a filter being built, to the published one only if it does not
+    /// already answer "maybe" (so replays do not inflate the item count).
+    pub fn learn(self: &Arc<Self>, id: i64) {
+        if let Some(f) = self.building.load().as_deref() {
+            f.insert(id);
+        }
+        if let Some(f) = self.current.load().as_deref() {
+            if !f.contains(id) {
+                f.insert(id);
+            }
+        }
+    }
+
     /// Notes that a request the filter passed found no SKU.
     pub fn note_passed_missing(&self) {
         self.passed_missing.incr();

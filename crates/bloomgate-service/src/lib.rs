@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod cache;
+pub mod changes;
 pub mod config;
 pub mod error;
 pub mod gate;
@@ -94,6 +95,17 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
     }
     let c = &config.cache;
+    if let Some(changes) = &state.changes {
+        // Note the log's end before the first scan, and follow from there.
+        let from = match changes.last_id().await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!(error = %e, "change log unreadable at start; following from its beginning");
+                "0-0".to_string()
+            }
+        };
+        changes.spawn_follower(from, &state.reader);
+    }
     if c.bloom_enabled {
         state
             .reader

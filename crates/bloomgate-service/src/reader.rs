@@ -337,6 +337,13 @@ impl ShieldedReader {
                 tracing::warn!(id, error = %e, "redis DEL failed; the entry expires with its TTL");
             }
         }
+        self.invalidate_local(id);
+    }
+
+    /// This instance's part of an invalidation: under the id's shard lock,
+    /// bump the write counter, detach the load in flight, drop the L1
+    /// entry. Also applied for writes made through other instances.
+    pub fn invalidate_local(&self, id: i64) {
         let mut shard = lock(self.shard(id));
         shard.writes += 1;
         shard.flights.remove(&id);

@@ -17,6 +17,7 @@ use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::admin::authorize;
+use crate::changes::ChangeKind;
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
@@ -227,6 +228,15 @@ pub async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, A
             "entries": r.l1.entry_count(),
         },
         "redis": redis,
+        "changes": state.changes.as_ref().map(|l| {
+            let c = &l.counters;
+            json!({
+                "published": c.published.load(Ordering::Relaxed),
+                "publish_failures": c.publish_failures.load(Ordering::Relaxed),
+                "applied": c.applied.load(Ordering::Relaxed),
+                "gaps": c.gaps.load(Ordering::Relaxed),
+            })
+        }),
         "sql": {
             "queries": sql.queries.load(Ordering::Relaxed),
             "found": sql.found.load(Ordering::Relaxed),
@@ -287,6 +297,7 @@ pub async fn create_sku(
     // the next read loads it from SQL.
     state.reader.gate.insert(sku.id);
     state.reader.invalidate(sku.id).await;
+    publish(&state, sku.id, ChangeKind::Created).await;
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
@@ -324,6 +335,7 @@ pub async fn update_sku(
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
     state.reader.invalidate(id).await;
+    publish(&state, id, ChangeKind::Updated).await;
     Ok(Json(sku))
 }
 
@@ -349,6 +361,7 @@ pub async fn delete_sku(
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
     state.reader.invalidate(id).await;
+    publish(&state, id, ChangeKind::Deleted).await;
     // The plain filter cannot forget the id; it keeps answering "maybe",
     // which costs one cached lookup. Enough deletes trigger a rebuild.
     // The gate's worker runs it; nobody waits for the answer.
@@ -356,4 +369,11 @@ pub async fn delete_sku(
         drop(state.reader.gate.request_rebuild());
     }
     Ok(Json(json!({ "deleted": id })))
+}
+
+/// Tells the other instances about a committed write.
+async fn publish(state: &AppState, id: i64, kind: ChangeKind) {
+    if let Some(log) = &state.changes {
+        log.publish(id, kind).await;
+    }
 }

@@ -20,6 +20,8 @@ pub struct AppState {
     pub rebuild_after_deletes: u64,
     /// Body limit, rate limit, shutdown grace.
     pub http: crate::config::HttpConfig,
+    /// The change log shared with other instances (with Redis).
+    pub changes: Option<crate::changes::ChangeLog>,
 }
 
 /// Why the service could not start.
@@ -54,9 +56,20 @@ impl AppState {
         config.validate()?;
         let store = SkuStore::connect_with(&config.database_url, &config.sql).await?;
         let c = &config.cache;
-        let redis = match &config.redis_url {
-            Some(url) => Some(RedisTier::connect(url, c).await?),
-            None => None,
+        let (redis, changes) = match &config.redis_url {
+            Some(url) => (
+                Some(RedisTier::connect(url, c).await?),
+                Some(
+                    crate::changes::ChangeLog::connect(
+                        url,
+                        &c.redis_prefix,
+                        c.change_log_max_len,
+                        Duration::from_millis(c.redis_timeout_ms),
+                    )
+                    .await?,
+                ),
+            ),
+            None => (None, None),
         };
         let gate = Gate::new(
             GateConfig {
@@ -83,6 +96,7 @@ impl AppState {
             admin_token: config.admin_token.as_deref().map(Arc::from),
             rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
             http: config.http.clone(),
+            changes,
         })
     }
 }

@@ -1,0 +1,273 @@
+//! The change log that instances sharing one Redis use to stay in step: a
+//! Redis Stream (`{prefix}changes`) of SKU writes. Every create, update and
+//! delete appends `{id, kind, from}` after its SQL commit; every instance
+//! follows the stream and, for entries from other instances, adds created
+//! ids to its filter and drops the id from its L1. Without it a SKU created
+//! through one instance is refused with a 404 by the others until they
+//! rebuild (a false "no"), and their L1 keeps an updated SKU's old state.
+//!
+//! An instance notes the stream's last entry before its first filter scan
+//! and follows from there, so an id committed before the scan is scanned
+//! and one committed after it arrives through the stream. After a Redis
+//! outage, if the stream was trimmed past the last entry the follower
+//! applied, it cannot know what it missed: it rebuilds the filter from SQL
+//! and empties its L1 instead of guessing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::streams::{StreamRangeReply, StreamReadReply};
+
+use crate::reader::ShieldedReader;
+
+/// What a write did to a SKU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// A new SKU: other instances add its id to their filter.
+    Created,
+    /// New contents: other instances drop it from L1.
+    Updated,
+    /// Gone: other instances drop it from L1.
+    Deleted,
+}
+
+impl ChangeKind {
+    const fn code(self) -> &'static str {
+        match self {
+            Self::Created => "c",
+            Self::Updated => "u",
+            Self::Deleted => "d",
+        }
+    }
+}
+
+/// Counters of the change log.
+#[derive(Debug, Default)]
+pub struct ChangeCounters {
+    /// Entries appended by this instance.
+    pub published: AtomicU64,
+    /// Appends that failed (other instances learn at their next rebuild).
+    pub publish_failures: AtomicU64,
+    /// Entries from other instances applied here.
+    pub applied: AtomicU64,
+    /// Times the follower found a gap and rebuilt instead.
+    pub gaps: AtomicU64,
+}
+
+/// The shared change log. Cheap to clone.
+#[derive(Clone)]
+pub struct ChangeLog {
+    client: redis::Client,
+    conn: redis::aio::ConnectionManager,
+    key: String,
+    max_len: u64,
+    timeout: Duration,
+    instance: String,
+    /// Counters, shared by clones.
+    pub counters: Arc<ChangeCounters>,
+}
+
+impl std::fmt::Debug for ChangeLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeLog")
+            .field("key", &self.key)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Stream entry ids compare as (milliseconds, sequence).
+fn parse_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+impl ChangeLog {
+    /// A change log under `{prefix}changes`, keeping about `max_len` entries.
+    ///
+    /// # Errors
+    /// The client's error for a bad URL or an unreachable server.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        max_len: u64,
+        timeout: Duration,
+    ) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(timeout.max(Duration::from_millis(200)))
+            .set_response_timeout(timeout)
+            .set_number_of_retries(1);
+        let conn = redis::aio::ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(Self {
+            client,
+            conn,
+            key: format!("{prefix}changes"),
+            max_len,
+            timeout,
+            instance: format!("{:016x}", fastrand::u64(..)),
+            counters: Arc::default(),
+        })
+    }
+
+    /// Appends a write. Failures are logged and counted, never fatal: the
+    /// write itself has committed.
+    pub async fn publish(&self, id: i64, kind: ChangeKind) {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("XADD")
+            .arg(&self.key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.max_len)
+            .arg("*")
+            .arg("id")
+            .arg(id)
+            .arg("kind")
+            .arg(kind.code())
+            .arg("from")
+            .arg(&self.instance)
+            .clone();
+        let sent = tokio::time::timeout(self.timeout, cmd.query_async::<String>(&mut conn)).await;
+        if matches!(sent, Ok(Ok(_))) {
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters
+                .publish_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                id,
+                ?kind,
+                "change log append failed; other instances learn at their next rebuild"
+            );
+        }
+    }
+
+    /// The id of the newest entry (`0-0` for an empty stream).
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn last_id(&self) -> redis::RedisResult<String> {
+        let mut conn = self.conn.clone();
+        let newest: StreamRangeReply = redis::cmd("XREVRANGE")
+            .arg(&self.key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut conn)
+            .await?;
+        Ok(newest
+            .ids
+            .first()
+            .map_or_else(|| "0-0".to_string(), |e| e.id.clone()))
+    }
+
+    async fn first_id(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<Option<String>> {
+        let oldest: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&self.key)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(conn)
+            .await?;
+        Ok(oldest.ids.first().map(|e| e.id.clone()))
+    }
+
+    /// Follows the stream from entry `from`, applying other instances'
+    /// writes to `reader`, until the reader's gate is dropped.
+    pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
+        let log = self.clone();
+        let gate = Arc::downgrade(&reader.gate);
+        let reader = reader.clone();
+        tokio::spawn(async move {
+            let mut last = from;
+            let mut conn = None;
+            let mut backoff = Duration::from_millis(100);
+            let mut resumed = false;
+            while gate.strong_count() > 0 {
+                let c = match conn.as_mut() {
+                    Some(c) => c,
+                    None => {
+                        let config = redis::AsyncConnectionConfig::new()
+                            .set_connection_timeout(log.timeout.max(Duration::from_millis(200)))
+                            .set_response_timeout(Duration::from_secs(5));
+                        match log
+                            .client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                        {
+                            Ok(c) => conn.insert(c),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "change log: cannot connect; retrying");
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                                continue;
+                            }
+                        }
+                    }
+                };
+                if resumed {
+                    // After an outage: if entries past `last` were trimmed,
+                    // what was missed is unknown: rebuild, empty L1.
+                    match log.first_id(c).await {
+                        Ok(Some(first)) if last != "0-0" && parse_id(&first) > parse_id(&last) => {
+                            log.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%first, %last, "change log trimmed past this instance: rebuilding the filter");
+                            drop(reader.gate.request_rebuild());
+                            reader.l1.invalidate_all();
+                        }
+                        Ok(_) => {}
+                        Err(_) => {
+                            conn = None;
+                            continue;
+                        }
+                    }
+                    resumed = false;
+                }
+                let read: redis::RedisResult<Option<StreamReadReply>> = redis::cmd("XREAD")
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("BLOCK")
+                    .arg(1000)
+                    .arg("STREAMS")
+                    .arg(&log.key)
+                    .arg(&last)
+                    .query_async(c)
+                    .await;
+                match read {
+                    Ok(reply) => {
+                        backoff = Duration::from_millis(100);
+                        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+                            last.clone_from(&entry.id);
+                            if entry.get::<String>("from").as_deref() == Some(&log.instance) {
+                                continue;
+                            }
+                            let (Some(id), Some(kind)) =
+                                (entry.get::<i64>("id"), entry.get::<String>("kind"))
+                            else {
+                                continue;
+                            };
+                            if kind == "c" {
+                                reader.gate.learn(id);
+                            }
+                            reader.invalidate_local(id);
+                            log.counters.applied.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "change log: read failed; reconnecting");
+                        conn = None;
+                        resumed = true;
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        });
+    }
+}
