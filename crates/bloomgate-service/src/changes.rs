@@ -179,17 +179,17 @@ impl ChangeLog {
     }
 
     /// Follows the stream from entry `from`, applying other instances'
-    /// writes to `reader`, until the reader's gate is dropped.
+    /// writes to `reader`, until nothing but the follower holds the
+    /// reader's gate (the service was dropped).
     pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
         let log = self.clone();
-        let gate = Arc::downgrade(&reader.gate);
         let reader = reader.clone();
         tokio::spawn(async move {
             let mut last = from;
             let mut conn = None;
             let mut backoff = Duration::from_millis(100);
             let mut resumed = false;
-            while gate.strong_count() > 0 {
+            while Arc::strong_count(&reader.gate) > 1 {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
