@@ -3,17 +3,11 @@
 //! the rate limiter) with an error status and a body that is not JSON are
 //! rewritten to `{"error": code, "message": text}`.
 
-use axum::body::{to_bytes, Body};
+use axum::body::Body;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{Response, StatusCode};
 
 use crate::error::error_response;
-use crate::input::clip_quoted;
-
-/// The largest non-JSON error body read to build the message.
-const READ_LIMIT: usize = 4096;
-/// The longest message kept from such a body, in characters.
-const MAX_MESSAGE: usize = 200;
 
 /// The machine-readable code for a status.
 #[must_use]
@@ -35,32 +29,37 @@ pub fn code_for(status: StatusCode) -> &'static str {
     }
 }
 
-/// Rewrites a non-JSON error response as the JSON error shape, keeping
-/// its status and headers (`Allow`, `Retry-After`, rate-limit headers).
-pub async fn json_errors(response: Response<Body>) -> Response<Body> {
+/// What a rewritten response says for `status`.
+fn message_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "the request could not be parsed (path or headers)",
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than the limit",
+        StatusCode::TOO_MANY_REQUESTS => "too many requests from this client; slow down",
+        StatusCode::SERVICE_UNAVAILABLE => "the request took too long; retry",
+        s => s.canonical_reason().unwrap_or("error"),
+    }
+}
+
+/// Rewrites a non-JSON error response as the JSON error shape, keeping its
+/// status and headers (`Allow`, `Retry-After`, rate-limit headers). It
+/// runs on every response, so it is synchronous and allocates only when
+/// it rewrites; the original body (plain text from axum or a layer) is
+/// replaced by a fixed message for the status.
+pub fn json_errors(response: Response<Body>) -> Response<Body> {
     let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
     let is_json = response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    if is_json {
         return response;
     }
-    let (mut parts, body) = response.into_parts();
-    let text = to_bytes(body, READ_LIMIT).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let reason = status.canonical_reason().unwrap_or("error");
-    let mut message = if text.trim().is_empty() {
-        reason.to_string()
-    } else {
-        clip_quoted(&format!("{reason}: {}", text.trim()))
-    };
-    if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE) {
-        message.truncate(cut);
-        message.push('…');
-    }
-    let rewritten = error_response(status, code_for(status), &message);
+    let (mut parts, _) = response.into_parts();
+    let rewritten = error_response(status, code_for(status), message_for(status));
     parts.headers.remove(CONTENT_TYPE);
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     let (new_parts, body) = rewritten.into_parts();

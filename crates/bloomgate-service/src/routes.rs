@@ -1,6 +1,7 @@
 //! HTTP routes: the seckill read, the operator endpoints, SKU writes.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -13,6 +14,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use tower::util::MapResponseLayer;
+use tower::ServiceBuilder;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -50,25 +53,28 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(state.http.body_limit_bytes))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            std::time::Duration::from_millis(state.http.request_timeout_ms),
-        ))
-        .layer(axum::middleware::map_response(
-            crate::json_errors::json_errors,
-        ))
-        .layer(PropagateRequestIdLayer::x_request_id())
+        // One stack, applied once: each `Router::layer` call would box and
+        // clone every route's service again on every request.
         .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(crate::telemetry::request_span)
-                .on_request(())
-                .on_response(crate::telemetry::on_response),
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(
+                    crate::telemetry::NextRequestId::default(),
+                ))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(crate::telemetry::request_span)
+                        .on_request(())
+                        .on_response(crate::telemetry::on_response),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(MapResponseLayer::new(crate::json_errors::json_errors))
+                .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    std::time::Duration::from_millis(state.http.request_timeout_ms),
+                ))
+                .layer(DefaultBodyLimit::max(state.http.body_limit_bytes)),
         )
-        .layer(SetRequestIdLayer::x_request_id(
-            crate::telemetry::NextRequestId::default(),
-        ))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// Liveness: a fixed answer, the benchmarks' ceiling.
@@ -88,7 +94,7 @@ pub async fn ping() -> impl IntoResponse {
         (status = 503, description = "The database is unavailable or overloaded", body = crate::error::ErrorBody),
     ))]
 pub async fn sku_detail(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
@@ -151,7 +157,7 @@ pub const MAX_WARM_LIMIT: u64 = 1_000_000;
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
     ))]
 pub async fn warm(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
@@ -194,7 +200,7 @@ pub async fn warm(
 #[utoipa::path(get, path = "/api/cache/stats",
     responses((status = 200, description = "Counters", body = Object),
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody)))]
-pub async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, AppError> {
+pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, AppError> {
     let r = &state.reader;
     let l1 = &r.l1_counters;
     let sql = &r.store.counters;
@@ -262,7 +268,7 @@ pub async fn stats(State(state): State<AppState>) -> Result<impl IntoResponse, A
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
     ))]
 pub async fn create_sku(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
@@ -316,7 +322,7 @@ pub async fn create_sku(
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
     ))]
 pub async fn update_sku(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(raw): Path<String>,
     body: Bytes,
@@ -351,7 +357,7 @@ pub async fn update_sku(
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody),
     ))]
 pub async fn delete_sku(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
