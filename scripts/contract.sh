@@ -9,7 +9,7 @@
 # cannot state, so some schema-valid bodies are rightly refused with 400.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${1:-target/debug/bloomgate}
+bin=${1:-${CARGO_TARGET_DIR:-target}/debug/bloomgate}
 examples=${2:-50}
 if ! command -v schemathesis >/dev/null 2>&1; then
   if ! python3 -m pip --version >/dev/null 2>&1; then
@@ -21,16 +21,23 @@ if ! command -v schemathesis >/dev/null 2>&1; then
     || python3 -m pip install --quiet schemathesis
 fi
 [ -x "$bin" ] || cargo build -p bloomgate-cli
+bin=$(realpath "$bin")
 dir=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 (cd "$dir" && env -u DATABASE_URL -u REDIS_URL BLOOMGATE_LISTEN="127.0.0.1:$port" \
-  BLOOMGATE_SEED_IF_EMPTY=2000 "$OLDPWD/$bin" serve >"$dir/serve.log" 2>&1) &
+  BLOOMGATE_SEED_IF_EMPTY=2000 "$bin" serve >"$dir/serve.log" 2>&1) &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 1 200); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+up=
+for _ in $(seq 1 300); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
   sleep 0.1
 done
+if [ -z "$up" ]; then
+  echo "contract: $bin serve did not listen on $port; its log:" >&2
+  cat "$dir/serve.log" >&2
+  exit 1
+fi
 schemathesis run "http://127.0.0.1:$port/openapi.json" \
   --max-examples "$examples" --seed 20261130 \
   --exclude-checks positive_data_acceptance \
