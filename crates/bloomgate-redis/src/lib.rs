@@ -3,8 +3,8 @@
 //! An in-process filter per instance drifts: an SKU created through one
 //! instance is in that instance's filter only until the others rebuild. A
 //! [`RedisBloom`] keeps one bit string in Redis instead, with the same shape
-//! and bit positions as a [`BlockedBloom`] (so a local filter can be
-//! uploaded and downloaded bit for bit). Each insert or lookup is one
+//! and bit positions as a [`BlockedBloom`] (so a local filter can be merged
+//! in and downloaded bit for bit). Each insert or lookup is one
 //! pipelined round trip of `k` `SETBIT`s or `GETBIT`s; batches of keys share
 //! one round trip.
 //!
@@ -69,6 +69,16 @@ impl std::fmt::Debug for RedisBloom {
     }
 }
 
+/// Writes the metadata and allocates the bit string (the last bit set to 0,
+/// so later `SETBIT`s never reallocate), unless metadata exists.
+const CREATE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'layout', 'blocked-v1', 'blocks', ARGV[1],
+  'block_bits', ARGV[2], 'hashes', ARGV[3], 'seed', ARGV[4])
+redis.call('SETBIT', KEYS[2], ARGV[5], 0)
+return 1
+";
+
 impl RedisBloom {
     /// Creates the filter under `key` (or opens it if one of the same shape
     /// exists), sized for `n` items at rate `p` with 256-bit blocks.
@@ -84,28 +94,19 @@ impl RedisBloom {
     ) -> Result<Self> {
         let params = bloomgate_filter::sizing::blocked(n, p, 256)?;
         let mut c = conn.clone();
-        let meta = format!("{key}:meta");
-        let created: bool = redis::cmd("HSETNX")
-            .arg(&meta)
-            .arg("layout")
-            .arg("blocked-v1")
-            .query_async(&mut c)
+        // Parameters and the allocated bit string appear in one atomic
+        // step, so a concurrent `open` sees all of them or none.
+        let created: i64 = redis::Script::new(CREATE)
+            .key(format!("{key}:meta"))
+            .key(key)
+            .arg(params.blocks)
+            .arg(params.block_bits)
+            .arg(params.hashes)
+            .arg(seed)
+            .arg(params.bits() - 1)
+            .invoke_async(&mut c)
             .await?;
-        if created {
-            let _: () = c
-                .hset_multiple(
-                    &meta,
-                    &[
-                        ("blocks", params.blocks.to_string()),
-                        ("block_bits", params.block_bits.to_string()),
-                        ("hashes", params.hashes.to_string()),
-                        ("seed", seed.to_string()),
-                    ],
-                )
-                .await?;
-            // Allocate the whole string up front so later SETBITs never
-            // reallocate it.
-            let _: i64 = c.setbit(key, (params.bits() - 1) as usize, false).await?;
+        if created == 1 {
             return Ok(Self {
                 conn,
                 key: key.into(),
@@ -233,8 +234,11 @@ impl RedisBloom {
         Ok(bits.chunks(k).map(|c| c.iter().all(|&b| b == 1)).collect())
     }
 
-    /// Replaces the shared bits with a local filter's (same shape and seed),
-    /// e.g. after a rebuild from the database.
+    /// Merges a local filter's bits (same shape and seed) into the shared
+    /// ones with `BITOP OR`, e.g. after building from the database. A merge,
+    /// not a replacement: a `SETBIT` another instance makes while the
+    /// upload runs is kept (replacing the string would drop it, a false
+    /// negative). Clearing bits (forgetting deleted keys) needs a fresh key.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`]; Redis errors.
@@ -252,11 +256,22 @@ impl RedisBloom {
             .map(u8::reverse_bits)
             .take((self.params.bits() / 8) as usize)
             .collect();
-        let tmp = format!("{}:upload", self.key);
+        let tmp = format!("{}:upload:{:016x}", self.key, fastrand::u64(..));
         let mut c = self.conn.clone();
-        let _: () = c.set(&tmp, bytes).await?;
-        // RENAME swaps the whole string at once: readers never see half.
-        let _: () = c.rename(&tmp, &self.key).await?;
+        let _: () = redis::pipe()
+            .atomic()
+            .set(&tmp, bytes)
+            .ignore()
+            .cmd("BITOP")
+            .arg("OR")
+            .arg(&self.key)
+            .arg(&self.key)
+            .arg(&tmp)
+            .ignore()
+            .del(&tmp)
+            .ignore()
+            .query_async(&mut c)
+            .await?;
         Ok(())
     }
 

@@ -133,3 +133,68 @@ async fn opening_something_else_is_an_error() {
     ));
     fresh(&c, key).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upload_racing_inserts_from_another_client_loses_none_of_them() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:race";
+    fresh(&c, key).await;
+    let shared = RedisBloom::create(c.clone(), key, 50_000, 0.01, 11)
+        .await
+        .unwrap();
+    let other = RedisBloom::open(c.clone(), key).await.unwrap();
+    let mut local = BlockedBloom::new(shared.params(), 11).unwrap();
+    for k in 0..20_000u64 {
+        local.insert(&k);
+    }
+    // Another instance inserts while this one uploads, many times over.
+    let inserter = tokio::spawn(async move {
+        for k in 1_000_000..1_002_000u64 {
+            other.insert(&k).await.unwrap();
+        }
+    });
+    for _ in 0..20 {
+        shared.upload(&local).await.unwrap();
+    }
+    inserter.await.unwrap();
+    shared.upload(&local).await.unwrap();
+    let keys: Vec<u64> = (0..20_000u64).chain(1_000_000..1_002_000).collect();
+    let found = shared.contains_many(&keys).await.unwrap();
+    assert!(
+        found.iter().all(|&f| f),
+        "an upload dropped a concurrent insert"
+    );
+    shared.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_and_opens_never_see_half_written_parameters() {
+    let Some(c) = conn().await else { return };
+    for round in 0..20 {
+        let key = format!("bgtest:shared:create{round}");
+        fresh(&c, &key).await;
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (c, key) = (c.clone(), key.clone());
+                tokio::spawn(async move {
+                    if i % 2 == 0 {
+                        RedisBloom::create(c, &key, 10_000, 0.01, 5).await.map(drop)
+                    } else {
+                        // An open may find nothing yet, never half a filter.
+                        match RedisBloom::open(c, &key).await {
+                            Err(Error::Meta { reason, .. }) => {
+                                assert_eq!(reason, "no bloomgate filter metadata");
+                                Ok(())
+                            }
+                            other => other.map(drop),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        fresh(&c, &key).await;
+    }
+}
