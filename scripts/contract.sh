@@ -24,7 +24,7 @@ fi
 bin=$(realpath "$bin")
 dir=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-(cd "$dir" && env -u DATABASE_URL -u REDIS_URL BLOOMGATE_LISTEN="127.0.0.1:$port" \
+(cd "$dir" && exec env -u DATABASE_URL -u REDIS_URL BLOOMGATE_LISTEN="127.0.0.1:$port" \
   BLOOMGATE_SEED_IF_EMPTY=2000 "$bin" serve >"$dir/serve.log" 2>&1) &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$dir"' EXIT

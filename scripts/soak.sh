@@ -11,7 +11,7 @@ cargo build --release -q -p bloomgate-cli
 BIN=target/release/bloomgate
 TMP=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-(cd "$TMP" && BLOOMGATE_LISTEN=127.0.0.1:$PORT RUST_LOG=warn "$OLDPWD/$BIN" serve >"$TMP/serve.log" 2>&1) &
+(cd "$TMP" && exec env BLOOMGATE_LISTEN=127.0.0.1:$PORT RUST_LOG=warn "$OLDPWD/$BIN" serve >"$TMP/serve.log" 2>&1) &
 PID=$!
 ATTACK=
 trap 'kill $PID ${ATTACK:-} 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -19,7 +19,7 @@ for _ in $(seq 1 600); do
   curl -s "localhost:$PORT/api/cache/stats" 2>/dev/null | grep -q '"ready":true' && break
   sleep 0.2
 done
-SERVER=$(pgrep -P "$PID" bloomgate || echo "$PID")
+SERVER=$PID
 rss() { awk '/VmRSS/ {print $2}' "/proc/$SERVER/status"; }
 echo "minute  rss_kib  requests_rejected  sql_queries"
 "$BIN" attack --url "http://127.0.0.1:$PORT" --requests 1000000000 --concurrency 32 \
