@@ -47,30 +47,17 @@ proptest! {
     }
 
     #[test]
-    fn concurrent_finds_keys_inserted_from_several_threads(keys in prop::collection::vec(any::<u64>(), 4..4000), threads in 2usize..6) {
+    fn concurrent_filters_find_keys_inserted_from_several_threads(keys in prop::collection::vec(any::<u64>(), 4..4000), threads in 2usize..6) {
         let f = AtomicBloom::with_fpr(keys.len() as u64, 0.01).unwrap();
-        std::thread::scope(|s| {
-            for part in keys.chunks(keys.len().div_ceil(threads)) {
-                let f = &f;
-                s.spawn(move || for k in part { f.insert(k); });
-            }
-        });
+        insert_from_threads(&keys, threads, |k| { f.insert(k); });
         prop_assert!(keys.iter().all(|k| f.contains(k)));
         prop_assert_eq!(f.items(), keys.len() as u64);
         // Its heap copy says the same.
         let heap = f.to_blocked();
         prop_assert!(keys.iter().all(|k| heap.contains(k)));
-    }
 
-    #[test]
-    fn concurrent_classic_finds_keys_inserted_from_several_threads(keys in prop::collection::vec(any::<u64>(), 4..4000), threads in 2usize..6) {
         let f = AtomicClassicBloom::with_fpr(keys.len() as u64, 0.01).unwrap();
-        std::thread::scope(|s| {
-            for part in keys.chunks(keys.len().div_ceil(threads)) {
-                let f = &f;
-                s.spawn(move || for k in part { f.insert(k); });
-            }
-        });
+        insert_from_threads(&keys, threads, |k| { f.insert(k); });
         prop_assert!(keys.iter().all(|k| f.contains(k)));
         prop_assert_eq!(f.items(), keys.len() as u64);
         let heap = f.to_classic();
@@ -112,4 +99,14 @@ proptest! {
         for k in &keys { f.insert(k).unwrap(); }
         prop_assert!(keys.iter().all(|k| f.contains(k)));
     }
+}
+
+/// Splits `keys` over `threads` scoped threads, each calling `insert`.
+fn insert_from_threads(keys: &[u64], threads: usize, insert: impl Fn(&u64) + Sync) {
+    std::thread::scope(|s| {
+        for part in keys.chunks(keys.len().div_ceil(threads)) {
+            let insert = &insert;
+            s.spawn(move || part.iter().for_each(insert));
+        }
+    });
 }

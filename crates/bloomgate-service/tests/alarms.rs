@@ -153,5 +153,13 @@ async fn an_observed_rate_over_twice_the_expected_one_raises_the_alarm_and_rebui
         gate.alarm(),
         None | Some(Alarm::ObservedFpr { .. })
     ));
+    // A full window of ordinary missing ids (all rejected by the new
+    // filter) raises no second alarm.
+    for id in 2_000_001..=2_000_250 {
+        assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 404);
+    }
+    gate.monitor_step();
+    assert_eq!(gate.alarm(), None);
+    assert_eq!(gate.stats().alarms_raised, 1);
     server.stop().await;
 }
