@@ -3,6 +3,7 @@
 
 mod attack;
 mod filters;
+mod plot;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -123,6 +123,8 @@ pub struct RedisCounters {
     pub misses: AtomicU64,
     /// Fills refused because a write (or expiry) took the lease away.
     pub fills_refused: AtomicU64,
+    /// Keys written by fills and warms (values and null sentinels).
+    pub keys_written: AtomicU64,
     /// Commands that failed (the read path then goes to SQL).
     pub errors: AtomicU64,
     /// Commands that took longer than `cache.redis_timeout_ms`.
@@ -472,9 +474,12 @@ impl RedisTier {
                     .invoke_async(&mut conn),
             )
             .await?;
-        if filled == 0 {
-            self.counters.fills_refused.fetch_add(1, Ordering::Relaxed);
-        }
+        let counter = if filled == 0 {
+            &self.counters.fills_refused
+        } else {
+            &self.counters.keys_written
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Ok(filled == 1)
     }
 
@@ -529,6 +534,9 @@ impl RedisTier {
         self.counters
             .fills_refused
             .fetch_add(items.len() as u64 - written, Ordering::Relaxed);
+        self.counters
+            .keys_written
+            .fetch_add(written, Ordering::Relaxed);
         Ok(written)
     }
 

@@ -50,6 +50,9 @@ pub struct SqlConfig {
     pub max_concurrent_loads: u32,
     /// Longest wait for a bulkhead slot before answering 503, milliseconds.
     pub queue_timeout_ms: u64,
+    /// Statements slower than this are counted by name and logged once,
+    /// milliseconds.
+    pub slow_query_ms: u64,
 }
 
 impl Default for SqlConfig {
@@ -60,6 +63,7 @@ impl Default for SqlConfig {
             statement_timeout_ms: 2_000,
             max_concurrent_loads: 32,
             queue_timeout_ms: 100,
+            slow_query_ms: 200,
         }
     }
 }
@@ -384,6 +388,7 @@ impl Config {
             ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),
             ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),
             ("sql.queue_timeout_ms", self.sql.queue_timeout_ms),
+            ("sql.slow_query_ms", self.sql.slow_query_ms),
             (
                 "cache.redis_breaker_failures",
                 u64::from(c.redis_breaker_failures),

@@ -23,6 +23,7 @@
 //! many callers ask, and a caller that goes away (an HTTP client that
 //! disconnects) changes nothing.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,6 +88,10 @@ pub struct GateStats {
     pub fill_ratio: f64,
     /// Exact expected false-positive rate at the current load.
     pub expected_fpr: f64,
+    /// The configured target rate (`cache.bloom_fpp`).
+    pub target_fpr: f64,
+    /// Distinct ids estimated from the set bits.
+    pub estimated_items: f64,
     /// A rebuild is running.
     pub rebuilding: bool,
     /// Requests are waiting for the next rebuild.
@@ -114,6 +119,8 @@ pub struct GateStats {
     /// The alarm in force, if any, as text: `bloom` stays a flat object so
     /// seed 000's `grep -o '"bloom":{[^}]*}'` still shows all of it.
     pub alarm: Option<String>,
+    /// The kind of the alarm in force (see [`Alarm::kind`]).
+    pub alarm_kind: Option<&'static str>,
     /// Alarms raised so far (each crossing once).
     pub alarms_raised: u64,
 }
@@ -249,6 +256,21 @@ pub enum Alarm {
     },
 }
 
+impl Alarm {
+    /// Every kind, as named by [`Alarm::kind`].
+    pub const KINDS: [&'static str; 3] = ["past_capacity", "fill_ratio", "observed_fpr"];
+
+    /// The alarm's kind: `past_capacity`, `fill_ratio` or `observed_fpr`.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::PastCapacity { .. } => Self::KINDS[0],
+            Self::FillRatio { .. } => Self::KINDS[1],
+            Self::ObservedFpr { .. } => Self::KINDS[2],
+        }
+    }
+}
+
 impl std::fmt::Display for Alarm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -323,6 +345,26 @@ pub struct Gate {
     alarms_raised: AtomicU64,
     /// (rejected, passed_missing) at the start of the monitor's window.
     window: Mutex<(u64, u64)>,
+    /// The last [`HISTORY`] rebuilds, oldest first.
+    history: Mutex<VecDeque<RebuildRecord>>,
+    /// Every rebuild's duration, successful or not (for `/metrics`).
+    rebuild_seconds: ::metrics::Histogram,
+}
+
+/// Rebuilds kept in [`Gate::history`].
+pub const HISTORY: usize = 32;
+
+/// One rebuild, for the stats endpoint and the dashboard.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RebuildRecord {
+    /// When it finished, Unix time in milliseconds.
+    pub finished_at_ms: u64,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// Ids added (when it succeeded).
+    pub added: Option<u64>,
+    /// Why it failed (when it did).
+    pub error: Option<String>,
 }
 
 /// A registered rebuild request; [`RebuildTicket::wait`] resolves when a
@@ -386,7 +428,30 @@ impl Gate {
             alarm: Mutex::new(None),
             alarms_raised: AtomicU64::new(0),
             window: Mutex::new((0, 0)),
+            history: Mutex::new(VecDeque::with_capacity(HISTORY)),
+            rebuild_seconds: ::metrics::Histogram::noop(),
         }
+    }
+
+    /// Records every rebuild's duration in `h` as well.
+    #[must_use]
+    pub fn with_rebuild_histogram(mut self, h: ::metrics::Histogram) -> Self {
+        self.rebuild_seconds = h;
+        self
+    }
+
+    /// The last rebuilds (at most [`HISTORY`]), oldest first.
+    pub fn history(&self) -> Vec<RebuildRecord> {
+        lock(&self.history).iter().cloned().collect()
+    }
+
+    /// When the last successful rebuild finished, Unix milliseconds.
+    pub fn last_success_ms(&self) -> Option<u64> {
+        lock(&self.history)
+            .iter()
+            .rev()
+            .find(|r| r.error.is_none())
+            .map(|r| r.finished_at_ms)
     }
 
     /// Judges an id; counts rejections and passes.
@@ -619,6 +684,7 @@ impl Gate {
                 r.started = r.requested;
                 r.started
             };
+            let started = Instant::now();
             let outcome = std::panic::AssertUnwindSafe(self.rebuild_once())
                 .catch_unwind()
                 .await
@@ -627,6 +693,7 @@ impl Gate {
                     self.rebuilding.store(false, Ordering::Relaxed);
                     Err(RebuildError::Stopped("the rebuild panicked".into()))
                 });
+            self.record(started.elapsed(), &outcome);
             match &outcome {
                 Ok(_) => {
                     *lock(&self.last_error) = None;
@@ -647,6 +714,21 @@ impl Gate {
             }
             self.completed.send_replace(Completed { through, outcome });
         }
+    }
+
+    fn record(&self, took: Duration, outcome: &Result<RebuildReport, RebuildError>) {
+        self.rebuild_seconds.record(took.as_secs_f64());
+        let record = RebuildRecord {
+            finished_at_ms: crate::model::now_millis(),
+            duration_ms: took.as_millis() as u64,
+            added: outcome.as_ref().ok().map(|r| r.added),
+            error: outcome.as_ref().err().map(ToString::to_string),
+        };
+        let mut h = lock(&self.history);
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(record);
     }
 
     /// One rebuild: the published filter changes only if it succeeds, and
@@ -734,6 +816,7 @@ impl Gate {
             let r = lock(&self.requests);
             (r.requested, r.requested > r.started)
         };
+        let alarm = *lock(&self.alarm);
         GateStats {
             enabled: self.config.enabled,
             ready: self.config.enabled && f.is_some(),
@@ -746,6 +829,8 @@ impl Gate {
             capacity: self.capacity.load(Ordering::Relaxed),
             fill_ratio: f.map_or(0.0, Filter::fill_ratio),
             expected_fpr: f.map_or(1.0, |f| f.expected_fpr(f.items())),
+            target_fpr: self.config.fpp,
+            estimated_items: f.map_or(0.0, Filter::estimated_items),
             rebuilding: self.is_rebuilding(),
             rebuild_pending: pending,
             rebuild_requests: requests,
@@ -764,7 +849,8 @@ impl Gate {
                     p as f64 / (r + p) as f64
                 }
             },
-            alarm: lock(&self.alarm).map(|a| a.to_string()),
+            alarm: alarm.map(|a| a.to_string()),
+            alarm_kind: alarm.map(|a| a.kind()),
             alarms_raised: self.alarms_raised.load(Ordering::Relaxed),
         }
     }

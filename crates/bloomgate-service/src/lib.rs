@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cache;
 pub mod changes;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod gate;
 pub mod input;

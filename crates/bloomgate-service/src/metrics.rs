@@ -1,9 +1,30 @@
-//! Counters for the stats endpoint that request handlers on every worker
-//! thread bump without contending: each thread adds to its own cache line,
-//! and reads sum the shards.
+//! Metrics: the counters behind `/api/cache/stats` and `GET /metrics`.
+//!
+//! Every value lives in one place. Counts that the JSON stats also show
+//! are kept where they are counted (sharded [`Counter`]s and atomics in
+//! the gate, reader, Redis tier and store); at each scrape
+//! [`ServiceMetrics::render`] copies them into the `metrics` facade's
+//! Prometheus recorder (`metrics-exporter-prometheus`), which renders the
+//! text format with help text and histogram buckets. Histograms (request
+//! latency, rebuild duration) are recorded into that recorder as they
+//! happen. Each service instance owns its recorder (none is installed
+//! globally), so several instances in one process keep apart.
 
 use std::cell::Cell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use ::metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
+use axum::extract::MatchedPath;
+use axum::http::{Request, Response};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 
 const SHARDS: usize = 16;
 
@@ -55,6 +76,489 @@ impl Counter {
         self.shards
             .iter()
             .fold(0u64, |acc, s| acc.wrapping_add(s.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// The outcome label of a response, set by handlers that know better than
+/// the status (the read route: `filter_rejected`, `l1_hit`, …). Without
+/// one, a response is `ok` (below 400), `client_error` (4xx) or `error`.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome(pub &'static str);
+
+/// Route label of requests that matched no route (one series for all, so
+/// scanners cannot blow up the cardinality).
+pub const UNMATCHED: &str = "(unmatched)";
+
+/// Requests of one route, outcome and status.
+#[derive(Debug)]
+struct Series {
+    count: Counter,
+    seconds: ::metrics::Histogram,
+}
+
+/// Requests of one route, by outcome and status.
+#[derive(Debug)]
+pub struct RouteSeries {
+    route: Box<str>,
+    by: RwLock<HashMap<(&'static str, u16), Arc<Series>>>,
+}
+
+type Labels = Vec<Label>;
+
+/// Metric names, kinds and help text.
+const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
+    ("bloomgate_requests_total", Kind::Counter, "HTTP requests by route, outcome and status."),
+    ("bloomgate_request_duration_seconds", Kind::Histogram, "HTTP request latency by route and outcome."),
+    ("bloomgate_filter_rejected_total", Kind::Counter, "Reads answered 404 by the Bloom filter alone."),
+    ("bloomgate_filter_passed_total", Kind::Counter, "Reads the Bloom filter let through."),
+    ("bloomgate_filter_passed_missing_total", Kind::Counter, "Reads the filter let through that SQL or the caches then did not find (false positives and deleted SKUs)."),
+    ("bloomgate_filter_observed_fpr", Kind::Gauge, "passed_missing / (rejected + passed_missing) since start: the observed false-positive estimate."),
+    ("bloomgate_filter_expected_fpr", Kind::Gauge, "The filter's exact expected false-positive rate at its current item count."),
+    ("bloomgate_filter_target_fpr", Kind::Gauge, "The configured false-positive target (cache.bloom_fpp)."),
+    ("bloomgate_filter_items", Kind::Gauge, "Ids inserted into the published filter."),
+    ("bloomgate_filter_estimated_items", Kind::Gauge, "Distinct ids estimated from the filter's set bits."),
+    ("bloomgate_filter_capacity", Kind::Gauge, "Items the published filter was sized for."),
+    ("bloomgate_filter_fill_ratio", Kind::Gauge, "Fraction of the filter's bits that are set."),
+    ("bloomgate_filter_size_bytes", Kind::Gauge, "Size of the published filter's bit array."),
+    ("bloomgate_filter_ready", Kind::Gauge, "1 when a filter is built and gating reads."),
+    ("bloomgate_filter_rebuilds_total", Kind::Counter, "Completed filter rebuilds."),
+    ("bloomgate_filter_rebuild_failures_total", Kind::Counter, "Filter rebuilds that failed (the previous filter stayed)."),
+    ("bloomgate_filter_rebuild_duration_seconds", Kind::Histogram, "Duration of every filter rebuild, failed ones included."),
+    ("bloomgate_filter_last_rebuild_timestamp_seconds", Kind::Gauge, "Unix time the last successful rebuild finished."),
+    ("bloomgate_filter_alarm", Kind::Gauge, "1 while the named capacity alarm is in force."),
+    ("bloomgate_filter_alarms_total", Kind::Counter, "Capacity alarms raised (once per crossing)."),
+    ("bloomgate_l1_lookups_total", Kind::Counter, "In-process cache lookups by result."),
+    ("bloomgate_l1_entries", Kind::Gauge, "Entries in the in-process cache."),
+    ("bloomgate_redis_lookups_total", Kind::Counter, "Redis lookups by result."),
+    ("bloomgate_redis_keys_written_total", Kind::Counter, "Redis keys written by fills and warms (values and null sentinels)."),
+    ("bloomgate_redis_errors_total", Kind::Counter, "Redis commands that failed, by kind (error, timeout, skipped while the breaker was open)."),
+    ("bloomgate_redis_breaker_open", Kind::Gauge, "1 while the Redis circuit breaker is open."),
+    ("bloomgate_sql_queries_total", Kind::Counter, "SQL point lookups by result; result=\"missing\" is cache penetration."),
+    ("bloomgate_sql_errors_total", Kind::Counter, "SQL statements that failed, by kind (error, timeout)."),
+    ("bloomgate_sql_slow_queries_total", Kind::Counter, "SQL statements slower than sql.slow_query_ms, by statement."),
+    ("bloomgate_sql_bulkhead_rejected_total", Kind::Counter, "Read-path loads turned away because the SQL bulkhead was full."),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Seconds: request latency buckets, 50 µs to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
+/// Seconds: rebuild duration buckets, 1 ms to 10 min.
+const REBUILD_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+
+/// One instance's metrics: its own Prometheus recorder and the request
+/// counters by route, outcome and status.
+#[derive(Debug)]
+pub struct ServiceMetrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    routes: RwLock<HashMap<Box<str>, Arc<RouteSeries>>>,
+}
+
+impl Default for ServiceMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ServiceMetrics {
+    /// A recorder with every metric described and histogram buckets set.
+    #[must_use]
+    pub fn new() -> Self {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("bloomgate_request_duration_seconds".into()),
+                LATENCY_BUCKETS,
+            )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("bloomgate_filter_rebuild_duration_seconds".into()),
+                    REBUILD_BUCKETS,
+                )
+            })
+            .expect("bucket lists are not empty");
+        let recorder = builder.build_recorder();
+        for &(name, kind, help) in DESCRIPTIONS {
+            let (key, help) = (KeyName::from(name), SharedString::from(help));
+            match kind {
+                Kind::Counter => recorder.describe_counter(key, Some(Unit::Count), help),
+                Kind::Gauge => recorder.describe_gauge(key, None, help),
+                Kind::Histogram => recorder.describe_histogram(key, Some(Unit::Seconds), help),
+            }
+        }
+        let handle = recorder.handle();
+        Self {
+            recorder,
+            handle,
+            routes: RwLock::default(),
+        }
+    }
+
+    /// The histogram the gate records rebuild durations in.
+    pub fn rebuild_histogram(&self) -> ::metrics::Histogram {
+        self.recorder.register_histogram(
+            &Key::from_static_name("bloomgate_filter_rebuild_duration_seconds"),
+            &METADATA,
+        )
+    }
+
+    fn route(&self, route: &str) -> Arc<RouteSeries> {
+        if let Some(r) = read(&self.routes).get(route) {
+            return Arc::clone(r);
+        }
+        Arc::clone(write(&self.routes).entry(route.into()).or_insert_with(|| {
+            Arc::new(RouteSeries {
+                route: route.into(),
+                by: RwLock::default(),
+            })
+        }))
+    }
+
+    fn series(&self, by: &RouteSeries, outcome: &'static str, status: u16) -> Arc<Series> {
+        if let Some(s) = read(&by.by).get(&(outcome, status)) {
+            return Arc::clone(s);
+        }
+        let seconds = self.recorder.register_histogram(
+            &Key::from_parts(
+                "bloomgate_request_duration_seconds",
+                vec![
+                    Label::new("route", by.route.to_string()),
+                    Label::new("outcome", outcome),
+                ],
+            ),
+            &METADATA,
+        );
+        Arc::clone(write(&by.by).entry((outcome, status)).or_insert_with(|| {
+            Arc::new(Series {
+                count: Counter::default(),
+                seconds,
+            })
+        }))
+    }
+
+    /// Counts one request (see [`RecordRequestsLayer`]).
+    pub fn record_request(&self, route: &str, outcome: &'static str, status: u16, seconds: f64) {
+        self.record(&self.route(route), outcome, status, seconds);
+    }
+
+    fn record(&self, by: &RouteSeries, outcome: &'static str, status: u16, seconds: f64) {
+        let s = self.series(by, outcome, status);
+        s.count.incr();
+        s.seconds.record(seconds);
+    }
+
+    /// Requests so far by (route, outcome, status).
+    #[must_use]
+    pub fn requests(&self) -> Vec<(String, &'static str, u16, u64)> {
+        let mut out = Vec::new();
+        for (route, by) in read(&self.routes).iter() {
+            for (&(outcome, status), s) in read(&by.by).iter() {
+                out.push((route.to_string(), outcome, status, s.count.get()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Requests of `route` so far, summed by outcome.
+    #[must_use]
+    pub fn requests_by_outcome(
+        &self,
+        route: &str,
+    ) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        if let Some(by) = read(&self.routes).get(route) {
+            for (&(outcome, _), s) in read(&by.by).iter() {
+                *out.entry(outcome).or_default() += s.count.get();
+            }
+        }
+        out
+    }
+
+    /// Sets counter `name{labels}` to `value` (values only grow: the
+    /// recorder keeps the maximum).
+    pub fn counter(&self, name: &'static str, labels: Labels, value: u64) {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &METADATA)
+            .absolute(value);
+    }
+
+    /// Sets gauge `name{labels}` to `value`.
+    pub fn gauge(&self, name: &'static str, labels: Labels, value: f64) {
+        self.recorder
+            .register_gauge(&Key::from_parts(name, labels), &METADATA)
+            .set(value);
+    }
+
+    /// The Prometheus text format, after copying the request counters in;
+    /// the caller copies the other counters first (see `routes::metrics`).
+    #[must_use]
+    pub fn render(&self) -> String {
+        for (route, outcome, status, n) in self.requests() {
+            self.counter(
+                "bloomgate_requests_total",
+                vec![
+                    Label::new("route", route),
+                    Label::new("outcome", outcome),
+                    Label::new("status", status.to_string()),
+                ],
+                n,
+            );
+        }
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+}
+
+fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
+    Label::new(k, v.into())
+}
+
+/// Copies the values the JSON stats show into `state`'s recorder and
+/// renders `GET /metrics`. Both read the same counters.
+pub async fn export(state: &crate::state::AppState) -> String {
+    let m = &state.metrics;
+    let r = &state.reader;
+    let g = r.gate.stats();
+    m.counter("bloomgate_filter_rejected_total", vec![], g.rejected);
+    m.counter("bloomgate_filter_passed_total", vec![], g.passed);
+    m.counter(
+        "bloomgate_filter_passed_missing_total",
+        vec![],
+        g.passed_missing,
+    );
+    m.gauge("bloomgate_filter_observed_fpr", vec![], g.observed_fpr);
+    m.gauge("bloomgate_filter_expected_fpr", vec![], g.expected_fpr);
+    m.gauge("bloomgate_filter_target_fpr", vec![], g.target_fpr);
+    m.gauge("bloomgate_filter_items", vec![], g.added as f64);
+    m.gauge(
+        "bloomgate_filter_estimated_items",
+        vec![],
+        g.estimated_items,
+    );
+    m.gauge("bloomgate_filter_capacity", vec![], g.capacity as f64);
+    m.gauge("bloomgate_filter_fill_ratio", vec![], g.fill_ratio);
+    m.gauge("bloomgate_filter_size_bytes", vec![], (g.bits / 8) as f64);
+    m.gauge(
+        "bloomgate_filter_ready",
+        vec![],
+        f64::from(u8::from(g.ready)),
+    );
+    m.counter("bloomgate_filter_rebuilds_total", vec![], g.rebuilds);
+    m.counter(
+        "bloomgate_filter_rebuild_failures_total",
+        vec![],
+        g.rebuild_failures,
+    );
+    if let Some(ms) = r.gate.last_success_ms() {
+        m.gauge(
+            "bloomgate_filter_last_rebuild_timestamp_seconds",
+            vec![],
+            ms as f64 / 1e3,
+        );
+    }
+    for kind in crate::gate::Alarm::KINDS {
+        let on = g.alarm_kind == Some(kind);
+        m.gauge(
+            "bloomgate_filter_alarm",
+            vec![label("alarm", kind)],
+            f64::from(u8::from(on)),
+        );
+    }
+    m.counter("bloomgate_filter_alarms_total", vec![], g.alarms_raised);
+    let l1 = &r.l1_counters;
+    for (result, c) in [
+        ("hit", &l1.hits),
+        ("negative_hit", &l1.negative_hits),
+        ("miss", &l1.misses),
+    ] {
+        m.counter(
+            "bloomgate_l1_lookups_total",
+            vec![label("result", result)],
+            c.get(),
+        );
+    }
+    m.gauge("bloomgate_l1_entries", vec![], r.l1.entry_count() as f64);
+    if let Some(redis) = &r.redis {
+        let c = &redis.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (result, v) in [
+            ("hit", &c.hits),
+            ("nil_hit", &c.nil_hits),
+            ("miss", &c.misses),
+        ] {
+            m.counter(
+                "bloomgate_redis_lookups_total",
+                vec![label("result", result)],
+                get(v),
+            );
+        }
+        m.counter(
+            "bloomgate_redis_keys_written_total",
+            vec![],
+            get(&c.keys_written),
+        );
+        for (kind, v) in [
+            ("error", &c.errors),
+            ("timeout", &c.timeouts),
+            ("skipped", &c.skipped),
+        ] {
+            m.counter(
+                "bloomgate_redis_errors_total",
+                vec![label("kind", kind)],
+                get(v),
+            );
+        }
+        let open = redis.breaker_state() != crate::cache::BreakerState::Closed;
+        m.gauge(
+            "bloomgate_redis_breaker_open",
+            vec![],
+            f64::from(u8::from(open)),
+        );
+    }
+    let sql = &r.store.counters;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    for (result, v) in [("found", &sql.found), ("missing", &sql.missing)] {
+        m.counter(
+            "bloomgate_sql_queries_total",
+            vec![label("result", result)],
+            get(v),
+        );
+    }
+    for (kind, v) in [("error", &sql.errors), ("timeout", &sql.timeouts)] {
+        m.counter(
+            "bloomgate_sql_errors_total",
+            vec![label("kind", kind)],
+            get(v),
+        );
+    }
+    for (statement, n) in sql.slow_by_statement() {
+        m.counter(
+            "bloomgate_sql_slow_queries_total",
+            vec![label("statement", statement)],
+            n,
+        );
+    }
+    m.counter(
+        "bloomgate_sql_bulkhead_rejected_total",
+        vec![],
+        r.bulkhead.rejected.get(),
+    );
+    m.render()
+}
+
+/// `tower` layer counting every request in [`ServiceMetrics`] by route,
+/// outcome and status, with its latency.
+#[derive(Debug, Clone)]
+pub struct RecordRequestsLayer(pub Arc<ServiceMetrics>);
+
+impl<S> tower::Layer<S> for RecordRequestsLayer {
+    type Service = RecordRequests<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RecordRequests {
+            inner,
+            metrics: Arc::clone(&self.0),
+        }
+    }
+}
+
+/// See [`RecordRequestsLayer`].
+#[derive(Debug, Clone)]
+pub struct RecordRequests<S> {
+    inner: S,
+    metrics: Arc<ServiceMetrics>,
+}
+
+impl<S, B, R> tower::Service<Request<B>> for RecordRequests<S>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+{
+    type Response = Response<R>;
+    type Error = S::Error;
+    type Future = Recorded<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let route = self.metrics.route(
+            req.extensions()
+                .get::<MatchedPath>()
+                .map_or(UNMATCHED, MatchedPath::as_str),
+        );
+        Recorded {
+            inner: self.inner.call(req),
+            route,
+            started: Instant::now(),
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RecordRequests`].
+    pub struct Recorded<F> {
+        #[pin]
+        inner: F,
+        route: Arc<RouteSeries>,
+        started: Instant,
+        metrics: Arc<ServiceMetrics>,
+    }
+}
+
+impl<F, R, E> Future for Recorded<F>
+where
+    F: Future<Output = Result<Response<R>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        if let Ok(res) = &out {
+            let status = res.status();
+            let outcome = res.extensions().get::<Outcome>().map_or_else(
+                || {
+                    if status.is_server_error() {
+                        "error"
+                    } else if status.is_client_error() {
+                        "client_error"
+                    } else {
+                        "ok"
+                    }
+                },
+                |o| o.0,
+            );
+            this.metrics.record(
+                this.route,
+                outcome,
+                status.as_u16(),
+                this.started.elapsed().as_secs_f64(),
+            );
+        }
+        Poll::Ready(out)
     }
 }
 

@@ -21,6 +21,8 @@ use crate::routes;
         routes::update_sku,
         routes::delete_sku,
         routes::ping,
+        routes::metrics,
+        crate::dashboard::page,
     ),
     components(schemas(
         crate::model::Sku,

@@ -57,8 +57,26 @@ pub enum Source {
     Filter,
     /// The in-process cache.
     L1,
-    /// Redis or SQL, through one shared load.
-    Load,
+    /// Redis, through a shared load.
+    Redis,
+    /// SQL, through a shared load.
+    Sql,
+}
+
+impl Lookup {
+    /// The outcome label of this answer in logs and metrics.
+    #[must_use]
+    pub const fn outcome(&self) -> &'static str {
+        match self {
+            Self::Found(_, Source::L1) => "l1_hit",
+            Self::Found(_, Source::Redis) => "redis_hit",
+            Self::Found(_, Source::Sql | Source::Filter) => "db_found",
+            Self::Missing(Source::Filter) => "filter_rejected",
+            Self::Missing(Source::L1) => "l1_negative_hit",
+            Self::Missing(Source::Redis) => "redis_nil_hit",
+            Self::Missing(Source::Sql) => "db_missing",
+        }
+    }
 }
 
 /// The reader's answer for an id.
@@ -81,7 +99,8 @@ pub enum LoadError {
     Overloaded,
 }
 
-type LoadResult = Result<Entry, Arc<LoadError>>;
+/// What a load found, and where (Redis or SQL).
+type LoadResult = Result<(Entry, Source), Arc<LoadError>>;
 
 /// The bulkhead: at most `permits` read-path loads query SQL at once; a
 /// load waits at most `queue_timeout` for a slot, then gives up with
@@ -158,6 +177,8 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 /// What a load read, before anything is written back.
 struct Fetched {
     entry: Entry,
+    /// Redis or SQL.
+    from: Source,
     /// Read from SQL with this lease on the Redis key: fill it.
     lease: Option<Lease>,
 }
@@ -226,8 +247,8 @@ impl ShieldedReader {
             Err(_) => None,
         };
         match entry {
-            Some(Ok(Entry::Found(sku))) => Ok(Lookup::Found(sku, Source::Load)),
-            Some(Ok(Entry::Missing)) => Ok(Lookup::Missing(Source::Load)),
+            Some(Ok((Entry::Found(sku), from))) => Ok(Lookup::Found(sku, from)),
+            Some(Ok((Entry::Missing, from))) => Ok(Lookup::Missing(from)),
             Some(Err(e)) => Err(match &*e {
                 LoadError::Overloaded => AppError::Overloaded,
                 LoadError::Store(e) => AppError::Unavailable(e.to_string()),
@@ -294,7 +315,7 @@ impl ShieldedReader {
             self.l1_counters.stale_skipped.incr();
         }
         drop(shard);
-        Ok(fetched.entry)
+        Ok((fetched.entry, fetched.from))
     }
 
     async fn fetch(&self, id: i64) -> Result<Fetched, LoadError> {
@@ -304,12 +325,14 @@ impl ShieldedReader {
                 Ok(RedisLookup::Hit(sku)) => {
                     return Ok(Fetched {
                         entry: Entry::Found(CachedSku::new(sku)),
+                        from: Source::Redis,
                         lease: None,
                     })
                 }
                 Ok(RedisLookup::Nil) => {
                     return Ok(Fetched {
                         entry: Entry::Missing,
+                        from: Source::Redis,
                         lease: None,
                     })
                 }
@@ -325,6 +348,7 @@ impl ShieldedReader {
         let found = self.store.get(id).await?;
         Ok(Fetched {
             entry: found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))),
+            from: Source::Sql,
             lease,
         })
     }

@@ -24,15 +24,16 @@ use crate::changes::ChangeKind;
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
+use crate::metrics::{Outcome, RecordRequestsLayer};
 use crate::model::{now_secs, SkuInput};
-use crate::reader::{Lookup, Source};
+use crate::reader::Lookup;
 use crate::state::AppState;
 
 /// The service's routes over `state`, with the body limit, a request
 /// timeout (tower-http), the optional per-client rate limit on the read
 /// route, and JSON for every error.
 pub fn router(state: AppState) -> Router {
-    let mut read = Router::new().route("/api/seckill/{sku_id}", get(sku_detail));
+    let mut read = Router::new().route(SECKILL_ROUTE, get(sku_detail));
     if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
         read = read.layer(limit);
     }
@@ -40,6 +41,8 @@ pub fn router(state: AppState) -> Router {
         .merge(read)
         .route("/api/cache/warm", post(warm))
         .route("/api/cache/stats", get(stats))
+        .route("/metrics", get(metrics))
+        .route("/dashboard", get(crate::dashboard::page))
         .route("/api/skus", post(create_sku))
         .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
         .route("/api/ping", get(ping))
@@ -66,6 +69,7 @@ pub fn router(state: AppState) -> Router {
                         .on_request(())
                         .on_response(crate::telemetry::on_response),
                 )
+                .layer(RecordRequestsLayer(Arc::clone(&state.metrics)))
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(MapResponseLayer::new(crate::json_errors::json_errors))
                 .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -75,6 +79,20 @@ pub fn router(state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(state.http.body_limit_bytes)),
         )
         .with_state(Arc::new(state))
+}
+
+/// The read route's pattern, its `route` label in metrics.
+pub const SECKILL_ROUTE: &str = "/api/seckill/{sku_id}";
+
+/// Prometheus text format: every counter of `/api/cache/stats`, requests
+/// by route, outcome and status, and latency histograms.
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        crate::metrics::export(&state).await,
+    )
 }
 
 /// Liveness: a fixed answer, the benchmarks' ceiling.
@@ -99,19 +117,17 @@ pub async fn sku_detail(
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
     let answer = state.reader.lookup(id).await;
-    let outcome = match &answer {
-        Ok(Lookup::Found(_, Source::L1)) => "l1_hit",
-        Ok(Lookup::Found(..)) => "loaded_found",
-        Ok(Lookup::Missing(Source::Filter)) => "filter_rejected",
-        Ok(Lookup::Missing(Source::L1)) => "l1_negative_hit",
-        Ok(Lookup::Missing(_)) => "loaded_missing",
-        Err(_) => "error",
-    };
+    let outcome = answer.as_ref().map_or("error", Lookup::outcome);
     crate::telemetry::record_outcome(id, outcome);
-    match answer? {
-        Lookup::Found(cached, _) => Ok(([(CONTENT_TYPE, "application/json")], cached.json.clone())),
-        Lookup::Missing(_) => Err(AppError::NotFound(format!("sku {id} not found"))),
-    }
+    let mut res = match answer {
+        Ok(Lookup::Found(cached, _)) => {
+            ([(CONTENT_TYPE, "application/json")], cached.json.clone()).into_response()
+        }
+        Ok(Lookup::Missing(_)) => AppError::NotFound(format!("sku {id} not found")).into_response(),
+        Err(e) => e.into_response(),
+    };
+    res.extensions_mut().insert(Outcome(outcome));
+    Ok(res)
 }
 
 /// The body of `POST /api/cache/warm` (optional: an empty body or `null`
@@ -213,6 +229,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "nil_hits": c.nil_hits.load(Ordering::Relaxed),
                 "misses": c.misses.load(Ordering::Relaxed),
                 "fills_refused": c.fills_refused.load(Ordering::Relaxed),
+                "keys_written": c.keys_written.load(Ordering::Relaxed),
                 "errors": c.errors.load(Ordering::Relaxed),
                 "timeouts": c.timeouts.load(Ordering::Relaxed),
                 "skipped": c.skipped.load(Ordering::Relaxed),
@@ -226,6 +243,8 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
     };
     Ok(Json(json!({
         "bloom": r.gate.stats(),
+        "requests": state.metrics.requests_by_outcome(SECKILL_ROUTE),
+        "rebuild_history": r.gate.history(),
         "l1": {
             "hits": l1.hits.get(),
             "negative_hits": l1.negative_hits.get(),
@@ -248,6 +267,8 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "found": sql.found.load(Ordering::Relaxed),
             "missing": sql.missing.load(Ordering::Relaxed),
             "timeouts": sql.timeouts.load(Ordering::Relaxed),
+            "errors": sql.errors.load(Ordering::Relaxed),
+            "slow": sql.slow_by_statement(),
             "bulkhead_in_use": r.bulkhead.in_use(),
             "bulkhead_rejected": r.bulkhead.rejected.get(),
         },

@@ -22,6 +22,10 @@ pub struct AppState {
     pub http: crate::config::HttpConfig,
     /// The change log shared with other instances (with Redis).
     pub changes: Option<crate::changes::ChangeLog>,
+    /// This instance's metrics (request counters, histograms, exporter).
+    pub metrics: Arc<crate::metrics::ServiceMetrics>,
+    /// `cache.bloom_fpp`, the false-positive target.
+    pub target_fpr: f64,
 }
 
 /// Why the service could not start.
@@ -71,6 +75,7 @@ impl AppState {
             ),
             None => (None, None),
         };
+        let metrics = Arc::new(crate::metrics::ServiceMetrics::new());
         let gate = Gate::new(
             GateConfig {
                 enabled: c.bloom_enabled,
@@ -80,7 +85,8 @@ impl AppState {
                 auto_rebuild: c.bloom_auto_rebuild,
             },
             store.clone(),
-        );
+        )
+        .with_rebuild_histogram(metrics.rebuild_histogram());
         let l1 = new_l1(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
@@ -97,6 +103,8 @@ impl AppState {
             rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
             http: config.http.clone(),
             changes,
+            metrics,
+            target_fpr: c.bloom_fpp,
         })
     }
 }

@@ -1,10 +1,11 @@
 //! The source of truth: SKUs in SQL (SQLite, MySQL/MariaDB or PostgreSQL)
 //! through sqlx's `Any` driver, with a small migration runner.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -68,21 +69,77 @@ pub struct StoreCounters {
     pub found: AtomicU64,
     /// Point lookups that found nothing.
     pub missing: AtomicU64,
+    /// Statements that failed (timeouts and unique-key collisions apart).
+    pub errors: AtomicU64,
+    /// Statements slower than `sql.slow_query_ms`, by statement.
+    pub slow: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl StoreCounters {
+    /// Slow statements so far, by statement name.
+    #[must_use]
+    pub fn slow_by_statement(&self) -> BTreeMap<&'static str, u64> {
+        self.slow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// A bound on every statement's duration; a statement past it fails with
-/// an I/O `TimedOut` error (and is counted).
+/// an I/O `TimedOut` error (and is counted). A statement slower than
+/// `slow` is counted by name, and logged the first time only.
 #[derive(Debug, Clone)]
 struct StatementLimit {
     timeout: Duration,
+    slow: Duration,
     counters: Arc<StoreCounters>,
+}
+
+impl StatementLimit {
+    fn note_slow(&self, statement: &'static str, took: Duration) {
+        let first = {
+            let mut slow = self
+                .counters
+                .slow
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = slow.entry(statement).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if first {
+            tracing::warn!(
+                statement,
+                took_ms = took.as_secs_f64() * 1e3,
+                slow_query_ms = self.slow.as_millis() as u64,
+                "slow SQL statement (logged once; later ones are counted in bloomgate_sql_slow_queries_total)"
+            );
+        }
+    }
 }
 
 /// `.within(&limit)` on any sqlx future: the statement timeout.
 trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
-    async fn within(self, limit: &StatementLimit) -> Result<T, sqlx::Error> {
+    async fn within(
+        self,
+        limit: &StatementLimit,
+        statement: &'static str,
+    ) -> Result<T, sqlx::Error> {
+        let started = Instant::now();
         match tokio::time::timeout(limit.timeout, self).await {
-            Ok(r) => r,
+            Ok(r) => {
+                let took = started.elapsed();
+                if took >= limit.slow {
+                    limit.note_slow(statement, took);
+                }
+                if let Err(e) = &r {
+                    if !is_unique_violation(e) {
+                        limit.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                r
+            }
             Err(_) => {
                 limit.counters.timeouts.fetch_add(1, Ordering::Relaxed);
                 Err(sqlx::Error::Io(std::io::Error::new(
@@ -149,6 +206,7 @@ impl SkuStore {
             backend,
             limit: StatementLimit {
                 timeout: Duration::from_millis(c.statement_timeout_ms),
+                slow: Duration::from_millis(c.slow_query_ms),
                 counters: Arc::clone(&counters),
             },
             counters,
@@ -181,12 +239,12 @@ impl SkuStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "migrate")
             .await
             .map_err(err("migrate"))?;
         let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
             .fetch_all(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "migrate")
             .await
             .map_err(err("migrate"))?
             .iter()
@@ -199,7 +257,7 @@ impl SkuStore {
             }
             sqlx::query(ddl)
                 .execute(&self.pool)
-                .within(&self.limit)
+                .within(&self.limit, "migrate")
                 .await
                 .map_err(err("migrate"))?;
             let q = format!(
@@ -211,7 +269,7 @@ impl SkuStore {
                 .bind(version)
                 .bind(crate::model::now_secs())
                 .execute(&self.pool)
-                .within(&self.limit)
+                .within(&self.limit, "record migration")
                 .await;
             // Two instances migrating at once: the loser's insert collides.
             if let Err(e) = res {
@@ -230,7 +288,7 @@ impl SkuStore {
     pub async fn count(&self) -> Result<u64, StoreError> {
         let row = sqlx::query("SELECT COUNT(*) FROM skus")
             .fetch_one(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "count")
             .await
             .map_err(err("count"))?;
         Ok(row.try_get::<i64, _>(0).map_err(err("count"))? as u64)
@@ -246,7 +304,7 @@ impl SkuStore {
         let row = sqlx::query(&q)
             .bind(id)
             .fetch_optional(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "get")
             .await
             .map_err(err("get"))?;
         let sku = row
@@ -274,7 +332,7 @@ impl SkuStore {
         sqlx::query(&q)
             .bind(limit as i64)
             .fetch_all(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "first")
             .await
             .map_err(err("first"))?
             .iter()
@@ -292,7 +350,7 @@ impl SkuStore {
         sqlx::query(&q)
             .bind(limit as i64)
             .fetch_all(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "first ids")
             .await
             .map_err(err("first ids"))?
             .iter()
@@ -328,7 +386,7 @@ impl SkuStore {
                 .fetch(&self.pool);
             while let Some(row) = rows
                 .try_next()
-                .within(&self.limit)
+                .within(&self.limit, "scan ids")
                 .await
                 .map_err(err("scan ids"))?
             {
@@ -355,7 +413,7 @@ impl SkuStore {
         let q = format!("INSERT INTO skus ({COLUMNS}) VALUES ({})", self.phs(1, 8));
         match bind_sku(sqlx::query(&q), sku)
             .execute(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "insert")
             .await
         {
             Ok(_) => Ok(true),
@@ -372,7 +430,7 @@ impl SkuStore {
     pub async fn next_id(&self) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM skus")
             .fetch_one(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "next id")
             .await
             .map_err(err("next id"))?;
         Ok(row
@@ -400,7 +458,7 @@ impl SkuStore {
             .bind(sku.updated_at)
             .bind(sku.id)
             .execute(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "update")
             .await
             .map_err(err("update"))?;
         Ok(res.rows_affected() > 0)
@@ -415,7 +473,7 @@ impl SkuStore {
         let res = sqlx::query(&q)
             .bind(id)
             .execute(&self.pool)
-            .within(&self.limit)
+            .within(&self.limit, "delete")
             .await
             .map_err(err("delete"))?;
         Ok(res.rows_affected() > 0)
@@ -462,7 +520,7 @@ impl SkuStore {
             }
             let res = query
                 .execute(&self.pool)
-                .within(&self.limit)
+                .within(&self.limit, "seed")
                 .await
                 .map_err(err("seed"))?;
             inserted += res.rows_affected();

@@ -466,3 +466,49 @@ impl Drop for OwnServer {
         }
     }
 }
+
+/// A program the test needs (promtool, prometheus, chromium): its path,
+/// or, when it is not installed, a failure under `CI=true` (`.ci/run`
+/// installs them) and a skip elsewhere.
+pub fn tool(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+    }
+    unavailable(name, "not on PATH (apt-get install it; .ci/run does)");
+    None
+}
+
+/// One sample of a Prometheus text exposition: the value of `name` with
+/// exactly `labels` (in any order), if present.
+pub fn prom_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((m, r)) => (m, r.strip_suffix('}')?),
+                None => (series, ""),
+            };
+            if metric != name {
+                return None;
+            }
+            let mut got: Vec<(&str, &str)> = if rest.is_empty() {
+                vec![]
+            } else {
+                rest.split("\",")
+                    .map(|kv| {
+                        let (k, v) = kv.split_once("=\"").expect("label k=\"v\"");
+                        (k, v.trim_end_matches('"'))
+                    })
+                    .collect()
+            };
+            let mut want = labels.to_vec();
+            got.sort_unstable();
+            want.sort_unstable();
+            (got == want).then(|| value.parse().expect("a number"))
+        })
+}
