@@ -8,8 +8,11 @@
 # Usage: scripts/service_bench.sh   (needs wrk, MariaDB and Redis on localhost)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p bloomgate-cli
-BIN=target/release/bloomgate
+# BIN=path measures another build (an older commit, side by side).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p bloomgate-cli
+  BIN=target/release/bloomgate
+fi
 TMP=$(mktemp -d)
 PORT=18080
 DURATION=${DURATION:-10}
@@ -42,19 +45,18 @@ echo "filter rejection    $reject req/s  ($(python3 -c "print(f'{$reject/$ceilin
 
 [ "${WRK_ONLY:-}" = 1 ] && exit 0
 echo "== 100,000-request random-id attack, MariaDB + Redis"
+# The attack tool reads MariaDB's Com_select and Redis's DBSIZE itself;
+# PLOTS=dir keeps its SVGs (docs/ for README).
 mariadb -uroot -e 'DROP DATABASE IF EXISTS bg_attack; CREATE DATABASE bg_attack'
-com_select() { mariadb -uroot -N -e "SHOW GLOBAL STATUS LIKE 'Com_select'" | awk '{print $2}'; }
-keys() { redis-cli --scan --pattern "$1*" | wc -l; }
 for mode in on off; do
   prefix="bgattack:$mode:"
   redis-cli --scan --pattern "$prefix*" | xargs -r redis-cli del > /dev/null
   enabled=$([ "$mode" = on ] && echo true || echo false)
   start DATABASE_URL=mysql://root@127.0.0.1:3306/bg_attack REDIS_URL=redis://127.0.0.1:6379/ \
     BLOOMGATE_CACHE__REDIS_PREFIX="$prefix" BLOOMGATE_CACHE__BLOOM_ENABLED=$enabled
-  s0=$(com_select); k0=$(keys "$prefix")
-  "$BIN" attack --url "http://127.0.0.1:$PORT" --requests 100000 --concurrency 32 --max-id 10000000 --seed 7 > "$TMP/attack.txt"
-  s1=$(com_select); k1=$(keys "$prefix")
+  "$BIN" attack --url "http://127.0.0.1:$PORT" --mode random --requests 100000 --concurrency 32 \
+    --max-id 10000000 --seed 7 --database-url mysql://root@127.0.0.1:3306/bg_attack \
+    --redis-url redis://127.0.0.1:6379/ --plot "${PLOTS:-$TMP}/attack-filter-$mode.svg" > "$TMP/attack.txt"
   stop
-  echo "filter $mode: $(head -1 "$TMP/attack.txt"); $(sed -n 2p "$TMP/attack.txt")"
-  echo "filter $mode: SQL selects +$((s1 - s0)), Redis keys +$((k1 - k0))"
+  sed "s/^/filter $mode: /" "$TMP/attack.txt"
 done

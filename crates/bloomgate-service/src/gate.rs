@@ -855,3 +855,49 @@ impl Gate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sized filters reach half full only past their capacity, so the
+    /// fill-ratio alarm is the safety net for a capacity that does not
+    /// match the filter (here: set by hand). It fires on its own
+    /// threshold, shows in stats, and is raised once.
+    #[tokio::test]
+    async fn a_filter_over_half_full_raises_the_fill_ratio_alarm() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SkuStore::connect(&format!("sqlite://{}/g.db", dir.path().display()))
+            .await
+            .unwrap();
+        let gate = Arc::new(Gate::new(
+            GateConfig {
+                enabled: true,
+                layout: BloomLayout::Blocked,
+                expected: 1000,
+                fpp: 0.01,
+                auto_rebuild: false,
+            },
+            store,
+        ));
+        gate.request_rebuild().wait().await.unwrap();
+        gate.capacity.store(u64::MAX, Ordering::Relaxed);
+        for id in 0..500 {
+            gate.insert(id);
+        }
+        gate.monitor_step();
+        assert_eq!(gate.stats().alarm_kind, None, "{:?}", gate.stats());
+        for id in 500..10_000 {
+            gate.insert(id);
+        }
+        assert!(matches!(
+            gate.structural_alarm(true),
+            Some(Alarm::FillRatio { fill_ratio }) if fill_ratio > 0.5
+        ));
+        gate.monitor_step();
+        gate.monitor_step();
+        let s = gate.stats();
+        assert_eq!(s.alarm_kind, Some("fill_ratio"));
+        assert_eq!(s.alarms_raised, 1);
+    }
+}

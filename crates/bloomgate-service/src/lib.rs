@@ -96,6 +96,7 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
     }
     let c = &config.cache;
+    state.metrics.spawn_upkeep(Duration::from_secs(5));
     if let Some(changes) = &state.changes {
         // Note the log's end before the first scan, and follow from there.
         let from = match changes.last_id().await {

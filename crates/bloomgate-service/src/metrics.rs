@@ -11,11 +11,10 @@
 //! globally), so several instances in one process keep apart.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -82,25 +81,107 @@ impl Counter {
 /// The outcome label of a response, set by handlers that know better than
 /// the status (the read route: `filter_rejected`, `l1_hit`, …). Without
 /// one, a response is `ok` (below 400), `client_error` (4xx) or `error`.
-#[derive(Debug, Clone, Copy)]
-pub struct Outcome(pub &'static str);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome(usize);
+
+impl Outcome {
+    /// Every label, in index order.
+    pub const LABELS: [&'static str; 10] = [
+        "filter_rejected",
+        "l1_hit",
+        "l1_negative_hit",
+        "redis_hit",
+        "redis_nil_hit",
+        "db_found",
+        "db_missing",
+        "ok",
+        "client_error",
+        "error",
+    ];
+    /// The filter said no.
+    pub const FILTER_REJECTED: Self = Self(0);
+    /// A cached SKU in L1.
+    pub const L1_HIT: Self = Self(1);
+    /// A cached "not found" in L1.
+    pub const L1_NEGATIVE_HIT: Self = Self(2);
+    /// A SKU from Redis.
+    pub const REDIS_HIT: Self = Self(3);
+    /// The null sentinel from Redis.
+    pub const REDIS_NIL_HIT: Self = Self(4);
+    /// A SKU from SQL.
+    pub const DB_FOUND: Self = Self(5);
+    /// SQL found nothing (cache penetration).
+    pub const DB_MISSING: Self = Self(6);
+    /// A success with no more specific outcome.
+    pub const OK: Self = Self(7);
+    /// A 4xx with no more specific outcome.
+    pub const CLIENT_ERROR: Self = Self(8);
+    /// A 5xx.
+    pub const ERROR: Self = Self(9);
+
+    /// The label.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        Self::LABELS[self.0]
+    }
+
+    fn of_status(status: u16) -> Self {
+        match status {
+            500.. => Self::ERROR,
+            400.. => Self::CLIENT_ERROR,
+            _ => Self::OK,
+        }
+    }
+}
+
+/// The statuses the service sends, each its own series; anything else is
+/// counted as `status="other"`.
+const STATUSES: [u16; 14] = [
+    200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503,
+];
+
+fn status_slot(status: u16) -> usize {
+    STATUSES
+        .iter()
+        .position(|&s| s == status)
+        .unwrap_or(STATUSES.len())
+}
+
+fn status_label(slot: usize) -> String {
+    STATUSES
+        .get(slot)
+        .map_or_else(|| "other".to_string(), ToString::to_string)
+}
 
 /// Route label of requests that matched no route (one series for all, so
 /// scanners cannot blow up the cardinality).
 pub const UNMATCHED: &str = "(unmatched)";
 
-/// Requests of one route, outcome and status.
+/// Routes tracked apart; more (there are about ten) count as unmatched.
+const MAX_ROUTES: usize = 32;
+
+const SERIES_PER_ROUTE: usize = Outcome::LABELS.len() * (STATUSES.len() + 1);
+
+/// Requests of one route: a count per outcome and status, a latency
+/// histogram per outcome. Every slot is filled once and then read without
+/// locks.
 #[derive(Debug)]
-struct Series {
-    count: Counter,
-    seconds: ::metrics::Histogram,
+struct RouteSeries {
+    route: Box<str>,
+    counts: Box<[OnceLock<Box<Counter>>]>,
+    seconds: Box<[OnceLock<::metrics::Histogram>]>,
 }
 
-/// Requests of one route, by outcome and status.
-#[derive(Debug)]
-pub struct RouteSeries {
-    route: Box<str>,
-    by: RwLock<HashMap<(&'static str, u16), Arc<Series>>>,
+impl RouteSeries {
+    fn new(route: &str) -> Self {
+        Self {
+            route: route.into(),
+            counts: (0..SERIES_PER_ROUTE).map(|_| OnceLock::new()).collect(),
+            seconds: (0..Outcome::LABELS.len())
+                .map(|_| OnceLock::new())
+                .collect(),
+        }
+    }
 }
 
 type Labels = Vec<Label>;
@@ -165,21 +246,15 @@ static METADATA: Metadata<'static> =
 pub struct ServiceMetrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    routes: RwLock<HashMap<Box<str>, Arc<RouteSeries>>>,
+    /// Slot 0 is [`UNMATCHED`]; the others fill in as routes are seen.
+    routes: Box<[OnceLock<RouteSeries>]>,
+    adding: Mutex<()>,
 }
 
 impl Default for ServiceMetrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl ServiceMetrics {
@@ -208,11 +283,31 @@ impl ServiceMetrics {
             }
         }
         let handle = recorder.handle();
+        let routes: Box<[OnceLock<RouteSeries>]> =
+            (0..MAX_ROUTES).map(|_| OnceLock::new()).collect();
+        let _ = routes[0].set(RouteSeries::new(UNMATCHED));
         Self {
             recorder,
             handle,
-            routes: RwLock::default(),
+            routes,
+            adding: Mutex::new(()),
         }
+    }
+
+    /// Drains the latency samples into their histograms every `every`,
+    /// so memory stays bounded between scrapes; stops when the metrics
+    /// are dropped.
+    pub fn spawn_upkeep(self: &Arc<Self>, every: std::time::Duration) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match weak.upgrade() {
+                    Some(m) => m.handle.run_upkeep(),
+                    None => return,
+                }
+            }
+        });
     }
 
     /// The histogram the gate records rebuild durations in.
@@ -223,61 +318,78 @@ impl ServiceMetrics {
         )
     }
 
-    fn route(&self, route: &str) -> Arc<RouteSeries> {
-        if let Some(r) = read(&self.routes).get(route) {
-            return Arc::clone(r);
+    /// The slot of `route`: a lock-free scan of the routes seen so far; a
+    /// new route takes the next slot (under a lock, once).
+    fn route(&self, route: &str) -> usize {
+        let find = || {
+            self.routes
+                .iter()
+                .take_while(|r| r.get().is_some())
+                .position(|r| r.get().is_some_and(|r| *r.route == *route))
+        };
+        if let Some(i) = find() {
+            return i;
         }
-        Arc::clone(write(&self.routes).entry(route.into()).or_insert_with(|| {
-            Arc::new(RouteSeries {
-                route: route.into(),
-                by: RwLock::default(),
-            })
-        }))
-    }
-
-    fn series(&self, by: &RouteSeries, outcome: &'static str, status: u16) -> Arc<Series> {
-        if let Some(s) = read(&by.by).get(&(outcome, status)) {
-            return Arc::clone(s);
+        let _adding = self
+            .adding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = find() {
+            return i;
         }
-        let seconds = self.recorder.register_histogram(
-            &Key::from_parts(
-                "bloomgate_request_duration_seconds",
-                vec![
-                    Label::new("route", by.route.to_string()),
-                    Label::new("outcome", outcome),
-                ],
-            ),
-            &METADATA,
-        );
-        Arc::clone(write(&by.by).entry((outcome, status)).or_insert_with(|| {
-            Arc::new(Series {
-                count: Counter::default(),
-                seconds,
+        match self.routes.iter().position(|r| r.get().is_none()) {
+            Some(i) => {
+                let _ = self.routes[i].set(RouteSeries::new(route));
+                i
+            }
+            None => 0,
+        }
+    }
+
+    fn record(&self, route: usize, outcome: Outcome, status: u16, seconds: f64) {
+        let Some(r) = self.routes.get(route).and_then(OnceLock::get) else {
+            return;
+        };
+        let slot = outcome.0 * (STATUSES.len() + 1) + status_slot(status);
+        r.counts[slot].get_or_init(Box::default).incr();
+        r.seconds[outcome.0]
+            .get_or_init(|| {
+                self.recorder.register_histogram(
+                    &Key::from_parts(
+                        "bloomgate_request_duration_seconds",
+                        vec![
+                            Label::new("route", r.route.to_string()),
+                            Label::new("outcome", outcome.label()),
+                        ],
+                    ),
+                    &METADATA,
+                )
             })
-        }))
+            .record(seconds);
     }
 
-    /// Counts one request (see [`RecordRequestsLayer`]).
-    pub fn record_request(&self, route: &str, outcome: &'static str, status: u16, seconds: f64) {
-        self.record(&self.route(route), outcome, status, seconds);
+    /// Counts one request as [`RecordRequestsLayer`] does.
+    pub fn record_request(&self, route: &str, outcome: Outcome, status: u16, seconds: f64) {
+        self.record(self.route(route), outcome, status, seconds);
     }
 
-    fn record(&self, by: &RouteSeries, outcome: &'static str, status: u16, seconds: f64) {
-        let s = self.series(by, outcome, status);
-        s.count.incr();
-        s.seconds.record(seconds);
-    }
-
-    /// Requests so far by (route, outcome, status).
+    /// Requests so far by (route, outcome, status), without empty series.
     #[must_use]
-    pub fn requests(&self) -> Vec<(String, &'static str, u16, u64)> {
+    pub fn requests(&self) -> Vec<(String, &'static str, String, u64)> {
         let mut out = Vec::new();
-        for (route, by) in read(&self.routes).iter() {
-            for (&(outcome, status), s) in read(&by.by).iter() {
-                out.push((route.to_string(), outcome, status, s.count.get()));
+        for r in self.routes.iter().filter_map(OnceLock::get) {
+            for (slot, c) in r.counts.iter().enumerate() {
+                if let Some(c) = c.get() {
+                    let (o, st) = (slot / (STATUSES.len() + 1), slot % (STATUSES.len() + 1));
+                    out.push((
+                        r.route.to_string(),
+                        Outcome::LABELS[o],
+                        status_label(st),
+                        c.get(),
+                    ));
+                }
             }
         }
-        out.sort();
         out
     }
 
@@ -288,9 +400,9 @@ impl ServiceMetrics {
         route: &str,
     ) -> std::collections::BTreeMap<&'static str, u64> {
         let mut out = std::collections::BTreeMap::new();
-        if let Some(by) = read(&self.routes).get(route) {
-            for (&(outcome, _), s) in read(&by.by).iter() {
-                *out.entry(outcome).or_default() += s.count.get();
+        for (r, outcome, _, n) in self.requests() {
+            if r == route {
+                *out.entry(outcome).or_default() += n;
             }
         }
         out
@@ -321,7 +433,7 @@ impl ServiceMetrics {
                 vec![
                     Label::new("route", route),
                     Label::new("outcome", outcome),
-                    Label::new("status", status.to_string()),
+                    Label::new("status", status),
                 ],
                 n,
             );
@@ -503,11 +615,10 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let route = self.metrics.route(
-            req.extensions()
-                .get::<MatchedPath>()
-                .map_or(UNMATCHED, MatchedPath::as_str),
-        );
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or(0, |p| self.metrics.route(p.as_str()));
         Recorded {
             inner: self.inner.call(req),
             route,
@@ -522,7 +633,7 @@ pin_project_lite::pin_project! {
     pub struct Recorded<F> {
         #[pin]
         inner: F,
-        route: Arc<RouteSeries>,
+        route: usize,
         started: Instant,
         metrics: Arc<ServiceMetrics>,
     }
@@ -539,20 +650,13 @@ where
         let out = std::task::ready!(this.inner.poll(cx));
         if let Ok(res) = &out {
             let status = res.status();
-            let outcome = res.extensions().get::<Outcome>().map_or_else(
-                || {
-                    if status.is_server_error() {
-                        "error"
-                    } else if status.is_client_error() {
-                        "client_error"
-                    } else {
-                        "ok"
-                    }
-                },
-                |o| o.0,
-            );
+            let outcome = res
+                .extensions()
+                .get::<Outcome>()
+                .copied()
+                .unwrap_or_else(|| Outcome::of_status(status.as_u16()));
             this.metrics.record(
-                this.route,
+                *this.route,
                 outcome,
                 status.as_u16(),
                 this.started.elapsed().as_secs_f64(),
@@ -564,7 +668,32 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::Counter;
+    use super::{Counter, Outcome, ServiceMetrics, MAX_ROUTES, UNMATCHED};
+
+    #[test]
+    fn labels_stay_bounded_whatever_arrives() {
+        let m = ServiceMetrics::new();
+        for i in 0..(MAX_ROUTES as u64 + 8) {
+            m.record_request(&format!("/r{i}"), Outcome::OK, 200, 0.001);
+        }
+        m.record_request("/r0", Outcome::of_status(418), 418, 0.001);
+        let all = m.requests();
+        let routes: std::collections::BTreeSet<&str> = all.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(routes.len(), MAX_ROUTES);
+        assert!(routes.contains(UNMATCHED));
+        let total: u64 = all.iter().map(|r| r.3).sum();
+        assert_eq!(total, MAX_ROUTES as u64 + 9, "nothing is lost");
+        let unmatched: u64 = all.iter().filter(|r| r.0 == UNMATCHED).map(|r| r.3).sum();
+        assert_eq!(unmatched, 9, "the routes past the table count as unmatched");
+        assert!(all
+            .iter()
+            .any(|r| r.0 == "/r0" && r.1 == "client_error" && r.2 == "other" && r.3 == 1));
+        let text = m.render();
+        assert!(
+            text.contains(r#"bloomgate_requests_total{route="/r0",outcome="ok",status="200"} 1"#),
+            "{text}"
+        );
+    }
 
     #[test]
     fn sums_over_threads() {

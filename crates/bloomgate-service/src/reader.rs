@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::cache::{CachedSku, Entry, Lease, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
-use crate::metrics::Counter;
+use crate::metrics::{Counter, Outcome};
 use crate::model::Sku;
 use crate::pause::PausePoint;
 use crate::store::{SkuStore, StoreError};
@@ -63,22 +63,6 @@ pub enum Source {
     Sql,
 }
 
-impl Lookup {
-    /// The outcome label of this answer in logs and metrics.
-    #[must_use]
-    pub const fn outcome(&self) -> &'static str {
-        match self {
-            Self::Found(_, Source::L1) => "l1_hit",
-            Self::Found(_, Source::Redis) => "redis_hit",
-            Self::Found(_, Source::Sql | Source::Filter) => "db_found",
-            Self::Missing(Source::Filter) => "filter_rejected",
-            Self::Missing(Source::L1) => "l1_negative_hit",
-            Self::Missing(Source::Redis) => "redis_nil_hit",
-            Self::Missing(Source::Sql) => "db_missing",
-        }
-    }
-}
-
 /// The reader's answer for an id.
 #[derive(Debug, Clone)]
 pub enum Lookup {
@@ -86,6 +70,23 @@ pub enum Lookup {
     Found(Arc<CachedSku>, Source),
     /// No such SKU.
     Missing(Source),
+}
+
+impl Lookup {
+    /// The outcome of this answer in logs and metrics.
+    #[must_use]
+    pub const fn outcome(&self) -> Outcome {
+        match self {
+            Self::Found(_, Source::L1) => Outcome::L1_HIT,
+            Self::Found(_, Source::Redis) => Outcome::REDIS_HIT,
+            // The filter never finds a SKU; listed for completeness.
+            Self::Found(_, Source::Sql | Source::Filter) => Outcome::DB_FOUND,
+            Self::Missing(Source::Filter) => Outcome::FILTER_REJECTED,
+            Self::Missing(Source::L1) => Outcome::L1_NEGATIVE_HIT,
+            Self::Missing(Source::Redis) => Outcome::REDIS_NIL_HIT,
+            Self::Missing(Source::Sql) => Outcome::DB_MISSING,
+        }
+    }
 }
 
 /// Why a load gave no answer.

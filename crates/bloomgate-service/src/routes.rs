@@ -117,8 +117,8 @@ pub async fn sku_detail(
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
     let answer = state.reader.lookup(id).await;
-    let outcome = answer.as_ref().map_or("error", Lookup::outcome);
-    crate::telemetry::record_outcome(id, outcome);
+    let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
+    crate::telemetry::record_outcome(id, outcome.label());
     let mut res = match answer {
         Ok(Lookup::Found(cached, _)) => {
             ([(CONTENT_TYPE, "application/json")], cached.json.clone()).into_response()
@@ -126,7 +126,7 @@ pub async fn sku_detail(
         Ok(Lookup::Missing(_)) => AppError::NotFound(format!("sku {id} not found")).into_response(),
         Err(e) => e.into_response(),
     };
-    res.extensions_mut().insert(Outcome(outcome));
+    res.extensions_mut().insert(outcome);
     Ok(res)
 }
 
@@ -243,6 +243,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
     };
     Ok(Json(json!({
         "bloom": r.gate.stats(),
+        "now_ms": crate::model::now_millis(),
         "requests": state.metrics.requests_by_outcome(SECKILL_ROUTE),
         "rebuild_history": r.gate.history(),
         "l1": {
