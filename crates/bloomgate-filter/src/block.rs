@@ -253,3 +253,121 @@ pub(crate) fn prefetch<T>(r: &T) {
 
 /// How many keys the batch APIs hash and prefetch ahead before probing.
 pub(crate) const BATCH: usize = 16;
+
+/// 256-bit blocks the batch probe reads: plain words or atomics.
+pub(crate) trait Blocks256 {
+    /// Block `idx`'s four words (relaxed loads for atomics).
+    fn load(&self, idx: usize) -> [u64; 4];
+    /// Prefetches block `idx`'s cache line.
+    fn prefetch(&self, idx: usize);
+}
+
+impl Blocks256 for [[u64; 4]] {
+    #[inline(always)]
+    fn load(&self, idx: usize) -> [u64; 4] {
+        self[idx]
+    }
+    #[inline(always)]
+    fn prefetch(&self, idx: usize) {
+        prefetch(&self[idx]);
+    }
+}
+
+/// A rolling window over `out.len()` keys: key `i` (first hash
+/// `h1_of(i)`) has its block prefetched [`BATCH`] keys before `covers`
+/// probes it, so the misses of a large filter overlap.
+#[inline(always)]
+pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
+    store: &S,
+    blocks: u64,
+    k: u32,
+    h1_of: impl Fn(usize) -> u64,
+    out: &mut [bool],
+    covers: impl Fn(&[u64; 4], u64, u32) -> bool,
+) {
+    let n = out.len();
+    let mut ring = [(0usize, 0u64); BATCH];
+    for i in 0..n + BATCH {
+        if i >= BATCH {
+            let (idx, h1) = ring[i % BATCH];
+            out[i - BATCH] = covers(&store.load(idx), h1, k);
+        }
+        if i < n {
+            let h1 = h1_of(i);
+            let idx = block_index256(h1, blocks);
+            store.prefetch(idx);
+            ring[i % BATCH] = (idx, h1);
+        }
+    }
+}
+
+/// The insert twin of [`probe_batch_with`].
+#[inline(always)]
+pub(crate) fn insert_batch_with(
+    store: &mut [[u64; 4]],
+    blocks: u64,
+    k: u32,
+    n: usize,
+    h1_of: impl Fn(usize) -> u64,
+    apply: impl Fn(&mut [u64; 4], u64, u32),
+) {
+    let mut ring = [(0usize, 0u64); BATCH];
+    for i in 0..n + BATCH {
+        if i >= BATCH {
+            let (idx, h1) = ring[i % BATCH];
+            apply(&mut store[idx], h1, k);
+        }
+        if i < n {
+            let h1 = h1_of(i);
+            let idx = block_index256(h1, blocks);
+            prefetch(&store[idx]);
+            ring[i % BATCH] = (idx, h1);
+        }
+    }
+}
+
+/// The batch probe over 256-bit blocks, the AVX2 or the portable kernel
+/// chosen once per call and inlined into the loop; `avx2` must come from
+/// [`has_avx2`].
+#[inline]
+pub(crate) fn probe_batch256<S: Blocks256 + ?Sized>(
+    avx2: bool,
+    store: &S,
+    blocks: u64,
+    k: u32,
+    h1_of: impl Fn(usize) -> u64,
+    out: &mut [bool],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        unsafe { crate::simd::probe_batch_avx2(store, blocks, k, h1_of, out) };
+        return;
+    }
+    let _ = avx2;
+    probe_batch_with(store, blocks, k, h1_of, out, |b, h1, k| {
+        covers(b, &mask256_scalar(h1, k))
+    });
+}
+
+/// The batch insert twin of [`probe_batch256`].
+#[inline]
+pub(crate) fn insert_batch256(
+    avx2: bool,
+    store: &mut [[u64; 4]],
+    blocks: u64,
+    k: u32,
+    n: usize,
+    h1_of: impl Fn(usize) -> u64,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        unsafe { crate::simd::insert_batch_avx2(store, blocks, k, n, h1_of) };
+        return;
+    }
+    let _ = avx2;
+    insert_batch_with(store, blocks, k, n, h1_of, |b, h1, k| {
+        apply(b, &mask256_scalar(h1, k));
+    });
+}

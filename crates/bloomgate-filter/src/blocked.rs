@@ -1,7 +1,7 @@
 //! The cache-blocked Bloom filter: every key lives in one 64-byte line.
 
 use crate::bitmap::Bitmap;
-use crate::block::{self, BATCH};
+use crate::block;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
@@ -180,23 +180,27 @@ impl BlockedBloom {
             }
             return;
         }
-        let avx2 = self.avx2;
-        let (blocks, seed, k) = (self.blocks, self.seed, self.hashes);
-        let store = self.bits.blocks256_mut();
-        let mut ring = [(0usize, 0u64); BATCH];
-        let n = keys.len();
-        for i in 0..n + BATCH {
-            if i >= BATCH {
-                let (idx, h1) = ring[i % BATCH];
-                block::apply256_with(avx2, &mut store[idx], h1, k);
+        let seed = self.seed;
+        self.insert_batch(keys.len(), |i| keys[i].hash_pair(seed).h1);
+    }
+
+    /// Adds many keys already hashed with this filter's seed (as
+    /// [`BlockedBloom::insert_many`], without the hashing).
+    pub fn insert_hashes(&mut self, hashes: &[HashPair]) {
+        if self.block_words != 4 {
+            for &h in hashes {
+                self.insert_hash(h);
             }
-            if i < n {
-                let h1 = keys[i].hash_pair(seed).h1;
-                let idx = block::block_index256(h1, blocks);
-                block::prefetch(&store[idx]);
-                ring[i % BATCH] = (idx, h1);
-            }
+            return;
         }
+        self.insert_batch(hashes.len(), |i| hashes[i].h1);
+    }
+
+    /// The batch insert over 256-bit blocks: the AVX2 or the portable
+    /// kernel, chosen once per call, with the kernel inlined into the loop.
+    fn insert_batch(&mut self, n: usize, h1_of: impl Fn(usize) -> u64) {
+        let (avx2, blocks, k) = (self.avx2, self.blocks, self.hashes);
+        block::insert_batch256(avx2, self.bits.blocks256_mut(), blocks, k, n, h1_of);
         self.items += n as u64;
     }
 
@@ -207,37 +211,40 @@ impl BlockedBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != keys.len()`.
     pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
-        if out.len() != keys.len() {
-            return Err(Error::LengthMismatch {
-                expected: keys.len(),
-                got: out.len(),
-            });
-        }
+        check_len(keys.len(), out.len())?;
         if self.block_words != 4 {
             for (answer, key) in out.iter_mut().zip(keys) {
                 *answer = self.contains(key);
             }
             return Ok(());
         }
-        // A rolling window: key i is hashed and its block prefetched
-        // `BATCH` keys before it is probed, so misses overlap continuously.
-        let store = self.bits.blocks256();
-        let avx2 = self.avx2;
-        let mut ring = [(0usize, 0u64); BATCH];
-        let n = keys.len();
-        for i in 0..n + BATCH {
-            if i >= BATCH {
-                let (idx, h1) = ring[i % BATCH];
-                out[i - BATCH] = block::covers256_with(avx2, &store[idx], h1, self.hashes);
-            }
-            if i < n {
-                let h1 = keys[i].hash_pair(self.seed).h1;
-                let idx = block::block_index256(h1, self.blocks);
-                block::prefetch(&store[idx]);
-                ring[i % BATCH] = (idx, h1);
-            }
-        }
+        let seed = self.seed;
+        self.probe_batch(|i| keys[i].hash_pair(seed).h1, out);
         Ok(())
+    }
+
+    /// As [`BlockedBloom::contains_many`] for keys already hashed with this
+    /// filter's seed.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `out.len() != hashes.len()`.
+    pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
+        check_len(hashes.len(), out.len())?;
+        if self.block_words != 4 {
+            for (answer, &h) in out.iter_mut().zip(hashes) {
+                *answer = self.contains_hash(h);
+            }
+            return Ok(());
+        }
+        self.probe_batch(|i| hashes[i].h1, out);
+        Ok(())
+    }
+
+    /// The batch probe over 256-bit blocks: the AVX2 or the portable
+    /// kernel, chosen once per call, with the kernel inlined into the loop.
+    fn probe_batch(&self, h1_of: impl Fn(usize) -> u64, out: &mut [bool]) {
+        let store = self.bits.blocks256();
+        block::probe_batch256(self.avx2, store, self.blocks, self.hashes, h1_of, out);
     }
 
     /// ORs another filter of the same shape and seed into this one.
@@ -338,6 +345,14 @@ pub(crate) fn check_shape(p: BlockedParams) -> Result<()> {
         });
     }
     Ok(())
+}
+
+fn check_len(expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { expected, got })
+    }
 }
 
 impl Filter for BlockedBloom {

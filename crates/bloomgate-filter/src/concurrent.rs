@@ -158,6 +158,12 @@ impl AtomicBloom {
     #[inline]
     pub fn insert_hash(&self, h: HashPair) -> bool {
         self.items.fetch_add(1, Ordering::Relaxed);
+        self.set(h)
+    }
+
+    /// Sets a key's bits (without counting it).
+    #[inline(always)]
+    fn set(&self, h: HashPair) -> bool {
         let m = block::mask256_with(self.avx2, h.h1, self.hashes);
         let mut fresh = 0;
         for (a, &bits) in self.block(h.h1).iter().zip(&m) {
@@ -179,9 +185,10 @@ impl AtomicBloom {
                 block::prefetch(&self.block(slot.h1)[0]);
             }
             for h in &hashes[..chunk.len()] {
-                self.insert_hash(*h);
+                self.set(*h);
             }
         }
+        self.items.fetch_add(keys.len() as u64, Ordering::Relaxed);
     }
 
     /// Tests many keys, prefetching a batch ahead; one answer per key.
@@ -189,23 +196,75 @@ impl AtomicBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != keys.len()`.
     pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
-        if out.len() != keys.len() {
-            return Err(Error::LengthMismatch {
-                expected: keys.len(),
-                got: out.len(),
-            });
-        }
-        let mut hashes = [HashPair { h1: 0, h2: 0 }; BATCH];
-        for (chunk, answers) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            for (slot, key) in hashes.iter_mut().zip(chunk) {
-                *slot = key.hash_pair(self.seed);
-                block::prefetch(&self.block(slot.h1)[0]);
-            }
-            for (answer, h) in answers.iter_mut().zip(&hashes) {
-                *answer = self.contains_hash(*h);
-            }
-        }
+        check_len(keys.len(), out.len())?;
+        let seed = self.seed;
+        block::probe_batch256(
+            self.avx2,
+            &self.lines[..],
+            self.blocks,
+            self.hashes,
+            |i| keys[i].hash_pair(seed).h1,
+            out,
+        );
         Ok(())
+    }
+
+    /// As [`AtomicBloom::contains_many`] for keys already hashed with this
+    /// filter's seed.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `out.len() != hashes.len()`.
+    pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
+        check_len(hashes.len(), out.len())?;
+        block::probe_batch256(
+            self.avx2,
+            &self.lines[..],
+            self.blocks,
+            self.hashes,
+            |i| hashes[i].h1,
+            out,
+        );
+        Ok(())
+    }
+
+    /// As [`AtomicBloom::insert_many`] for keys already hashed with this
+    /// filter's seed.
+    pub fn insert_hashes(&self, hashes: &[HashPair]) {
+        for chunk in hashes.chunks(BATCH) {
+            for h in chunk {
+                block::prefetch(&self.block(h.h1)[0]);
+            }
+            for h in chunk {
+                self.set(*h);
+            }
+        }
+        self.items.fetch_add(hashes.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn check_len(expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { expected, got })
+    }
+}
+
+impl block::Blocks256 for [AtomicLine] {
+    #[inline(always)]
+    fn load(&self, idx: usize) -> [u64; 4] {
+        let half = (idx % 2) * 4;
+        let w = &self[idx / 2].0[half..half + 4];
+        [
+            w[0].load(Ordering::Relaxed),
+            w[1].load(Ordering::Relaxed),
+            w[2].load(Ordering::Relaxed),
+            w[3].load(Ordering::Relaxed),
+        ]
+    }
+    #[inline(always)]
+    fn prefetch(&self, idx: usize) {
+        block::prefetch(&self[idx / 2]);
     }
 }
 
@@ -215,12 +274,12 @@ impl Filter for AtomicBloom {
     }
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
-        let m = block::mask256_with(self.avx2, h.h1, self.hashes);
-        let mut missing = 0;
-        for (a, &bits) in self.block(h.h1).iter().zip(&m) {
-            missing |= bits & !a.load(Ordering::Relaxed);
-        }
-        missing == 0
+        // Four relaxed loads (never one wide load: the words may be
+        // written by atomic ORs meanwhile), then the same kernel as the
+        // plain filter.
+        let idx = block::block_index256(h.h1, self.blocks);
+        let words = block::Blocks256::load(&self.lines[..], idx);
+        block::covers256_with(self.avx2, &words, h.h1, self.hashes)
     }
     fn bits(&self) -> u64 {
         self.blocks * 256

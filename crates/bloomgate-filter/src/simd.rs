@@ -93,6 +93,44 @@ pub(crate) unsafe fn mask256_avx2(h1: u64, k: u32) -> [u64; 4] {
     out
 }
 
+/// [`probe_batch_with`] compiled for AVX2, the kernel inlined.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn probe_batch_avx2<S: crate::block::Blocks256 + ?Sized>(
+    store: &S,
+    blocks: u64,
+    k: u32,
+    h1_of: impl Fn(usize) -> u64,
+    out: &mut [bool],
+) {
+    crate::block::probe_batch_with(store, blocks, k, h1_of, out, |b, h1, k| {
+        // SAFETY: this function runs only on CPUs with AVX2.
+        unsafe { covers256_avx2(b, h1, k) }
+    });
+}
+
+/// [`insert_batch_with`] compiled for AVX2, the kernel inlined.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn insert_batch_avx2(
+    store: &mut [[u64; 4]],
+    blocks: u64,
+    k: u32,
+    n: usize,
+    h1_of: impl Fn(usize) -> u64,
+) {
+    crate::block::insert_batch_with(store, blocks, k, n, h1_of, |b, h1, k| {
+        // SAFETY: this function runs only on CPUs with AVX2.
+        unsafe { apply256_avx2(b, h1, k) };
+    });
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use crate::block::{covers, mask256_scalar};

@@ -227,3 +227,50 @@ fn atomic_classic_sets_the_bits_of_seed_000s_scheme() {
     assert!(AtomicClassicBloom::with_fpr(0, 0.01).is_err());
     assert!(AtomicClassicBloom::with_fpr(10, 1.5).is_err());
 }
+
+/// The pre-hashed batch calls set and answer exactly what the per-key
+/// calls do, for the plain and the concurrent filter, members and
+/// non-members alike (their kernels are chosen once per batch).
+#[test]
+fn batch_calls_on_hashes_agree_with_single_calls() {
+    use bloomgate_filter::hash::BloomKey;
+    let keys = Rng(5).keys(30_000);
+    let others = Rng(6).keys(30_000);
+    for k in [1u32, 3, 8, 11, 16] {
+        let params = bloomgate_filter::sizing::BlockedParams {
+            blocks: 1_000,
+            block_bits: 256,
+            hashes: k,
+        };
+        let mut single = BlockedBloom::new(params, 9).unwrap();
+        let mut batch = BlockedBloom::new(params, 9).unwrap();
+        let atomic = AtomicBloom::new(params, 9).unwrap();
+        let hashes: Vec<_> = keys.iter().map(|key| key.hash_pair(9)).collect();
+        for key in &keys[..10_000] {
+            single.insert(key);
+        }
+        batch.insert_hashes(&hashes[..10_000]);
+        atomic.insert_hashes(&hashes[..10_000]);
+        assert_eq!(single.bitmap().words(), batch.bitmap().words(), "k {k}");
+        assert_eq!(atomic.to_blocked().bitmap().words(), batch.bitmap().words());
+        assert_eq!((batch.items(), atomic.items()), (10_000, 10_000));
+        let probe: Vec<_> = keys[..5_000]
+            .iter()
+            .chain(&others)
+            .map(|key| key.hash_pair(9))
+            .collect();
+        let (mut a, mut b) = (vec![false; probe.len()], vec![false; probe.len()]);
+        batch.contains_hashes(&probe, &mut a).unwrap();
+        atomic.contains_hashes(&probe, &mut b).unwrap();
+        let expect: Vec<bool> = probe.iter().map(|&h| single.contains_hash(h)).collect();
+        assert_eq!(a, expect, "k {k}");
+        assert_eq!(b, expect, "k {k}");
+        assert!(a[..5_000].iter().all(|&x| x), "no false negatives");
+        assert!(
+            a[5_000..].iter().any(|&x| !x) && a[5_000..].iter().any(|&x| x),
+            "a mix"
+        );
+        assert!(batch.contains_hashes(&probe, &mut a[..1]).is_err());
+        assert!(atomic.contains_hashes(&probe, &mut b[..1]).is_err());
+    }
+}
