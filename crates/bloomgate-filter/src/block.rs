@@ -252,7 +252,7 @@ pub(crate) fn prefetch<T>(r: &T) {
 }
 
 /// How many keys the batch APIs hash and prefetch ahead before probing.
-pub(crate) const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 32;
 
 /// 256-bit blocks the batch probe reads: plain words or atomics.
 pub(crate) trait Blocks256 {
