@@ -105,6 +105,26 @@ impl AtomicClassicBloom {
         }
     }
 
+    /// A concurrent copy of `f`: the same bits, items and design.
+    ///
+    /// # Errors
+    /// As [`AtomicClassicBloom::new`].
+    pub fn from_classic(f: &ClassicBloom) -> Result<Self> {
+        let mut s = Self::new(
+            ClassicParams {
+                bits: f.bits(),
+                hashes: f.hashes(),
+            },
+            f.seed(),
+        )?;
+        s.design = f.design();
+        for (a, &w) in s.words.iter().zip(f.bitmap().words()) {
+            a.store(w, Ordering::Relaxed);
+        }
+        s.items.store(f.items(), Ordering::Relaxed);
+        Ok(s)
+    }
+
     /// A heap copy of the current bits.
     #[must_use]
     pub fn to_classic(&self) -> ClassicBloom {

@@ -64,6 +64,8 @@ pub struct ChangeLog {
     max_len: u64,
     timeout: Duration,
     instance: String,
+    /// The last entry the follower has applied (or started after).
+    applied: Arc<std::sync::Mutex<String>>,
     /// Counters, shared by clones.
     pub counters: Arc<ChangeCounters>,
 }
@@ -107,6 +109,7 @@ impl ChangeLog {
             max_len,
             timeout,
             instance: format!("{:016x}", fastrand::u64(..)),
+            applied: Arc::new(std::sync::Mutex::new("0-0".into())),
             counters: Arc::default(),
         })
     }
@@ -140,6 +143,91 @@ impl ChangeLog {
                 ?kind,
                 "change log append failed; other instances learn at their next rebuild"
             );
+        }
+    }
+
+    /// Appends a marker entry (no SKU): a position every instance started
+    /// after, so a snapshot taken later always names an entry the stream
+    /// can be checked to still hold.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn mark(&self) -> redis::RedisResult<String> {
+        let mut conn = self.conn.clone();
+        redis::cmd("XADD")
+            .arg(&self.key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.max_len)
+            .arg("*")
+            .arg("kind")
+            .arg("m")
+            .arg("from")
+            .arg(&self.instance)
+            .query_async(&mut conn)
+            .await
+    }
+
+    /// The last entry this instance's follower has applied: every write
+    /// up to it is in this instance's filter.
+    #[must_use]
+    pub fn applied(&self) -> String {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_applied(&self, id: &str) {
+        id.clone_into(
+            &mut self
+                .applied
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
+
+    /// The created ids after entry `from`, and the last entry read, if the
+    /// stream still holds `from` itself; `None` when it does not (trimmed
+    /// past it, or lost with a Redis restart).
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn created_since(
+        &self,
+        from: &str,
+    ) -> redis::RedisResult<Option<(Vec<i64>, String)>> {
+        let mut conn = self.conn.clone();
+        let held: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&self.key)
+            .arg(from)
+            .arg(from)
+            .query_async(&mut conn)
+            .await?;
+        if held.ids.is_empty() {
+            return Ok(None);
+        }
+        let (mut created, mut last) = (Vec::new(), from.to_string());
+        loop {
+            let page: StreamRangeReply = redis::cmd("XRANGE")
+                .arg(&self.key)
+                .arg(format!("({last}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut conn)
+                .await?;
+            if page.ids.is_empty() {
+                return Ok(Some((created, last)));
+            }
+            for entry in &page.ids {
+                if entry.get::<String>("kind").as_deref() == Some("c") {
+                    if let Some(id) = entry.get::<i64>("id") {
+                        created.push(id);
+                    }
+                }
+                last.clone_from(&entry.id);
+            }
         }
     }
 
@@ -184,6 +272,7 @@ impl ChangeLog {
     pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
         let log = self.clone();
         let reader = reader.clone();
+        log.set_applied(&from);
         tokio::spawn(async move {
             let mut last = from;
             let mut conn = None;
@@ -258,6 +347,7 @@ impl ChangeLog {
                             reader.invalidate_local(id);
                             log.counters.applied.fetch_add(1, Ordering::Relaxed);
                         }
+                        log.set_applied(&last);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "change log: read failed; reconnecting");

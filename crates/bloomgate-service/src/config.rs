@@ -147,6 +147,12 @@ pub struct CacheConfig {
     pub bloom_retry_min_ms: u64,
     /// Longest wait between retries of a failed start-up build, milliseconds.
     pub bloom_retry_max_ms: u64,
+    /// Where to keep the filter snapshot for restarts without a SQL scan
+    /// (needs `redis_url`: the change log replays what came after it).
+    pub bloom_snapshot_path: Option<std::path::PathBuf>,
+    /// Seconds between snapshots (also written after each rebuild and at
+    /// shutdown).
+    pub bloom_snapshot_every_secs: u64,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -200,6 +206,8 @@ impl Default for CacheConfig {
             bloom_monitor_ms: 10_000,
             bloom_retry_min_ms: 100,
             bloom_retry_max_ms: 30_000,
+            bloom_snapshot_path: None,
+            bloom_snapshot_every_secs: 300,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,
@@ -245,8 +253,9 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 5] = [
+const STRING_KEYS: [&str; 6] = [
     "listen",
+    "bloom_snapshot_path",
     "database_url",
     "redis_url",
     "admin_token",
@@ -331,6 +340,12 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cache;
+        if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {
+            return Err(invalid(
+                "cache.bloom_snapshot_path",
+                "needs redis_url: without the change log nothing created after the snapshot could be replayed",
+            ));
+        }
         if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
             return Err(invalid(
                 "cache.bloom_fpp",
@@ -383,6 +398,10 @@ impl Config {
         for (key, v) in [
             ("cache.redis_timeout_ms", c.redis_timeout_ms),
             ("cache.bloom_monitor_ms", c.bloom_monitor_ms),
+            (
+                "cache.bloom_snapshot_every_secs",
+                c.bloom_snapshot_every_secs,
+            ),
             ("cache.change_log_max_len", c.change_log_max_len),
             ("cache.redis_breaker_open_ms", c.redis_breaker_open_ms),
             ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),

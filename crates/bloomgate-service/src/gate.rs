@@ -123,6 +123,8 @@ pub struct GateStats {
     pub alarm_kind: Option<&'static str>,
     /// Alarms raised so far (each crossing once).
     pub alarms_raised: u64,
+    /// Filters published from a snapshot (at start) instead of a SQL scan.
+    pub snapshot_restores: u64,
 }
 
 /// Why a rebuild failed. Cheap to clone: every caller that shared the
@@ -349,6 +351,8 @@ pub struct Gate {
     history: Mutex<VecDeque<RebuildRecord>>,
     /// Every rebuild's duration, successful or not (for `/metrics`).
     rebuild_seconds: ::metrics::Histogram,
+    /// Filters published from a snapshot instead of a SQL scan.
+    restores: AtomicU64,
 }
 
 /// Rebuilds kept in [`Gate::history`].
@@ -430,6 +434,7 @@ impl Gate {
             window: Mutex::new((0, 0)),
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
             rebuild_seconds: ::metrics::Histogram::noop(),
+            restores: AtomicU64::new(0),
         }
     }
 
@@ -438,6 +443,34 @@ impl Gate {
     pub fn with_rebuild_histogram(mut self, h: ::metrics::Histogram) -> Self {
         self.rebuild_seconds = h;
         self
+    }
+
+    /// The published filter, if any.
+    pub fn published(&self) -> Option<Arc<GateFilter>> {
+        self.current.load_full()
+    }
+
+    /// Completed rebuilds (cheap, unlike [`Gate::stats`]).
+    pub fn rebuild_count(&self) -> u64 {
+        self.rebuilds.load(Ordering::Relaxed)
+    }
+
+    /// Items the published filter was sized for.
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Publishes a filter restored from a snapshot, sized for `capacity`,
+    /// if none is published and no rebuild runs; false otherwise (the
+    /// filter is then dropped).
+    pub fn install(&self, filter: GateFilter, capacity: u64) -> bool {
+        if self.is_rebuilding() || self.current.load().is_some() {
+            return false;
+        }
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.current.store(Some(Arc::new(filter)));
+        self.restores.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The last rebuilds (at most [`HISTORY`]), oldest first.
@@ -852,6 +885,7 @@ impl Gate {
             alarm: alarm.map(|a| a.to_string()),
             alarm_kind: alarm.map(|a| a.kind()),
             alarms_raised: self.alarms_raised.load(Ordering::Relaxed),
+            snapshot_restores: self.restores.load(Ordering::Relaxed),
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod model;
 pub mod openapi;
 #[doc(hidden)]
 pub mod pause;
+pub mod persist;
 pub mod reader;
 pub mod routes;
 pub mod state;
@@ -50,6 +51,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let persist = state
+        .persist
+        .clone()
+        .map(|p| (p, Arc::clone(&state.reader.gate)));
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
@@ -64,13 +69,21 @@ pub async fn run(
             std::future::pending::<()>().await;
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         served = server.into_future() => served,
         () = bound => {
             tracing::warn!(grace_secs = grace.as_secs(), "requests still in flight after the shutdown grace period; closing them");
             Ok(())
         }
+    };
+    // The last snapshot, so the next start needs no SQL scan.
+    if let Some((persist, gate)) = persist {
+        match persist.save(&gate).await {
+            Ok(_) => tracing::info!("filter snapshot saved at shutdown"),
+            Err(e) => tracing::warn!(error = %e, "saving the filter snapshot at shutdown failed"),
+        }
     }
+    result
 }
 
 /// Seeds an empty database with `config.seed_if_empty` catalogue SKUs and,
@@ -97,16 +110,44 @@ pub async fn prepare(
     }
     let c = &config.cache;
     state.metrics.spawn_upkeep(Duration::from_secs(5));
+    let mut restored = false;
     if let Some(changes) = &state.changes {
-        // Note the log's end before the first scan, and follow from there.
-        let from = match changes.last_id().await {
-            Ok(id) => id,
-            Err(e) => {
-                tracing::warn!(error = %e, "change log unreadable at start; following from its beginning");
-                "0-0".to_string()
+        // With snapshots: a marker every later snapshot position is at or
+        // after, so the position always names an entry to look for.
+        if state.persist.is_some() {
+            if let Err(e) = changes.mark().await {
+                tracing::warn!(error = %e, "change log: cannot append the start marker");
             }
+        }
+        let mut from = None;
+        if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
+            match persist.restore(&state.reader.gate).await {
+                Ok(last) => {
+                    restored = true;
+                    from = Some(last);
+                }
+                Err(why) => tracing::warn!(%why, "filter snapshot not used; building from SQL"),
+            }
+        }
+        // Otherwise note the log's end before the first scan, and follow
+        // from there.
+        let from = match from {
+            Some(f) => f,
+            None => match changes.last_id().await {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::warn!(error = %e, "change log unreadable at start; following from its beginning");
+                    "0-0".to_string()
+                }
+            },
         };
         changes.spawn_follower(from, &state.reader);
+    }
+    if let Some(persist) = &state.persist {
+        persist.spawn_saver(
+            &state.reader.gate,
+            Duration::from_secs(c.bloom_snapshot_every_secs),
+        );
     }
     if c.bloom_enabled {
         state
@@ -114,7 +155,7 @@ pub async fn prepare(
             .gate
             .spawn_monitor(Duration::from_millis(c.bloom_monitor_ms));
     }
-    if c.bloom_enabled && c.bloom_build_on_start {
+    if c.bloom_enabled && c.bloom_build_on_start && !restored {
         let gate = Arc::clone(&state.reader.gate);
         return Ok(Some(tokio::spawn(gate.build_until_ready(
             Duration::from_millis(c.bloom_retry_min_ms),

@@ -269,6 +269,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "missing": sql.missing.load(Ordering::Relaxed),
             "timeouts": sql.timeouts.load(Ordering::Relaxed),
             "errors": sql.errors.load(Ordering::Relaxed),
+            "id_scans": sql.id_scans.load(Ordering::Relaxed),
             "slow": sql.slow_by_statement(),
             "bulkhead_in_use": r.bulkhead.in_use(),
             "bulkhead_rejected": r.bulkhead.rejected.get(),

@@ -26,6 +26,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::ServiceMetrics>,
     /// `cache.bloom_fpp`, the false-positive target.
     pub target_fpr: f64,
+    /// The filter snapshot, when `cache.bloom_snapshot_path` is set.
+    pub persist: Option<crate::persist::Persist>,
 }
 
 /// Why the service could not start.
@@ -102,9 +104,18 @@ impl AppState {
             admin_token: config.admin_token.as_deref().map(Arc::from),
             rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
             http: config.http.clone(),
-            changes,
             metrics,
             target_fpr: c.bloom_fpp,
+            persist: match (&c.bloom_snapshot_path, &changes) {
+                (Some(path), Some(log)) => Some(crate::persist::Persist::new(
+                    path.clone(),
+                    c.bloom_layout,
+                    c.bloom_fpp,
+                    log.clone(),
+                )),
+                _ => None,
+            },
+            changes,
         })
     }
 }

@@ -69,6 +69,8 @@ pub struct StoreCounters {
     pub found: AtomicU64,
     /// Point lookups that found nothing.
     pub missing: AtomicU64,
+    /// Full id scans started (filter builds).
+    pub id_scans: AtomicU64,
     /// Statements that failed (timeouts and unique-key collisions apart).
     pub errors: AtomicU64,
     /// Statements slower than `sql.slow_query_ms`, by statement.
@@ -375,6 +377,7 @@ impl SkuStore {
             self.ph(1),
             self.ph(2)
         );
+        self.counters.id_scans.fetch_add(1, Ordering::Relaxed);
         let mut after = 0i64;
         let mut total = 0u64;
         let mut ids = Vec::with_capacity(batch as usize);

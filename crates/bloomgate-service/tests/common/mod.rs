@@ -403,19 +403,35 @@ impl OwnServer {
     pub async fn mariadb() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let status = std::process::Command::new("mariadb-install-db")
-            .args([
-                "--no-defaults",
-                &format!("--datadir={}", data.display()),
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("mariadb-install-db");
-        assert!(status.success(), "mariadb-install-db failed");
+        // Two tests installing at once have been seen to fail once under
+        // load: try again after a pause, with a fresh directory, and show
+        // what it said if that fails too.
+        let mut why = String::new();
+        for attempt in 0..3 {
+            let _ = std::fs::remove_dir_all(&data);
+            let out = std::process::Command::new("mariadb-install-db")
+                .args([
+                    "--no-defaults",
+                    &format!("--datadir={}", data.display()),
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ])
+                .output()
+                .expect("mariadb-install-db");
+            if out.status.success() {
+                why.clear();
+                break;
+            }
+            why = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            eprintln!("mariadb-install-db failed (attempt {}): {why}", attempt + 1);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(why.is_empty(), "mariadb-install-db failed: {why}");
         let port = free_port();
         let mut s = Self {
             port,

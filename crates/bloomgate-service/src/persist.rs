@@ -1,0 +1,249 @@
+//! Restart without a cold window: the published filter is written to a
+//! snapshot file (the filter library's format, written to a temporary file
+//! and renamed) after each rebuild, every `cache.bloom_snapshot_every_secs`
+//! and at shutdown, beside a small JSON file naming the change-log entry it
+//! is complete up to. At start the instance loads it (the library verifies
+//! its checksum), replays the ids created after that entry from the change
+//! log, and serves at once; it scans SQL only when the snapshot is missing,
+//! does not verify, was made for another layout or rate, or names an entry
+//! the change log no longer holds (trimmed, or lost with a Redis restart).
+//!
+//! Why the snapshot plus the replay holds every SKU: the position saved is
+//! the last entry the follower had applied *before* the filter was copied,
+//! and the filter only grows; an instance's own creates enter its filter
+//! before they are appended to the log. So every id created up to the
+//! position is in the file, and every id created after it is in the replay.
+//! Without a change log (no Redis) nothing could be replayed, so the
+//! configuration refuses a snapshot path without `redis_url`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloomgate_filter::{
+    AtomicBloom, AtomicClassicBloom, BlockedBloom, ClassicBloom, KeyKind, Snapshot,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::changes::ChangeLog;
+use crate::config::BloomLayout;
+use crate::gate::{Gate, GateFilter};
+
+/// The metadata file's format version.
+const VERSION: u32 = 1;
+
+/// What sits beside the snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Meta {
+    version: u32,
+    /// The change-log entry the snapshot is complete up to.
+    position: String,
+    /// Items the filter was sized for.
+    capacity: u64,
+    layout: BloomLayout,
+    fpp: f64,
+    /// XXH3-64 of the snapshot file, so a file and a metadata file written
+    /// by different saves never pair up.
+    file_xxh3: String,
+    saved_at_ms: u64,
+}
+
+/// Where and how this instance keeps its snapshot.
+#[derive(Debug, Clone)]
+pub struct Persist {
+    path: PathBuf,
+    layout: BloomLayout,
+    fpp: f64,
+    changes: ChangeLog,
+}
+
+fn meta_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".json");
+    PathBuf::from(p)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory,
+/// synced, then renamed over it.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{:016x}.tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("snapshot"),
+        fastrand::u64(..)
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn hash_hex(bytes: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+impl Persist {
+    /// Snapshots at `path` for filters of `layout` at `fpp`, positioned in
+    /// `changes`.
+    #[must_use]
+    pub fn new(path: PathBuf, layout: BloomLayout, fpp: f64, changes: ChangeLog) -> Self {
+        Self {
+            path,
+            layout,
+            fpp,
+            changes,
+        }
+    }
+
+    /// Saves `gate`'s published filter (nothing when none is published).
+    ///
+    /// # Errors
+    /// I/O errors (logged by the callers; the previous files stay whole).
+    pub async fn save(&self, gate: &Gate) -> std::io::Result<bool> {
+        // The position first, then the copy: the copy holds at least what
+        // was applied up to the position.
+        let position = self.changes.applied();
+        let Some(filter) = gate.published() else {
+            return Ok(false);
+        };
+        let capacity = gate.capacity();
+        let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
+        tokio::task::spawn_blocking(move || {
+            let bytes = match &*filter {
+                GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
+                GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
+            };
+            let meta = Meta {
+                version: VERSION,
+                position,
+                capacity,
+                layout,
+                fpp,
+                file_xxh3: hash_hex(&bytes),
+                saved_at_ms: crate::model::now_millis(),
+            };
+            write_atomic(&path, &bytes)?;
+            let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
+            write_atomic(&meta_path(&path), &json)?;
+            Ok(true)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    /// Loads the snapshot, replays the change log after it and publishes
+    /// the result in `gate`. Returns the last change-log entry replayed
+    /// (where the follower goes on), or why the snapshot was not used.
+    ///
+    /// # Errors
+    /// A sentence for the log: the instance then scans SQL as usual.
+    pub async fn restore(&self, gate: &Gate) -> Result<String, String> {
+        let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
+        let (filter, meta) = tokio::task::spawn_blocking(move || load(&path, layout, fpp))
+            .await
+            .map_err(|e| e.to_string())??;
+        let (created, last) = match self.changes.created_since(&meta.position).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return Err(format!(
+                    "the change log no longer holds entry {} (older than the log retains, or Redis lost it)",
+                    meta.position
+                ))
+            }
+            Err(e) => return Err(format!("reading the change log: {e}")),
+        };
+        for &id in &created {
+            filter.insert(id);
+        }
+        if !gate.install(filter, meta.capacity) {
+            return Err("a filter was published meanwhile".into());
+        }
+        tracing::info!(
+            path = %self.path.display(),
+            position = %meta.position,
+            replayed = created.len(),
+            "bloom filter restored from its snapshot; no SQL scan"
+        );
+        Ok(last)
+    }
+
+    /// Saves after every rebuild (checked each second) and every `every`,
+    /// until the gate is dropped.
+    pub fn spawn_saver(&self, gate: &Arc<Gate>, every: Duration) {
+        let (persist, gate) = (self.clone(), Arc::downgrade(gate));
+        tokio::spawn(async move {
+            let mut saved_rebuilds = None;
+            let mut last_save = tokio::time::Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(gate) = gate.upgrade() else { return };
+                let rebuilds = gate.rebuild_count();
+                if saved_rebuilds == Some(rebuilds) && last_save.elapsed() < every {
+                    continue;
+                }
+                match persist.save(&gate).await {
+                    Ok(true) => {
+                        saved_rebuilds = Some(rebuilds);
+                        last_save = tokio::time::Instant::now();
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, path = %persist.path.display(), "saving the filter snapshot failed");
+                        last_save = tokio::time::Instant::now();
+                        saved_rebuilds = Some(rebuilds);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Reads, pairs and verifies the two files.
+fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta), String> {
+    let meta_file = meta_path(path);
+    let json = std::fs::read(&meta_file)
+        .map_err(|e| format!("no snapshot metadata at {}: {e}", meta_file.display()))?;
+    let meta: Meta = serde_json::from_slice(&json)
+        .map_err(|e| format!("unreadable snapshot metadata {}: {e}", meta_file.display()))?;
+    if meta.version != VERSION {
+        return Err(format!(
+            "snapshot metadata version {} (this build writes {VERSION})",
+            meta.version
+        ));
+    }
+    if meta.layout != layout || meta.fpp != fpp {
+        return Err(format!(
+            "snapshot made for layout {:?} at fpp {}, configured {:?} at {}",
+            meta.layout, meta.fpp, layout, fpp
+        ));
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("no snapshot at {}: {e}", path.display()))?;
+    if hash_hex(&bytes) != meta.file_xxh3 {
+        return Err("the snapshot file does not match its metadata (a save was cut short)".into());
+    }
+    let filter = match layout {
+        BloomLayout::Blocked => BlockedBloom::from_bytes(&bytes)
+            .and_then(|(f, _)| AtomicBloom::from_blocked(&f))
+            .map(GateFilter::Blocked),
+        BloomLayout::Classic => ClassicBloom::from_bytes(&bytes)
+            .and_then(|(f, _)| AtomicClassicBloom::from_classic(&f))
+            .map(GateFilter::Classic),
+    }
+    .map_err(|e| format!("the snapshot fails to verify: {e}"))?;
+    Ok((filter, meta))
+}

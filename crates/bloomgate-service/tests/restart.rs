@@ -1,0 +1,158 @@
+//! Restart without a cold window (issue 8): an instance writes its filter
+//! snapshot at shutdown; started again it loads it, replays the ids created
+//! meanwhile (through another instance) from the change log, and is ready
+//! without scanning SQL. A snapshot that fails to verify, or whose position
+//! the change log no longer holds, leads to a SQL rebuild instead.
+
+mod common;
+
+use std::path::Path;
+
+use bloomgate_service::gate::Verdict;
+use common::{counter, sku_body, TestServer};
+use reqwest::Method;
+
+const PREFIX: &str = "bgtest:restart:";
+
+fn config(db: &str, redis: &str, snapshot: &Path) -> bloomgate_service::Config {
+    let mut c = common::config(db, Some(redis), "restart");
+    c.cache.bloom_snapshot_path = Some(snapshot.to_path_buf());
+    c
+}
+
+async fn create(server: &TestServer, id: i64) {
+    let (s, body) = server
+        .send(
+            Method::POST,
+            "/api/skus",
+            Some(&sku_body(Some(id), "new", 100)),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+}
+
+fn meta_file(snapshot: &Path) -> std::path::PathBuf {
+    snapshot.with_file_name(format!(
+        "{}.json",
+        snapshot.file_name().unwrap().to_str().unwrap()
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    common::redis_clear(&redis, PREFIX).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let snap = dir.path().join("a").join("filter.bgf");
+    let other = dir.path().join("b").join("filter.bgf");
+
+    let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
+    assert_eq!(
+        counter(&a.stats().await, &["sql", "id_scans"]),
+        1,
+        "first start scans"
+    );
+    let b = TestServer::start(config(&db, &redis, &other), 1000).await;
+    create(&a, 5000).await;
+    a.stop().await;
+    assert!(
+        snap.is_file() && meta_file(&snap).is_file(),
+        "saved at shutdown"
+    );
+    // While A is down, B creates a SKU: only the change log tells A.
+    create(&b, 6000).await;
+
+    let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(&stats, &["sql", "id_scans"]),
+        0,
+        "no SQL scan: {stats}"
+    );
+    assert_eq!(counter(&stats, &["bloom", "snapshot_restores"]), 1);
+    assert_eq!(counter(&stats, &["bloom", "rebuilds"]), 0);
+    assert_eq!(stats["bloom"]["ready"], true);
+    let gate = &a.state.reader.gate;
+    for id in (1..=1000).chain([5000, 6000]) {
+        assert_ne!(
+            gate.check(id),
+            Verdict::Reject,
+            "id {id} refused after the restart"
+        );
+    }
+    assert_eq!(a.get("/api/seckill/6000").await.0, 200);
+    assert_eq!(a.get("/api/seckill/5000").await.0, 200);
+    assert_eq!(a.get("/api/seckill/900000000").await.0, 404);
+    assert_eq!(
+        counter(&a.stats().await, &["bloom", "rejected"]),
+        1,
+        "the restored filter gates"
+    );
+    // Still following: a create through B reaches the restored filter.
+    create(&b, 7000).await;
+    common::eventually(10, "B's create reaches A", || async {
+        a.get("/api/seckill/7000").await.0 == 200
+    })
+    .await;
+    a.stop().await;
+
+    // A snapshot that fails the library's checksum (the metadata made to
+    // match it, so only the payload check can catch it): rebuilt from SQL.
+    let mut bytes = std::fs::read(&snap).unwrap();
+    let last = bytes.len() - 100;
+    bytes[last] ^= 0x5a;
+    std::fs::write(&snap, &bytes).unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(meta_file(&snap)).unwrap()).unwrap();
+    meta["file_xxh3"] = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)).into();
+    std::fs::write(meta_file(&snap), serde_json::to_vec(&meta).unwrap()).unwrap();
+    let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(&stats, &["bloom", "snapshot_restores"]),
+        0,
+        "{stats}"
+    );
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 1);
+    for id in [1, 500, 1000, 5000, 6000, 7000] {
+        assert_ne!(a.state.reader.gate.check(id), Verdict::Reject, "id {id}");
+    }
+    a.stop().await;
+
+    // The change log lost (a Redis restart without persistence): the
+    // snapshot's position is gone, so it is not trusted.
+    assert!(
+        std::fs::read(&snap).unwrap() != bytes,
+        "the rebuild's snapshot replaced it"
+    );
+    let mut conn = common::redis_conn(&redis).await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{PREFIX}changes"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(&stats, &["bloom", "snapshot_restores"]),
+        0,
+        "{stats}"
+    );
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 1);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[test]
+fn a_snapshot_path_without_redis_is_refused() {
+    let mut c = bloomgate_service::Config::default();
+    c.cache.bloom_snapshot_path = Some("filter.bgf".into());
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("cache.bloom_snapshot_path") && e.contains("redis_url"),
+        "{e}"
+    );
+}
