@@ -417,7 +417,10 @@ fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let admin = "mysql://root@127.0.0.1:3306/test";
     let db_url = "mysql://root@127.0.0.1:3306/bg_cli_attack";
-    let redis_url = "redis://127.0.0.1:6379/";
+    // A Redis database of its own (index 5, only this test's keys, all
+    // deleted first): DBSIZE on the shared database 0 would also count
+    // other tests' keys expiring meanwhile.
+    let redis_url = "redis://127.0.0.1:6379/5";
     let prefix = "bgtest:cliattack:";
     let ready = rt.block_on(async {
         let pool = match sqlx::MySqlPool::connect(admin).await {

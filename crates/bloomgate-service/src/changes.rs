@@ -6,12 +6,16 @@
 //! through one instance is refused with a 404 by the others until they
 //! rebuild (a false "no"), and their L1 keeps an updated SKU's old state.
 //!
-//! An instance notes the stream's last entry before its first filter scan
-//! and follows from there, so an id committed before the scan is scanned
-//! and one committed after it arrives through the stream. After a Redis
-//! outage, if the stream was trimmed past the last entry the follower
-//! applied, it cannot know what it missed: it rebuilds the filter from SQL
-//! and empties its L1 instead of guessing.
+//! An instance appends a marker entry at start, notes the stream's last
+//! entry before its first filter scan and follows from there, so an id
+//! committed before the scan is scanned and one committed after it arrives
+//! through the stream. After a Redis outage, if the stream no longer holds
+//! the last entry the follower applied (trimmed past it, or lost with a
+//! Redis restart), it cannot know what it missed: it rebuilds the filter
+//! from SQL and empties its L1 instead of guessing. Appends that fail wait
+//! in an in-memory queue (at most [`MAX_PENDING`]) and go out in order when
+//! Redis answers; if the queue overflowed, a rebuild request for every
+//! instance goes out first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -53,7 +57,26 @@ pub struct ChangeCounters {
     pub applied: AtomicU64,
     /// Times the follower found a gap and rebuilt instead.
     pub gaps: AtomicU64,
+    /// Appends that failed first and went through from the queue later.
+    pub replayed: AtomicU64,
+    /// Queued appends dropped because the queue was full (a rebuild
+    /// request is appended instead once Redis answers).
+    pub dropped: AtomicU64,
 }
+
+/// Appends waiting for Redis, oldest first.
+#[derive(Debug, Default)]
+struct Pending {
+    queue: std::collections::VecDeque<(i64, ChangeKind)>,
+    /// Some were dropped: followers must rebuild instead.
+    overflowed: bool,
+    /// A task is draining the queue.
+    draining: bool,
+}
+
+/// Appends kept while Redis is unreachable; past this, the oldest are
+/// dropped and the followers are told to rebuild.
+pub const MAX_PENDING: usize = 1_000_000;
 
 /// The shared change log. Cheap to clone.
 #[derive(Clone)]
@@ -66,6 +89,7 @@ pub struct ChangeLog {
     instance: String,
     /// The last entry the follower has applied (or started after).
     applied: Arc<std::sync::Mutex<String>>,
+    pending: Arc<std::sync::Mutex<Pending>>,
     /// Counters, shared by clones.
     pub counters: Arc<ChangeCounters>,
 }
@@ -77,12 +101,6 @@ impl std::fmt::Debug for ChangeLog {
             .field("instance", &self.instance)
             .finish_non_exhaustive()
     }
-}
-
-/// Stream entry ids compare as (milliseconds, sequence).
-fn parse_id(id: &str) -> (u64, u64) {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 impl ChangeLog {
@@ -110,39 +128,129 @@ impl ChangeLog {
             timeout,
             instance: format!("{:016x}", fastrand::u64(..)),
             applied: Arc::new(std::sync::Mutex::new("0-0".into())),
+            pending: Arc::default(),
             counters: Arc::default(),
         })
     }
 
-    /// Appends a write. Failures are logged and counted, never fatal: the
-    /// write itself has committed.
+    /// Appends a write. Never fatal (the write itself has committed): when
+    /// Redis does not answer, the entry is queued and a background task
+    /// appends it, in order, once Redis answers again.
     pub async fn publish(&self, id: i64, kind: ChangeKind) {
+        {
+            let mut p = self.lock_pending();
+            if !p.queue.is_empty() || p.overflowed {
+                // Keep the order: behind what is already waiting.
+                Self::enqueue(&mut p, id, kind, &self.counters);
+                return;
+            }
+        }
+        if self
+            .append(&[("id", id.to_string()), ("kind", kind.code().into())])
+            .await
+        {
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.counters
+            .publish_failures
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            id,
+            ?kind,
+            "change log append failed; queued until Redis answers"
+        );
+        let start = {
+            let mut p = self.lock_pending();
+            Self::enqueue(&mut p, id, kind, &self.counters);
+            !std::mem::replace(&mut p.draining, true)
+        };
+        if start {
+            let log = self.clone();
+            tokio::spawn(async move { log.drain().await });
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn enqueue(p: &mut Pending, id: i64, kind: ChangeKind, counters: &ChangeCounters) {
+        if p.queue.len() >= MAX_PENDING {
+            p.queue.pop_front();
+            p.overflowed = true;
+            counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        p.queue.push_back((id, kind));
+    }
+
+    /// Appends waiting for Redis.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.lock_pending().queue.len()
+    }
+
+    /// One XADD of `fields`; true when Redis took it in time.
+    async fn append(&self, fields: &[(&str, String)]) -> bool {
         let mut conn = self.conn.clone();
-        let cmd = redis::cmd("XADD")
-            .arg(&self.key)
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&self.key)
             .arg("MAXLEN")
             .arg("~")
             .arg(self.max_len)
-            .arg("*")
-            .arg("id")
-            .arg(id)
-            .arg("kind")
-            .arg(kind.code())
-            .arg("from")
-            .arg(&self.instance)
-            .clone();
-        let sent = tokio::time::timeout(self.timeout, cmd.query_async::<String>(&mut conn)).await;
-        if matches!(sent, Ok(Ok(_))) {
-            self.counters.published.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.counters
-                .publish_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                id,
-                ?kind,
-                "change log append failed; other instances learn at their next rebuild"
-            );
+            .arg("*");
+        for (k, v) in fields {
+            cmd.arg(*k).arg(v);
+        }
+        cmd.arg("from").arg(&self.instance);
+        matches!(
+            tokio::time::timeout(self.timeout, cmd.query_async::<String>(&mut conn)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Appends the queue, oldest first, retrying with backoff while Redis
+    /// does not answer; after an overflow, a rebuild request for every
+    /// follower goes first.
+    async fn drain(&self) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let (next, overflowed) = {
+                let mut p = self.lock_pending();
+                match p.queue.front() {
+                    Some(&e) => (Some(e), p.overflowed),
+                    None if p.overflowed => (None, true),
+                    None => {
+                        p.draining = false;
+                        return;
+                    }
+                }
+            };
+            let ok = if overflowed {
+                self.append(&[("kind", "r".into())]).await
+            } else if let Some((id, kind)) = next {
+                self.append(&[("id", id.to_string()), ("kind", kind.code().into())])
+                    .await
+            } else {
+                true
+            };
+            if ok {
+                backoff = Duration::from_millis(100);
+                let mut p = self.lock_pending();
+                if overflowed {
+                    p.overflowed = false;
+                    tracing::warn!("change log queue overflowed during the outage: asked every instance to rebuild");
+                } else {
+                    p.queue.pop_front();
+                    self.counters.replayed.fetch_add(1, Ordering::Relaxed);
+                    self.counters.published.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
         }
     }
 
@@ -251,19 +359,43 @@ impl ChangeLog {
             .map_or_else(|| "0-0".to_string(), |e| e.id.clone()))
     }
 
-    async fn first_id(
+    /// True when the stream holds entry `id` (always for `0-0`, the start
+    /// of an empty stream... which a lost stream also looks like; an
+    /// instance with snapshots marks the stream at start so its position
+    /// is never `0-0`).
+    async fn holds(
         &self,
         conn: &mut redis::aio::MultiplexedConnection,
-    ) -> redis::RedisResult<Option<String>> {
-        let oldest: StreamRangeReply = redis::cmd("XRANGE")
+        id: &str,
+    ) -> redis::RedisResult<bool> {
+        if id == "0-0" {
+            return Ok(true);
+        }
+        let found: StreamRangeReply = redis::cmd("XRANGE")
             .arg(&self.key)
-            .arg("-")
+            .arg(id)
+            .arg(id)
+            .query_async(conn)
+            .await?;
+        Ok(!found.ids.is_empty())
+    }
+
+    async fn newest(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<String> {
+        let newest: StreamRangeReply = redis::cmd("XREVRANGE")
+            .arg(&self.key)
             .arg("+")
+            .arg("-")
             .arg("COUNT")
             .arg(1)
             .query_async(conn)
             .await?;
-        Ok(oldest.ids.first().map(|e| e.id.clone()))
+        Ok(newest
+            .ids
+            .first()
+            .map_or_else(|| "0-0".to_string(), |e| e.id.clone()))
     }
 
     /// Follows the stream from entry `from`, applying other instances'
@@ -301,16 +433,26 @@ impl ChangeLog {
                     }
                 };
                 if resumed {
-                    // After an outage: if entries past `last` were trimmed,
-                    // what was missed is unknown: rebuild, empty L1.
-                    match log.first_id(c).await {
-                        Ok(Some(first)) if last != "0-0" && parse_id(&first) > parse_id(&last) => {
+                    // After an outage the stream must still hold `last`:
+                    // if it was trimmed past it, or lost with a Redis
+                    // restart, what was missed is unknown: rebuild, empty L1.
+                    match log.holds(c, &last).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            // Go on from the stream's end as it is now, then
+                            // ask for the rebuild: its scan starts after
+                            // this, so it holds every create logged up to
+                            // the end (a commit precedes its entry).
+                            let Ok(end) = log.newest(c).await else {
+                                conn = None;
+                                continue;
+                            };
                             log.counters.gaps.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(%first, %last, "change log trimmed past this instance: rebuilding the filter");
+                            tracing::warn!(%last, %end, "change log no longer holds this instance's position (trimmed or lost): rebuilding the filter");
+                            last = end;
                             drop(reader.gate.request_rebuild());
                             reader.l1.invalidate_all();
                         }
-                        Ok(_) => {}
                         Err(_) => {
                             conn = None;
                             continue;
@@ -334,6 +476,13 @@ impl ChangeLog {
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {
+                                continue;
+                            }
+                            if entry.get::<String>("kind").as_deref() == Some("r") {
+                                log.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!("another instance lost change-log entries: rebuilding the filter");
+                                drop(reader.gate.request_rebuild());
+                                reader.l1.invalidate_all();
                                 continue;
                             }
                             let (Some(id), Some(kind)) =

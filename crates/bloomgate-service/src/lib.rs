@@ -112,12 +112,11 @@ pub async fn prepare(
     state.metrics.spawn_upkeep(Duration::from_secs(5));
     let mut restored = false;
     if let Some(changes) = &state.changes {
-        // With snapshots: a marker every later snapshot position is at or
-        // after, so the position always names an entry to look for.
-        if state.persist.is_some() {
-            if let Err(e) = changes.mark().await {
-                tracing::warn!(error = %e, "change log: cannot append the start marker");
-            }
+        // A marker: every position this instance follows from or saves in
+        // a snapshot is at or after it, so it always names an entry whose
+        // presence proves the stream was not lost or trimmed since.
+        if let Err(e) = changes.mark().await {
+            tracing::warn!(error = %e, "change log: cannot append the start marker");
         }
         let mut from = None;
         if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {

@@ -261,6 +261,9 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "publish_failures": c.publish_failures.load(Ordering::Relaxed),
                 "applied": c.applied.load(Ordering::Relaxed),
                 "gaps": c.gaps.load(Ordering::Relaxed),
+                "pending": l.pending(),
+                "replayed": c.replayed.load(Ordering::Relaxed),
+                "dropped": c.dropped.load(Ordering::Relaxed),
             })
         }),
         "sql": {
