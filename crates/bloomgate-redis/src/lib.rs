@@ -4,9 +4,9 @@
 //! instance is in that instance's filter only until the others rebuild. A
 //! [`RedisBloom`] keeps one bit string in Redis instead, with the same shape
 //! and bit positions as a [`BlockedBloom`] (so a local filter can be merged
-//! in and downloaded bit for bit). Each insert or lookup is one
-//! pipelined round trip of `k` `SETBIT`s or `GETBIT`s; batches of keys share
-//! one round trip.
+//! in and downloaded bit for bit). A lookup is one `GETRANGE` of the key's
+//! 32-byte block, tested in the client; an insert is one `BITFIELD` setting
+//! its `k` bits; batches of keys share one pipelined round trip.
 //!
 //! The cost is a network round trip per lookup (tens of microseconds on a
 //! LAN instead of nanoseconds), so the seckill service keeps its in-process
@@ -176,62 +176,104 @@ impl RedisBloom {
         BlockedBloom::positions_for(self.params, key.hash_pair(self.seed))
     }
 
-    /// Adds a key in one round trip; true when a bit was newly set.
+    /// The Redis bit offsets of a key (`GETBIT`/`SETBIT` offsets): for
+    /// baselines and tools that address the bits themselves.
+    pub fn offsets_of<K: BloomKey + ?Sized>(&self, key: &K) -> Vec<u64> {
+        self.offsets(key).collect()
+    }
+
+    /// The byte range of a key's block: every one of its bits lies in it.
+    fn block_range(&self, offsets: &[u64]) -> (u64, u64) {
+        let block_bytes = u64::from(self.params.block_bits) / 8;
+        let start = offsets
+            .first()
+            .map_or(0, |&o| o / 8 / block_bytes * block_bytes);
+        (start, start + block_bytes - 1)
+    }
+
+    /// True when every offset is set in `bytes`, the block read from byte
+    /// `start` (missing bytes, past the end of a shorter string, are 0).
+    fn covered(offsets: &[u64], start: u64, bytes: &[u8]) -> bool {
+        offsets.iter().all(|&o| {
+            let i = (o / 8 - start) as usize;
+            bytes.get(i).is_some_and(|b| b & (0x80 >> (o % 8)) != 0)
+        })
+    }
+
+    /// Adds a key in one command (`BITFIELD … SET u1` for its `k` bits);
+    /// true when a bit was newly set.
     ///
     /// # Errors
     /// Redis errors.
     pub async fn insert<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
-        let mut pipe = redis::pipe();
-        for off in self.offsets(key) {
-            pipe.cmd("SETBIT").arg(&self.key).arg(off).arg(1);
-        }
-        let old: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
+        let old: Vec<u8> = self
+            .set_cmd(key)
+            .query_async(&mut self.conn.clone())
+            .await?;
         Ok(old.contains(&0))
     }
 
-    /// Adds many keys in one round trip.
+    fn set_cmd<K: BloomKey + ?Sized>(&self, key: &K) -> redis::Cmd {
+        let mut cmd = redis::cmd("BITFIELD");
+        cmd.arg(&self.key);
+        for off in self.offsets(key) {
+            cmd.arg("SET").arg("u1").arg(off).arg(1);
+        }
+        cmd
+    }
+
+    /// Adds many keys in one round trip (one `BITFIELD` each, pipelined).
     ///
     /// # Errors
     /// Redis errors.
     pub async fn insert_many<K: BloomKey>(&self, keys: &[K]) -> Result<()> {
         let mut pipe = redis::pipe();
         for key in keys {
-            for off in self.offsets(key) {
-                pipe.cmd("SETBIT").arg(&self.key).arg(off).arg(1).ignore();
-            }
+            pipe.add_command(self.set_cmd(key)).ignore();
         }
         let () = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
-    /// Membership test in one round trip.
+    /// Membership test in one command: `GETRANGE` of the key's 32-byte
+    /// block, tested here (the same block an in-process filter of this
+    /// shape reads).
     ///
     /// # Errors
     /// Redis errors. A caller guarding a database should treat an error as
     /// "maybe" (fail open), never as "no".
     pub async fn contains<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
-        let mut pipe = redis::pipe();
-        for off in self.offsets(key) {
-            pipe.cmd("GETBIT").arg(&self.key).arg(off);
-        }
-        let bits: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(bits.iter().all(|&b| b == 1))
+        let offsets = self.offsets_of(key);
+        let (start, end) = self.block_range(&offsets);
+        let bytes: Vec<u8> = redis::cmd("GETRANGE")
+            .arg(&self.key)
+            .arg(start)
+            .arg(end)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(Self::covered(&offsets, start, &bytes))
     }
 
-    /// Membership tests for many keys in one round trip.
+    /// Membership tests for many keys in one round trip (one `GETRANGE`
+    /// each, pipelined).
     ///
     /// # Errors
     /// Redis errors.
     pub async fn contains_many<K: BloomKey>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let k = self.params.hashes as usize;
         let mut pipe = redis::pipe();
+        let mut asked = Vec::with_capacity(keys.len());
         for key in keys {
-            for off in self.offsets(key) {
-                pipe.cmd("GETBIT").arg(&self.key).arg(off);
-            }
+            let offsets = self.offsets_of(key);
+            let (start, end) = self.block_range(&offsets);
+            pipe.cmd("GETRANGE").arg(&self.key).arg(start).arg(end);
+            asked.push((offsets, start));
         }
-        let bits: Vec<u8> = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(bits.chunks(k).map(|c| c.iter().all(|&b| b == 1)).collect())
+        let blocks: Vec<Vec<u8>> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(asked
+            .iter()
+            .zip(&blocks)
+            .map(|((offsets, start), bytes)| Self::covered(offsets, *start, bytes))
+            .collect())
     }
 
     /// Merges a local filter's bits (same shape and seed) into the shared

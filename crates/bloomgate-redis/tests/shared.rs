@@ -198,3 +198,69 @@ async fn concurrent_creates_and_opens_never_see_half_written_parameters() {
         fresh(&c, &key).await;
     }
 }
+
+/// go-zero's check, the comparison baseline: `k` `GETBIT`s in one script.
+const LUA_GETBITS: &str = r"
+for _, offset in ipairs(ARGV) do
+  if tonumber(redis.call('getbit', KEYS[1], offset)) == 0 then return 0 end
+end
+return 1
+";
+
+#[tokio::test]
+async fn the_one_range_check_answers_as_the_local_filter_and_the_getbit_script() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:range";
+    fresh(&c, key).await;
+    let shared = RedisBloom::create(c.clone(), key, 20_000, 0.01, 3)
+        .await
+        .unwrap();
+    let mut local = BlockedBloom::new(shared.params(), 3).unwrap();
+    let members: Vec<u64> = (0..20_000u64)
+        .map(bloomgate_filter::hash::splitmix64)
+        .collect();
+    shared.insert_many(&members[..10_000]).await.unwrap();
+    for m in &members[10_000..] {
+        shared.insert(m).await.unwrap();
+    }
+    local.insert_many(&members);
+    assert_eq!(
+        shared.download().await.unwrap().bitmap().words(),
+        local.bitmap().words(),
+        "BITFIELD sets the local filter's bits"
+    );
+    let probes: Vec<u64> = members[..2_000]
+        .iter()
+        .copied()
+        .chain((0..20_000u64).map(|i| i | (1 << 60)))
+        .collect();
+    let answers = shared.contains_many(&probes).await.unwrap();
+    let script = redis::Script::new(LUA_GETBITS);
+    let mut conn = c.clone();
+    let mut positives = 0;
+    for (i, (probe, &answer)) in probes.iter().zip(&answers).enumerate() {
+        assert_eq!(answer, local.contains(probe), "probe {i}");
+        if i % 10 == 0 {
+            assert_eq!(shared.contains(probe).await.unwrap(), answer, "probe {i}");
+            let mut inv = script.key(key);
+            for off in shared.offsets_of(probe) {
+                inv.arg(off);
+            }
+            let lua: i64 = inv.invoke_async(&mut conn).await.unwrap();
+            assert_eq!(lua == 1, answer, "probe {i}: the GETBIT script disagrees");
+        }
+        positives += usize::from(answer);
+    }
+    assert!(answers[..2_000].iter().all(|&a| a), "no false negatives");
+    // About 1% of the 20,000 non-members pass, as the local filter does.
+    assert!(
+        (2_000 + 80..2_000 + 400).contains(&positives),
+        "{positives}"
+    );
+    RedisBloom::open(c, key)
+        .await
+        .unwrap()
+        .destroy()
+        .await
+        .unwrap();
+}
