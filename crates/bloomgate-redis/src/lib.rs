@@ -92,6 +92,22 @@ impl RedisBloom {
         p: f64,
         seed: u64,
     ) -> Result<Self> {
+        Ok(Self::create_or_open(conn, key, n, p, seed).await?.0)
+    }
+
+    /// As [`RedisBloom::create`]; also says whether this call created it
+    /// (true) or found one of the same shape (false), so the creator can
+    /// fill it.
+    ///
+    /// # Errors
+    /// As [`RedisBloom::create`].
+    pub async fn create_or_open(
+        conn: ConnectionManager,
+        key: &str,
+        n: u64,
+        p: f64,
+        seed: u64,
+    ) -> Result<(Self, bool)> {
         let params = bloomgate_filter::sizing::blocked(n, p, 256)?;
         let mut c = conn.clone();
         // Parameters and the allocated bit string appear in one atomic
@@ -107,18 +123,21 @@ impl RedisBloom {
             .invoke_async(&mut c)
             .await?;
         if created == 1 {
-            return Ok(Self {
-                conn,
-                key: key.into(),
-                params,
-                seed,
-            });
+            return Ok((
+                Self {
+                    conn,
+                    key: key.into(),
+                    params,
+                    seed,
+                },
+                true,
+            ));
         }
         let existing = Self::open(conn, key).await?;
         if existing.params != params || existing.seed != seed {
             return Err(Error::ShapeMismatch { key: key.into() });
         }
-        Ok(existing)
+        Ok((existing, false))
     }
 
     /// Opens an existing filter.
@@ -240,8 +259,9 @@ impl RedisBloom {
     /// shape reads).
     ///
     /// # Errors
-    /// Redis errors. A caller guarding a database should treat an error as
-    /// "maybe" (fail open), never as "no".
+    /// Redis errors; [`Error::Meta`] when the bit string is gone. A caller
+    /// guarding a database should treat an error as "maybe" (fail open),
+    /// never as "no".
     pub async fn contains<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
         let offsets = self.offsets_of(key);
         let (start, end) = self.block_range(&offsets);
@@ -251,7 +271,25 @@ impl RedisBloom {
             .arg(end)
             .query_async(&mut self.conn.clone())
             .await?;
+        self.whole(start, end, &bytes)?;
         Ok(Self::covered(&offsets, start, &bytes))
+    }
+
+    /// The bit string is allocated whole at creation, so a short read
+    /// means it is gone (deleted, or lost with a Redis restart): an error,
+    /// never a "no".
+    fn whole(&self, start: u64, end: u64, bytes: &[u8]) -> Result<()> {
+        if bytes.len() as u64 == end - start + 1 {
+            return Ok(());
+        }
+        Err(Error::Meta {
+            key: self.key.clone(),
+            reason: format!(
+                "bit string missing or short ({} of {} bytes at {start})",
+                bytes.len(),
+                end - start + 1
+            ),
+        })
     }
 
     /// Membership tests for many keys in one round trip (one `GETRANGE`
@@ -269,11 +307,15 @@ impl RedisBloom {
             asked.push((offsets, start));
         }
         let blocks: Vec<Vec<u8>> = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(asked
+        let block_bytes = u64::from(self.params.block_bits) / 8;
+        asked
             .iter()
             .zip(&blocks)
-            .map(|((offsets, start), bytes)| Self::covered(offsets, *start, bytes))
-            .collect())
+            .map(|((offsets, start), bytes)| {
+                self.whole(*start, start + block_bytes - 1, bytes)?;
+                Ok(Self::covered(offsets, *start, bytes))
+            })
+            .collect()
     }
 
     /// Merges a local filter's bits (same shape and seed) into the shared

@@ -99,6 +99,19 @@ impl Default for HttpConfig {
     }
 }
 
+/// Where the gate's answers come from (`cache.bloom_mode`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloomMode {
+    /// The in-process replica alone, kept in step by the change log.
+    #[default]
+    Local,
+    /// The replica; a "no" is confirmed against the shared filter in
+    /// Redis before a 404, so a SKU created through any instance is not
+    /// refused even before the change log reaches this one.
+    Strict,
+}
+
 /// Which filter the gate uses (`cache.bloom_layout`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -153,6 +166,8 @@ pub struct CacheConfig {
     /// Seconds between snapshots (also written after each rebuild and at
     /// shutdown).
     pub bloom_snapshot_every_secs: u64,
+    /// `local` or `strict` (`strict` needs `redis_url`).
+    pub bloom_mode: BloomMode,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -208,6 +223,7 @@ impl Default for CacheConfig {
             bloom_retry_max_ms: 30_000,
             bloom_snapshot_path: None,
             bloom_snapshot_every_secs: 300,
+            bloom_mode: BloomMode::Local,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,
@@ -340,6 +356,12 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cache;
+        if c.bloom_mode != BloomMode::Local && self.redis_url.is_none() {
+            return Err(invalid(
+                "cache.bloom_mode",
+                "strict keeps a shared filter in Redis: set redis_url",
+            ));
+        }
         if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {
             return Err(invalid(
                 "cache.bloom_snapshot_path",

@@ -510,6 +510,13 @@ impl Gate {
         }
     }
 
+    /// Takes back a rejection [`Gate::check`] counted, when the shared
+    /// filter overruled it (strict mode): it is counted as passed instead.
+    pub fn unreject(&self) {
+        self.rejected.sub(1);
+        self.passed.incr();
+    }
+
     /// Adds a new id, to the filter being built first, then the published
     /// one; raises the capacity alarm when the filter fills past its size.
     pub fn insert(self: &Arc<Self>, id: i64) {

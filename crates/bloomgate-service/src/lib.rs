@@ -25,6 +25,7 @@ pub mod pause;
 pub mod persist;
 pub mod reader;
 pub mod routes;
+pub mod shared;
 pub mod state;
 pub mod store;
 pub mod telemetry;

@@ -20,6 +20,7 @@
 //! harmless, it only costs the next read a load.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -168,6 +169,8 @@ pub struct ShieldedReader {
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
     pub after_read: Arc<PausePoint>,
+    /// The shared filter that confirms the replica's "no" (`strict` mode).
+    pub shared: Option<crate::shared::SharedFilter>,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -203,6 +206,7 @@ impl ShieldedReader {
             bulkhead,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             after_read: Arc::default(),
+            shared: None,
         }
     }
 
@@ -215,9 +219,17 @@ impl ShieldedReader {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: i64) -> Result<Lookup, AppError> {
-        let verdict = self.gate.check(id);
+        let mut verdict = self.gate.check(id);
         if verdict == Verdict::Reject {
-            return Ok(Lookup::Missing(Source::Filter));
+            match &self.shared {
+                // Strict: the replica's "no" stands only if Redis agrees.
+                Some(shared) if shared.maybe_contains(id).await => {
+                    shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
+                    self.gate.unreject();
+                    verdict = Verdict::Pass;
+                }
+                _ => return Ok(Lookup::Missing(Source::Filter)),
+            }
         }
         let answer = self.lookup_past_the_gate(id).await;
         if verdict == Verdict::Pass && matches!(answer, Ok(Lookup::Missing(_))) {

@@ -266,6 +266,15 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "dropped": c.dropped.load(Ordering::Relaxed),
             })
         }),
+        "shared": r.shared.as_ref().map(|s| {
+            let c = &s.counters;
+            json!({
+                "checks": c.checks.load(Ordering::Relaxed),
+                "overruled": c.overruled.load(Ordering::Relaxed),
+                "errors": c.errors.load(Ordering::Relaxed),
+                "refills": c.refills.load(Ordering::Relaxed),
+            })
+        }),
         "sql": {
             "queries": sql.queries.load(Ordering::Relaxed),
             "found": sql.found.load(Ordering::Relaxed),
@@ -328,6 +337,9 @@ pub async fn create_sku(
     // "not found" for it (in Redis or L1, or being loaded) is dropped, so
     // the next read loads it from SQL.
     state.reader.gate.insert(sku.id);
+    if let Some(shared) = &state.reader.shared {
+        shared.insert(sku.id).await;
+    }
     state.reader.invalidate(sku.id).await;
     publish(&state, sku.id, ChangeKind::Created).await;
     Ok((StatusCode::CREATED, Json(sku)))

@@ -42,6 +42,9 @@ pub enum StartError {
     /// Redis is unreachable.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The shared filter (strict mode) could not be opened.
+    #[error(transparent)]
+    Shared(#[from] crate::shared::SharedError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -98,7 +101,20 @@ impl AppState {
             config.sql.max_concurrent_loads as usize,
             Duration::from_millis(config.sql.queue_timeout_ms),
         );
-        let reader = ShieldedReader::new(Arc::new(gate), l1, redis, store, bulkhead);
+        let mut reader = ShieldedReader::new(Arc::new(gate), l1, redis, store.clone(), bulkhead);
+        if let (crate::config::BloomMode::Strict, Some(url)) = (c.bloom_mode, &config.redis_url) {
+            reader.shared = Some(
+                crate::shared::SharedFilter::connect(
+                    url,
+                    &c.redis_prefix,
+                    c.bloom_expected,
+                    c.bloom_fpp,
+                    Duration::from_millis(c.redis_timeout_ms),
+                    store,
+                )
+                .await?,
+            );
+        }
         Ok(Self {
             reader,
             admin_token: config.admin_token.as_deref().map(Arc::from),

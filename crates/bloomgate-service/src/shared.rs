@@ -1,0 +1,201 @@
+//! The shared filter in Redis (`cache.bloom_mode = "strict"`): one
+//! `bloomgate-redis` filter under `{prefix}bloom`, in the blocked layout,
+//! sized for `cache.bloom_expected` at `cache.bloom_fpp`, that every
+//! instance adds its creates to (after the SQL commit). A "no" from the
+//! in-process replica is confirmed here before a 404 (one `GETRANGE`). So
+//! an id is refused only when both say no: the replica holds everything
+//! in SQL at its build plus what the change log delivered, the shared
+//! filter every create since it was filled. Any failure (timeout, Redis
+//! down, the bit string lost with a Redis restart) answers "maybe", never
+//! "no"; the SQL bulkhead bounds what then reaches the database. A lost
+//! string is recreated and refilled from SQL in the background.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloomgate_redis::RedisBloom;
+
+use crate::store::SkuStore;
+
+/// Counters of the shared filter.
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    /// Checks sent to Redis.
+    pub checks: AtomicU64,
+    /// Replica "no"s that Redis turned into "maybe" (`strict`).
+    pub overruled: AtomicU64,
+    /// Checks and inserts that failed or timed out (answered "maybe").
+    pub errors: AtomicU64,
+    /// Times the bit string was found missing and refilled.
+    pub refills: AtomicU64,
+}
+
+/// The shared filter and how this instance talks to it.
+#[derive(Clone)]
+pub struct SharedFilter {
+    bloom: RedisBloom,
+    conn: redis::aio::ConnectionManager,
+    key: String,
+    expected: u64,
+    fpp: f64,
+    timeout: Duration,
+    store: SkuStore,
+    refilling: Arc<AtomicBool>,
+    /// Counters, shared by clones.
+    pub counters: Arc<SharedCounters>,
+}
+
+impl std::fmt::Debug for SharedFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFilter")
+            .field("key", &self.key)
+            .field("bloom", &self.bloom)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the shared filter could not be opened at start.
+#[derive(Debug, thiserror::Error)]
+#[error("shared filter {key}: {source}{hint}")]
+pub struct SharedError {
+    key: String,
+    source: bloomgate_redis::Error,
+    hint: &'static str,
+}
+
+impl SharedFilter {
+    /// Opens (or creates and fills from SQL) the shared filter.
+    ///
+    /// # Errors
+    /// [`SharedError`]: Redis unreachable, or a filter of another shape
+    /// (other instances configured with another `bloom_expected` or
+    /// `bloom_fpp`) under the key.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        expected: u64,
+        fpp: f64,
+        timeout: Duration,
+        store: SkuStore,
+    ) -> Result<Self, SharedError> {
+        let key = format!("{prefix}bloom");
+        let fail = |source, hint| SharedError {
+            key: key.clone(),
+            source,
+            hint,
+        };
+        let client =
+            redis::Client::open(url).map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
+        let conn = redis::aio::ConnectionManager::new(client)
+            .await
+            .map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
+        let (bloom, created) = RedisBloom::create_or_open(conn.clone(), &key, expected, fpp, 0)
+            .await
+            .map_err(|e| {
+                let hint = if matches!(e, bloomgate_redis::Error::ShapeMismatch { .. }) {
+                    ": every instance must use the same cache.bloom_expected and cache.bloom_fpp (or another cache.redis_prefix)"
+                } else {
+                    ""
+                };
+                fail(e, hint)
+            })?;
+        let shared = Self {
+            bloom,
+            conn,
+            key,
+            expected,
+            fpp,
+            timeout,
+            store,
+            refilling: Arc::default(),
+            counters: Arc::default(),
+        };
+        if created {
+            shared.fill().await;
+        }
+        Ok(shared)
+    }
+
+    /// Adds every id in SQL (after creating the filter).
+    async fn fill(&self) {
+        let mut batches = Vec::new();
+        let scanned = self
+            .store
+            .for_each_id_batch(10_000, |ids| batches.push(ids.to_vec()))
+            .await;
+        let mut added = 0;
+        for ids in &batches {
+            match self.bloom.insert_many(ids).await {
+                Ok(()) => added += ids.len(),
+                Err(e) => {
+                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe for what is missing");
+                    return;
+                }
+            }
+        }
+        match scanned {
+            Ok(_) => tracing::info!(key = %self.key, added, "shared filter filled from SQL"),
+            Err(e) => tracing::warn!(error = %e, "scanning SQL for the shared filter failed"),
+        }
+    }
+
+    /// True unless Redis says the id is certainly absent. Failures answer
+    /// true (maybe); a lost bit string is refilled in the background.
+    pub async fn maybe_contains(&self, id: i64) -> bool {
+        self.counters.checks.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.timeout, self.bloom.contains(&id)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(bloomgate_redis::Error::Meta { reason, .. })) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                self.refill_in_background(&reason);
+                true
+            }
+            _ => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    /// Adds a created id (after its SQL commit). A failure is counted and
+    /// logged; checks then answer maybe for it only if the string is lost.
+    pub async fn insert(&self, id: i64) {
+        if !matches!(
+            tokio::time::timeout(self.timeout, self.bloom.insert(&id)).await,
+            Ok(Ok(_))
+        ) {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(id, "adding to the shared filter failed");
+        }
+    }
+
+    fn refill_in_background(&self, why: &str) {
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
+        let this = self.clone();
+        tokio::spawn(async move {
+            match RedisBloom::create_or_open(
+                this.conn.clone(),
+                &this.key,
+                this.expected,
+                this.fpp,
+                0,
+            )
+            .await
+            {
+                Ok((_, true)) => {
+                    this.fill().await;
+                    this.counters.refills.fetch_add(1, Ordering::Relaxed);
+                }
+                // Another instance recreated it and fills it.
+                Ok((_, false)) => {}
+                Err(e) => tracing::warn!(error = %e, "recreating the shared filter failed"),
+            }
+            this.refilling.store(false, Ordering::Release);
+        });
+    }
+}

@@ -1,0 +1,143 @@
+//! `cache.bloom_mode = "strict"` (issue 8): a "no" from the in-process
+//! replica is confirmed against the shared filter in Redis before a 404.
+//! A SKU that reached SQL and the shared filter but not this instance's
+//! replica (the change log has not delivered it) answers 200 in strict mode
+//! and 404 in local mode; instances configured with another filter shape
+//! are refused at start; a shared filter lost from Redis answers "maybe"
+//! until it is refilled.
+
+mod common;
+
+use bloomgate_service::config::BloomMode;
+use bloomgate_service::model::catalogue_sku;
+use bloomgate_service::{AppState, StartError};
+use common::{counter, eventually, TestServer};
+
+const PREFIX: &str = "bgtest:strict:";
+
+fn config(db: &str, redis: &str, mode: BloomMode) -> bloomgate_service::Config {
+    let mut c = common::config(db, Some(redis), "strict");
+    c.cache.bloom_mode = mode;
+    c.cache.bloom_expected = 10_000;
+    c.cache.bloom_fpp = 0.01;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    common::redis_clear(&redis, PREFIX).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let strict = TestServer::start(config(&db, &redis, BloomMode::Strict), 1000).await;
+    let local = TestServer::start(config(&db, &redis, BloomMode::Local), 1000).await;
+    let shared = strict
+        .state
+        .reader
+        .shared
+        .clone()
+        .expect("strict has a shared filter");
+
+    // A SKU committed to SQL and added to the shared filter behind both
+    // instances' backs (as a create through a third instance whose change
+    // log entry has not arrived yet).
+    let sku = catalogue_sku(50_000);
+    assert!(strict.state.reader.store.insert(&sku).await.unwrap());
+    shared.insert(sku.id).await;
+    assert_eq!(
+        strict.get("/api/seckill/50000").await.0,
+        200,
+        "strict finds it"
+    );
+    assert_eq!(
+        local.get("/api/seckill/50000").await.0,
+        404,
+        "local refuses it"
+    );
+    let s = strict.stats().await;
+    assert_eq!(counter(&s, &["shared", "overruled"]), 1, "{s}");
+    assert_eq!(
+        counter(&s, &["bloom", "rejected"]),
+        0,
+        "an overruled no is not a rejection"
+    );
+
+    // Ids in neither: both refuse; strict asked Redis once more.
+    assert_eq!(strict.get("/api/seckill/900000000").await.0, 404);
+    let s = strict.stats().await;
+    assert_eq!(counter(&s, &["bloom", "rejected"]), 1);
+    assert_eq!(counter(&s, &["shared", "checks"]), 2);
+    assert_eq!(
+        counter(&s, &["sql", "missing"]),
+        0,
+        "no SQL for a missing id"
+    );
+
+    // The shared filter lost (as with a Redis restart): a check answers
+    // maybe (SQL then says 404), never a wrong no; it is refilled from SQL.
+    let mut conn = common::redis_conn(&redis).await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{PREFIX}bloom"))
+        .arg(format!("{PREFIX}bloom:meta"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(strict.get("/api/seckill/900000001").await.0, 404);
+    assert_eq!(
+        counter(&strict.stats().await, &["sql", "missing"]),
+        1,
+        "went to SQL"
+    );
+    eventually(10, "the shared filter is refilled", || async {
+        counter(&strict.stats().await, &["shared", "refills"]) == 1
+    })
+    .await;
+    assert!(shared.maybe_contains(50_000).await, "refilled from SQL");
+    assert_eq!(strict.get("/api/seckill/50000").await.0, 200);
+    assert_eq!(strict.get("/api/seckill/900000002").await.0, 404);
+    assert_eq!(
+        counter(&strict.stats().await, &["sql", "missing"]),
+        1,
+        "rejected again"
+    );
+    strict.stop().await;
+    local.stop().await;
+}
+
+#[tokio::test]
+async fn an_instance_with_another_filter_shape_is_refused() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    common::redis_clear(&redis, "bgtest:strictshape:").await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let mut a = config(&db, &redis, BloomMode::Strict);
+    a.cache.redis_prefix = "bgtest:strictshape:".into();
+    let first = AppState::connect(&a)
+        .await
+        .expect("the first one creates it");
+    let mut b = a.clone();
+    b.cache.bloom_expected = 20_000;
+    let e = AppState::connect(&b).await.unwrap_err();
+    assert!(matches!(e, StartError::Shared(_)), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("bloom_expected") && text.contains("another shape"),
+        "{text}"
+    );
+    first.reader.store.close().await;
+}
+
+#[test]
+fn strict_without_redis_is_refused() {
+    let mut c = bloomgate_service::Config::default();
+    c.cache.bloom_mode = BloomMode::Strict;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("cache.bloom_mode") && e.contains("redis_url"),
+        "{e}"
+    );
+}
