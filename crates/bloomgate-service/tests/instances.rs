@@ -126,3 +126,93 @@ async fn writes_through_one_instance_reach_the_others_filters_and_caches() {
         s.stop().await;
     }
 }
+
+/// Issue 8's attack bound: distinct missing ids spread over three
+/// instances (MariaDB + Redis, a filter at a 1% target whose expected rate
+/// at the catalogue's size is about 0.35%, so false positives do happen):
+/// SQL lookups and Redis keys added per 1,000 missing ids stay within
+/// 1.5 × the filter's expected rate × 1,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_random_id_attack_on_three_instances_stays_within_the_filters_rate() {
+    let (Some(db), Some(redis)) = (
+        common::mysql_database("instances_attack").await,
+        common::redis_url().await,
+    ) else {
+        return;
+    };
+    let mut config = common::config(&db, Some(&redis), "instances-attack");
+    config.cache.bloom_expected = 20_000;
+    config.cache.bloom_fpp = 0.01;
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let servers = [
+        TestServer::start(config.clone(), 20_000).await,
+        TestServer::start(config.clone(), 0).await,
+        TestServer::start(config.clone(), 0).await,
+    ];
+    let expected_fpr = servers[0].stats().await["bloom"]["expected_fpr"]
+        .as_f64()
+        .unwrap();
+    // Sized for 1.25 × the catalogue (the rebuild leaves room to grow).
+    assert!((0.001..=0.0105).contains(&expected_fpr), "{expected_fpr}");
+    let mut conn = common::redis_conn(&redis).await;
+    let keys_before = common::redis_keys(&mut conn, &config.cache.redis_prefix)
+        .await
+        .len();
+    // 30,000 distinct ids past the catalogue, round-robin over the three.
+    let attack = 30_000u64;
+    let tasks: Vec<_> = (0..4u64)
+        .map(|w| {
+            let urls: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+            let client = servers[0].client.clone();
+            tokio::spawn(async move {
+                let mut statuses = [0u64; 2];
+                for i in (w..attack).step_by(4) {
+                    let id = 1_000_000 + i * 7919;
+                    let url = format!("{}/api/seckill/{id}", urls[(i % 3) as usize]);
+                    let s = client.get(url).send().await.unwrap().status().as_u16();
+                    statuses[usize::from(s != 404)] += 1;
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut not_found = 0;
+    for t in tasks {
+        let [missing, other] = t.await.unwrap();
+        assert_eq!(other, 0, "every id is missing");
+        not_found += missing;
+    }
+    assert_eq!(not_found, attack);
+    let mut sql = 0;
+    for s in &servers {
+        sql += common::counter(&s.stats().await, &["sql", "missing"]);
+    }
+    let keys = common::redis_keys(&mut conn, &config.cache.redis_prefix)
+        .await
+        .len()
+        - keys_before;
+    let per_k = |n: i64| n as f64 * 1000.0 / attack as f64;
+    let bound = 1.5 * expected_fpr * 1000.0;
+    eprintln!(
+        "3 instances, {attack} missing ids: SQL {sql} ({:.2}/1000), Redis keys +{keys} ({:.2}/1000), bound {bound:.2}/1000 (expected FPR {expected_fpr:.5})",
+        per_k(sql),
+        per_k(keys as i64)
+    );
+    assert!(
+        sql > 0,
+        "some false positives reach SQL (the filter is not empty-handed)"
+    );
+    assert!(
+        per_k(sql) <= bound,
+        "SQL per 1,000 missing ids {}",
+        per_k(sql)
+    );
+    assert!(
+        per_k(keys as i64) <= bound,
+        "Redis keys per 1,000 {}",
+        per_k(keys as i64)
+    );
+    for s in servers {
+        s.stop().await;
+    }
+}
