@@ -571,3 +571,62 @@ fn attack_refuses_remote_targets_and_unbounded_runs() {
         "--database-url",
     );
 }
+
+/// A statement slower than `sql.slow_query_ms` is logged once by name,
+/// however often it is slow again; the count keeps every one.
+#[test]
+fn a_slow_statement_is_logged_once_and_counted_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, port) = spawn_serve(
+        dir.path(),
+        &["--log-format", "json"],
+        &[
+            ("BLOOMGATE_SQL__SLOW_QUERY_MS", "1"),
+            ("BLOOMGATE_SEED_IF_EMPTY", "20000"),
+        ],
+    );
+    let call = |request: &str| -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
+        reply
+    };
+    // Each warm reads 20,000 rows in one statement ("first").
+    let body = r#"{"limit":20000}"#;
+    for _ in 0..3 {
+        let reply = call(&format!(
+            "POST /api/cache/warm HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    }
+    let stats = call("GET /api/cache/stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let json: serde_json::Value =
+        serde_json::from_str(stats.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let slow_first = json["sql"]["slow"]["first"].as_u64().unwrap();
+    assert!(slow_first >= 3, "{json}");
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    let warnings: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("slow SQL statement"))
+        })
+        .collect();
+    let first: Vec<_> = warnings
+        .iter()
+        .filter(|w| w["fields"]["statement"] == "first")
+        .collect();
+    assert_eq!(
+        first.len(),
+        1,
+        "one warning for {slow_first} slow runs: {err}"
+    );
+    assert_eq!(first[0]["level"], "WARN");
+}
