@@ -57,6 +57,8 @@ pub struct ChangeCounters {
     pub applied: AtomicU64,
     /// Times the follower found a gap and rebuilt instead.
     pub gaps: AtomicU64,
+    /// Rebuilds other instances asked this one for (an operator's warm).
+    pub rebuilds_requested: AtomicU64,
     /// Appends that failed first and went through from the queue later.
     pub replayed: AtomicU64,
     /// Queued appends dropped because the queue was full (a rebuild
@@ -251,6 +253,22 @@ impl ChangeLog {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
+        }
+    }
+
+    /// Asks every other instance to rebuild its filter from SQL (an
+    /// operator's warm with `rebuild_bloom` reached one instance behind the
+    /// load balancer). Best effort: a failure is logged.
+    pub async fn publish_rebuild(&self) {
+        if self.append(&[("kind", "b".into())]).await {
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters
+                .publish_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "change log: the rebuild request for the other instances was not appended"
+            );
         }
     }
 
@@ -476,6 +494,14 @@ impl ChangeLog {
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {
+                                continue;
+                            }
+                            if entry.get::<String>("kind").as_deref() == Some("b") {
+                                log.counters
+                                    .rebuilds_requested
+                                    .fetch_add(1, Ordering::Relaxed);
+                                tracing::info!("another instance asked for a filter rebuild");
+                                drop(reader.gate.request_rebuild());
                                 continue;
                             }
                             if entry.get::<String>("kind").as_deref() == Some("r") {

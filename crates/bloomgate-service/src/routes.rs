@@ -191,6 +191,12 @@ pub async fn warm(
     // arrived. The rebuild runs in the gate's worker: if this client goes
     // away, it still completes and is published.
     let ticket = req.rebuild_bloom.then(|| reader.gate.request_rebuild());
+    if req.rebuild_bloom {
+        // The other instances behind the load balancer rebuild too.
+        if let Some(log) = &state.changes {
+            log.publish_rebuild().await;
+        }
+    }
     let ids = reader.store.first_ids(req.limit).await?;
     let start = reader.warm_start(&ids).await;
     let skus = reader.store.first(req.limit).await?;
@@ -264,6 +270,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "pending": l.pending(),
                 "replayed": c.replayed.load(Ordering::Relaxed),
                 "dropped": c.dropped.load(Ordering::Relaxed),
+                "rebuilds_requested": c.rebuilds_requested.load(Ordering::Relaxed),
             })
         }),
         "shared": r.shared.as_ref().map(|s| {

@@ -216,3 +216,74 @@ async fn a_random_id_attack_on_three_instances_stays_within_the_filters_rate() {
         s.stop().await;
     }
 }
+
+/// An operator's warm with `rebuild_bloom` reaches one instance behind the
+/// load balancer; the others rebuild too (asked through the change log),
+/// and SKUs created meanwhile are in every instance's filter afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_asked_of_one_instance_is_done_by_all() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "instances-rebuild");
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let a = TestServer::start(config.clone(), 20_000).await;
+    let b = TestServer::start(config.clone(), 0).await;
+    let c = TestServer::start(config, 0).await;
+    let rebuilds = |s: serde_json::Value| common::counter(&s, &["bloom", "rebuilds"]);
+    let before = [
+        rebuilds(a.stats().await),
+        rebuilds(b.stats().await),
+        rebuilds(c.stats().await),
+    ];
+    let warm = a.send(
+        Method::POST,
+        "/api/cache/warm",
+        Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+    );
+    // Creates through C while the rebuilds run.
+    let creates = async {
+        for id in 30_001..=30_020 {
+            let (s, _) = c
+                .send(
+                    Method::POST,
+                    "/api/skus",
+                    Some(&sku_body(Some(id), "during", 100)),
+                )
+                .await;
+            assert_eq!(s, 201);
+        }
+    };
+    let ((s, body), ()) = tokio::join!(warm, creates);
+    assert_eq!(s, 200, "{body}");
+    for (server, was) in [(&b, before[1]), (&c, before[2])] {
+        common::eventually(20, "the other instances rebuild", || async {
+            rebuilds(server.stats().await) > was
+        })
+        .await;
+        let s = server.stats().await;
+        assert_eq!(
+            common::counter(&s, &["changes", "rebuilds_requested"]),
+            1,
+            "{s}"
+        );
+    }
+    assert_eq!(
+        rebuilds(a.stats().await),
+        before[0] + 1,
+        "A rebuilt once, for its own warm"
+    );
+    for server in [&a, &b, &c] {
+        for id in (1..=20_000).step_by(97).chain(30_001..=30_020) {
+            assert_ne!(
+                server.state.reader.gate.check(id),
+                bloomgate_service::gate::Verdict::Reject,
+                "id {id} refused after the rebuilds"
+            );
+        }
+    }
+    for s in [a, b, c] {
+        s.stop().await;
+    }
+}
