@@ -274,12 +274,18 @@ impl Filter for AtomicBloom {
     }
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
-        // Four relaxed loads (never one wide load: the words may be
-        // written by atomic ORs meanwhile), then the same kernel as the
-        // plain filter.
-        let idx = block::block_index256(h.h1, self.blocks);
-        let words = block::Blocks256::load(&self.lines[..], idx);
-        block::covers256_with(self.avx2, &words, h.h1, self.hashes)
+        // The key's mask, then four relaxed loads tested word by word
+        // (never one wide load: the words may be written by atomic ORs
+        // meanwhile). Handing the four loaded words to the vector kernel
+        // instead measured 1.7× slower (11 against 6.4 ns at 10^6 keys):
+        // four 8-byte stores read back as one 32-byte load stall on store
+        // forwarding.
+        let m = block::mask256_with(self.avx2, h.h1, self.hashes);
+        let mut missing = 0;
+        for (a, &bits) in self.block(h.h1).iter().zip(&m) {
+            missing |= bits & !a.load(Ordering::Relaxed);
+        }
+        missing == 0
     }
     fn bits(&self) -> u64 {
         self.blocks * 256
