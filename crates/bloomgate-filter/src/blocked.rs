@@ -211,7 +211,7 @@ impl BlockedBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != keys.len()`.
     pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
-        check_len(keys.len(), out.len())?;
+        crate::error::check_len(keys.len(), out.len())?;
         if self.block_words != 4 {
             for (answer, key) in out.iter_mut().zip(keys) {
                 *answer = self.contains(key);
@@ -229,7 +229,7 @@ impl BlockedBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != hashes.len()`.
     pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
-        check_len(hashes.len(), out.len())?;
+        crate::error::check_len(hashes.len(), out.len())?;
         if self.block_words != 4 {
             for (answer, &h) in out.iter_mut().zip(hashes) {
                 *answer = self.contains_hash(h);
@@ -345,14 +345,6 @@ pub(crate) fn check_shape(p: BlockedParams) -> Result<()> {
         });
     }
     Ok(())
-}
-
-fn check_len(expected: usize, got: usize) -> Result<()> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch { expected, got })
-    }
 }
 
 impl Filter for BlockedBloom {

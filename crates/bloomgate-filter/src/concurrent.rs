@@ -196,7 +196,7 @@ impl AtomicBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != keys.len()`.
     pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
-        check_len(keys.len(), out.len())?;
+        crate::error::check_len(keys.len(), out.len())?;
         let seed = self.seed;
         block::probe_batch256(
             self.avx2,
@@ -215,7 +215,7 @@ impl AtomicBloom {
     /// # Errors
     /// [`Error::LengthMismatch`] when `out.len() != hashes.len()`.
     pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
-        check_len(hashes.len(), out.len())?;
+        crate::error::check_len(hashes.len(), out.len())?;
         block::probe_batch256(
             self.avx2,
             &self.lines[..],
@@ -239,14 +239,6 @@ impl AtomicBloom {
             }
         }
         self.items.fetch_add(hashes.len() as u64, Ordering::Relaxed);
-    }
-}
-
-fn check_len(expected: usize, got: usize) -> Result<()> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch { expected, got })
     }
 }
 

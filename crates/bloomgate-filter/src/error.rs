@@ -115,3 +115,12 @@ pub enum SnapshotError {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// [`Error::LengthMismatch`] unless an output has as many slots as inputs.
+pub(crate) fn check_len(expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { expected, got })
+    }
+}

@@ -150,6 +150,7 @@ impl ChangeLog {
         if self
             .append(&[("id", id.to_string()), ("kind", kind.code().into())])
             .await
+            .is_ok()
         {
             self.counters.published.fetch_add(1, Ordering::Relaxed);
             return;
@@ -194,8 +195,9 @@ impl ChangeLog {
         self.lock_pending().queue.len()
     }
 
-    /// One XADD of `fields`; true when Redis took it in time.
-    async fn append(&self, fields: &[(&str, String)]) -> bool {
+    /// One XADD of `fields` (and `from`); the new entry's id, or an error
+    /// when Redis failed or did not answer within the timeout.
+    async fn append(&self, fields: &[(&str, String)]) -> redis::RedisResult<String> {
         let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("XADD");
         cmd.arg(&self.key)
@@ -207,10 +209,14 @@ impl ChangeLog {
             cmd.arg(*k).arg(v);
         }
         cmd.arg("from").arg(&self.instance);
-        matches!(
-            tokio::time::timeout(self.timeout, cmd.query_async::<String>(&mut conn)).await,
-            Ok(Ok(_))
-        )
+        tokio::time::timeout(self.timeout, cmd.query_async::<String>(&mut conn))
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "change log append timed out",
+                )))
+            })
     }
 
     /// Appends the queue, oldest first, retrying with backoff while Redis
@@ -231,10 +237,11 @@ impl ChangeLog {
                 }
             };
             let ok = if overflowed {
-                self.append(&[("kind", "r".into())]).await
+                self.append(&[("kind", "r".into())]).await.is_ok()
             } else if let Some((id, kind)) = next {
                 self.append(&[("id", id.to_string()), ("kind", kind.code().into())])
                     .await
+                    .is_ok()
             } else {
                 true
             };
@@ -260,7 +267,7 @@ impl ChangeLog {
     /// operator's warm with `rebuild_bloom` reached one instance behind the
     /// load balancer). Best effort: a failure is logged.
     pub async fn publish_rebuild(&self) {
-        if self.append(&[("kind", "b".into())]).await {
+        if self.append(&[("kind", "b".into())]).await.is_ok() {
             self.counters.published.fetch_add(1, Ordering::Relaxed);
         } else {
             self.counters
@@ -279,19 +286,7 @@ impl ChangeLog {
     /// # Errors
     /// Redis errors.
     pub async fn mark(&self) -> redis::RedisResult<String> {
-        let mut conn = self.conn.clone();
-        redis::cmd("XADD")
-            .arg(&self.key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(self.max_len)
-            .arg("*")
-            .arg("kind")
-            .arg("m")
-            .arg("from")
-            .arg(&self.instance)
-            .query_async(&mut conn)
-            .await
+        self.append(&[("kind", "m".into())]).await
     }
 
     /// The last entry this instance's follower has applied: every write
@@ -324,13 +319,7 @@ impl ChangeLog {
         from: &str,
     ) -> redis::RedisResult<Option<(Vec<i64>, String)>> {
         let mut conn = self.conn.clone();
-        let held: StreamRangeReply = redis::cmd("XRANGE")
-            .arg(&self.key)
-            .arg(from)
-            .arg(from)
-            .query_async(&mut conn)
-            .await?;
-        if held.ids.is_empty() {
+        if !self.holds(&mut conn, from).await? {
             return Ok(None);
         }
         let (mut created, mut last) = (Vec::new(), from.to_string());
@@ -362,28 +351,16 @@ impl ChangeLog {
     /// # Errors
     /// Redis errors.
     pub async fn last_id(&self) -> redis::RedisResult<String> {
-        let mut conn = self.conn.clone();
-        let newest: StreamRangeReply = redis::cmd("XREVRANGE")
-            .arg(&self.key)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1)
-            .query_async(&mut conn)
-            .await?;
-        Ok(newest
-            .ids
-            .first()
-            .map_or_else(|| "0-0".to_string(), |e| e.id.clone()))
+        self.newest(&mut self.conn.clone()).await
     }
 
     /// True when the stream holds entry `id` (always for `0-0`, the start
-    /// of an empty stream... which a lost stream also looks like; an
-    /// instance with snapshots marks the stream at start so its position
-    /// is never `0-0`).
+    /// of an empty stream, which a lost stream also looks like; instances
+    /// mark the stream at start, so a position they follow or save is
+    /// `0-0` only if that marker could not be appended).
     async fn holds(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut impl redis::aio::ConnectionLike,
         id: &str,
     ) -> redis::RedisResult<bool> {
         if id == "0-0" {
@@ -398,9 +375,10 @@ impl ChangeLog {
         Ok(!found.ids.is_empty())
     }
 
+    /// The id of the newest entry (`0-0` for an empty stream).
     async fn newest(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut impl redis::aio::ConnectionLike,
     ) -> redis::RedisResult<String> {
         let newest: StreamRangeReply = redis::cmd("XREVRANGE")
             .arg(&self.key)
@@ -496,31 +474,33 @@ impl ChangeLog {
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {
                                 continue;
                             }
-                            if entry.get::<String>("kind").as_deref() == Some("b") {
-                                log.counters
-                                    .rebuilds_requested
-                                    .fetch_add(1, Ordering::Relaxed);
-                                tracing::info!("another instance asked for a filter rebuild");
-                                drop(reader.gate.request_rebuild());
-                                continue;
+                            let kind = entry.get::<String>("kind");
+                            match (kind.as_deref(), entry.get::<i64>("id")) {
+                                // An operator's rebuild through another instance.
+                                (Some("b"), _) => {
+                                    log.counters
+                                        .rebuilds_requested
+                                        .fetch_add(1, Ordering::Relaxed);
+                                    tracing::info!("another instance asked for a filter rebuild");
+                                    drop(reader.gate.request_rebuild());
+                                }
+                                // Another instance dropped queued entries.
+                                (Some("r"), _) => {
+                                    log.counters.gaps.fetch_add(1, Ordering::Relaxed);
+                                    tracing::warn!("another instance lost change-log entries: rebuilding the filter");
+                                    drop(reader.gate.request_rebuild());
+                                    reader.l1.invalidate_all();
+                                }
+                                (Some(kind), Some(id)) => {
+                                    if kind == "c" {
+                                        reader.gate.learn(id);
+                                    }
+                                    reader.invalidate_local(id);
+                                    log.counters.applied.fetch_add(1, Ordering::Relaxed);
+                                }
+                                // Markers, and anything unknown.
+                                _ => {}
                             }
-                            if entry.get::<String>("kind").as_deref() == Some("r") {
-                                log.counters.gaps.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("another instance lost change-log entries: rebuilding the filter");
-                                drop(reader.gate.request_rebuild());
-                                reader.l1.invalidate_all();
-                                continue;
-                            }
-                            let (Some(id), Some(kind)) =
-                                (entry.get::<i64>("id"), entry.get::<String>("kind"))
-                            else {
-                                continue;
-                            };
-                            if kind == "c" {
-                                reader.gate.learn(id);
-                            }
-                            reader.invalidate_local(id);
-                            log.counters.applied.fetch_add(1, Ordering::Relaxed);
                         }
                         log.set_applied(&last);
                     }

@@ -490,31 +490,35 @@ impl Gate {
     /// Judges an id; counts rejections and passes.
     #[inline]
     pub fn check(&self, id: i64) -> Verdict {
+        let verdict = self.probe(id);
+        self.tally(verdict);
+        verdict
+    }
+
+    /// Judges an id without counting it (see [`Gate::tally`]): for a caller
+    /// that may overrule a rejection first (strict mode).
+    #[inline]
+    pub fn probe(&self, id: i64) -> Verdict {
         if !self.config.enabled {
             return Verdict::Open;
         }
-        let guard = self.current.load();
-        match guard.as_deref() {
-            Some(f) if !f.contains(id) => {
-                self.rejected.incr();
-                Verdict::Reject
-            }
-            Some(_) => {
-                self.passed.incr();
-                Verdict::Pass
-            }
-            None => {
-                self.passed.incr();
-                Verdict::Open
-            }
+        match self.current.load().as_deref() {
+            Some(f) if !f.contains(id) => Verdict::Reject,
+            Some(_) => Verdict::Pass,
+            None => Verdict::Open,
         }
     }
 
-    /// Takes back a rejection [`Gate::check`] counted, when the shared
-    /// filter overruled it (strict mode): it is counted as passed instead.
-    pub fn unreject(&self) {
-        self.rejected.sub(1);
-        self.passed.incr();
+    /// Counts a final verdict: rejected, or passed (a disabled gate
+    /// counts nothing).
+    #[inline]
+    pub fn tally(&self, verdict: Verdict) {
+        match verdict {
+            Verdict::Reject => self.rejected.incr(),
+            Verdict::Pass => self.passed.incr(),
+            Verdict::Open if self.config.enabled => self.passed.incr(),
+            Verdict::Open => {}
+        }
     }
 
     /// Adds a new id, to the filter being built first, then the published

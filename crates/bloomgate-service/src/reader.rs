@@ -219,17 +219,19 @@ impl ShieldedReader {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: i64) -> Result<Lookup, AppError> {
-        let mut verdict = self.gate.check(id);
+        let mut verdict = self.gate.probe(id);
         if verdict == Verdict::Reject {
-            match &self.shared {
-                // Strict: the replica's "no" stands only if Redis agrees.
-                Some(shared) if shared.maybe_contains(id).await => {
+            // Strict: the replica's "no" stands only if Redis agrees.
+            if let Some(shared) = &self.shared {
+                if shared.maybe_contains(id).await {
                     shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
-                    self.gate.unreject();
                     verdict = Verdict::Pass;
                 }
-                _ => return Ok(Lookup::Missing(Source::Filter)),
             }
+        }
+        self.gate.tally(verdict);
+        if verdict == Verdict::Reject {
+            return Ok(Lookup::Missing(Source::Filter));
         }
         let answer = self.lookup_past_the_gate(id).await;
         if verdict == Verdict::Pass && matches!(answer, Ok(Lookup::Missing(_))) {
