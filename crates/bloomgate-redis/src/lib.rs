@@ -8,6 +8,13 @@
 //! 32-byte block, tested in the client; an insert is one `BITFIELD` setting
 //! its `k` bits; batches of keys share one pipelined round trip.
 //!
+//! A string holds at most 512 MB in Redis, so a large filter is split into
+//! segments of a configurable size (whole blocks each) under keys of their
+//! own, `{key}:seg:{i}`, which a Redis Cluster spreads over its nodes by
+//! their hash slots; a check or insert still touches one segment, and
+//! batches send one pipeline per segment, concurrently. [`Conn`] is either
+//! a single server's connection or a cluster's.
+//!
 //! The cost is a network round trip per lookup (tens of microseconds on a
 //! LAN instead of nanoseconds), so the seckill service keeps its in-process
 //! gate on the request path; this backend suits multi-instance deployments
@@ -17,8 +24,69 @@
 
 use bloomgate_filter::sizing::BlockedParams;
 use bloomgate_filter::{BlockedBloom, BloomKey, Filter};
-use redis::aio::ConnectionManager;
-use redis::AsyncCommands;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
+
+/// The largest string Redis stores, so the largest segment.
+pub const MAX_SEGMENT_BYTES: u64 = 512 << 20;
+
+/// The segment size [`RedisBloom::create_or_open`] uses: filters up to
+/// 128 MiB (about 10^8 keys at 1%) stay one string.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 128 << 20;
+
+/// Bytes fetched per `GETRANGE` when downloading, so one reply never
+/// holds Redis up for long.
+const DOWNLOAD_CHUNK: u64 = 4 << 20;
+
+/// A connection to one Redis server or to a Redis Cluster.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server (reconnecting).
+    Single(ConnectionManager),
+    /// A cluster: commands are routed by their key's hash slot.
+    Cluster(ClusterConnection),
+}
+
+impl From<ConnectionManager> for Conn {
+    fn from(c: ConnectionManager) -> Self {
+        Self::Single(c)
+    }
+}
+
+impl From<ClusterConnection> for Conn {
+    fn from(c: ClusterConnection) -> Self {
+        Self::Cluster(c)
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
 
 /// What can go wrong with a shared filter.
 #[derive(Debug, thiserror::Error)]
@@ -44,19 +112,29 @@ pub enum Error {
         /// The filter's key.
         key: String,
     },
+    /// The key or segment size cannot be used.
+    #[error("shared filter {key}: {reason}")]
+    Invalid {
+        /// The filter's key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A blocked Bloom filter stored as a Redis string under `key`, with its
-/// shape in the hash `{key}:meta`.
+/// A blocked Bloom filter stored in Redis under `key` (one string) or
+/// `{key}:seg:{i}` (segments), with its shape in the hash `{key}:meta`.
 #[derive(Clone)]
 pub struct RedisBloom {
-    conn: ConnectionManager,
+    conn: Conn,
     key: String,
     params: BlockedParams,
     seed: u64,
+    /// Bytes per segment; the last may be shorter.
+    segment_bytes: u64,
 }
 
 impl std::fmt::Debug for RedisBloom {
@@ -65,28 +143,39 @@ impl std::fmt::Debug for RedisBloom {
             .field("key", &self.key)
             .field("params", &self.params)
             .field("seed", &self.seed)
+            .field("segment_bytes", &self.segment_bytes)
             .finish_non_exhaustive()
     }
 }
 
-/// Writes the metadata and allocates the bit string (the last bit set to 0,
-/// so later `SETBIT`s never reallocate), unless metadata exists.
+/// Writes the metadata unless it exists, in one atomic step: a concurrent
+/// `open` sees every parameter or none. One key only, so it runs on a
+/// cluster too; the segments are allocated afterwards.
 const CREATE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'layout', 'blocked-v1', 'blocks', ARGV[1],
-  'block_bits', ARGV[2], 'hashes', ARGV[3], 'seed', ARGV[4])
-redis.call('SETBIT', KEYS[2], ARGV[5], 0)
+  'block_bits', ARGV[2], 'hashes', ARGV[3], 'seed', ARGV[4],
+  'segment_bytes', ARGV[5])
 return 1
 ";
 
+/// Where a key's block lives: segment, and the bit offsets and byte range
+/// inside that segment's string.
+struct Spot {
+    segment: u64,
+    offsets: Vec<u64>,
+    start: u64,
+}
+
 impl RedisBloom {
     /// Creates the filter under `key` (or opens it if one of the same shape
-    /// exists), sized for `n` items at rate `p` with 256-bit blocks.
+    /// exists), sized for `n` items at rate `p` with 256-bit blocks, in
+    /// segments of [`DEFAULT_SEGMENT_BYTES`].
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if another shape exists; Redis errors.
     pub async fn create(
-        conn: ConnectionManager,
+        conn: impl Into<Conn>,
         key: &str,
         n: u64,
         p: f64,
@@ -95,57 +184,96 @@ impl RedisBloom {
         Ok(Self::create_or_open(conn, key, n, p, seed).await?.0)
     }
 
-    /// As [`RedisBloom::create`]; also says whether this call created it
-    /// (true) or found one of the same shape (false), so the creator can
-    /// fill it.
+    /// As [`RedisBloom::create`]; also says whether the caller should fill
+    /// it: true when this call created it, or found a segment missing (a
+    /// cluster node restarted empty) and allocated it again; false when
+    /// it found a whole filter of the same shape.
     ///
     /// # Errors
     /// As [`RedisBloom::create`].
     pub async fn create_or_open(
-        conn: ConnectionManager,
+        conn: impl Into<Conn>,
         key: &str,
         n: u64,
         p: f64,
         seed: u64,
     ) -> Result<(Self, bool)> {
+        Self::create_or_open_segmented(conn, key, n, p, seed, DEFAULT_SEGMENT_BYTES).await
+    }
+
+    /// As [`RedisBloom::create_or_open`], with segments of
+    /// `segment_bytes` (a multiple of 64, at most [`MAX_SEGMENT_BYTES`]).
+    /// Every client of one filter must use the same segment size.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad segment size or a key with braces;
+    /// otherwise as [`RedisBloom::create`].
+    pub async fn create_or_open_segmented(
+        conn: impl Into<Conn>,
+        key: &str,
+        n: u64,
+        p: f64,
+        seed: u64,
+        segment_bytes: u64,
+    ) -> Result<(Self, bool)> {
+        let conn = conn.into();
+        let invalid = |reason: String| Error::Invalid {
+            key: key.into(),
+            reason,
+        };
+        check_key(key)?;
+        if segment_bytes == 0
+            || !segment_bytes.is_multiple_of(64)
+            || segment_bytes > MAX_SEGMENT_BYTES
+        {
+            return Err(invalid(format!(
+                "segment size {segment_bytes} must be a multiple of 64 bytes up to {MAX_SEGMENT_BYTES}"
+            )));
+        }
         let params = bloomgate_filter::sizing::blocked(n, p, 256)?;
-        let mut c = conn.clone();
-        // Parameters and the allocated bit string appear in one atomic
-        // step, so a concurrent `open` sees all of them or none.
+        let total = params.bits() / 8;
+        let mine = Self {
+            conn: conn.clone(),
+            key: key.into(),
+            params,
+            seed,
+            segment_bytes: segment_bytes.min(total),
+        };
         let created: i64 = redis::Script::new(CREATE)
             .key(format!("{key}:meta"))
-            .key(key)
             .arg(params.blocks)
             .arg(params.block_bits)
             .arg(params.hashes)
             .arg(seed)
-            .arg(params.bits() - 1)
-            .invoke_async(&mut c)
+            .arg(mine.segment_bytes)
+            .invoke_async(&mut conn.clone())
             .await?;
         if created == 1 {
-            return Ok((
-                Self {
-                    conn,
-                    key: key.into(),
-                    params,
-                    seed,
-                },
-                true,
-            ));
+            mine.allocate(None).await?;
+            return Ok((mine, true));
         }
         let existing = Self::open(conn, key).await?;
-        if existing.params != params || existing.seed != seed {
+        if existing.params != params
+            || existing.seed != seed
+            || existing.segment_bytes != mine.segment_bytes
+        {
             return Err(Error::ShapeMismatch { key: key.into() });
         }
-        Ok((existing, false))
+        let missing = existing.missing_segments().await?;
+        if missing.is_empty() {
+            return Ok((existing, false));
+        }
+        existing.allocate(Some(&missing)).await?;
+        Ok((existing, true))
     }
 
     /// Opens an existing filter.
     ///
     /// # Errors
     /// [`Error::Meta`] when `{key}:meta` is missing or malformed; Redis errors.
-    pub async fn open(conn: ConnectionManager, key: &str) -> Result<Self> {
-        let mut c = conn.clone();
+    pub async fn open(conn: impl Into<Conn>, key: &str) -> Result<Self> {
+        let mut c = conn.into();
+        check_key(key)?;
         let meta: std::collections::HashMap<String, String> =
             c.hgetall(format!("{key}:meta")).await?;
         let bad = |reason: &str| Error::Meta {
@@ -174,11 +302,26 @@ impl RedisBloom {
             0,
         )
         .map_err(|_| bad("invalid shape"))?;
+        let total = params.bits() / 8;
+        // Filters written before segments existed are one string.
+        let segment_bytes = if meta.contains_key("segment_bytes") {
+            field("segment_bytes")?
+        } else {
+            total
+        };
+        let block_bytes = u64::from(params.block_bits) / 8;
+        if segment_bytes == 0
+            || !segment_bytes.is_multiple_of(block_bytes)
+            || segment_bytes > MAX_SEGMENT_BYTES.max(total)
+        {
+            return Err(bad("segment_bytes not a whole number of blocks"));
+        }
         Ok(Self {
-            conn,
+            conn: c,
             key: key.into(),
             params,
             seed: field("seed")?,
+            segment_bytes: segment_bytes.min(total),
         })
     }
 
@@ -188,35 +331,125 @@ impl RedisBloom {
         self.params
     }
 
+    /// How many strings hold the bits.
+    #[must_use]
+    pub fn segments(&self) -> u64 {
+        (self.params.bits() / 8).div_ceil(self.segment_bytes)
+    }
+
+    /// The Redis key of segment `i`: the filter's key itself when there is
+    /// one segment.
+    #[must_use]
+    pub fn segment_key(&self, i: u64) -> String {
+        if self.segments() == 1 {
+            self.key.clone()
+        } else {
+            format!("{}:seg:{i}", self.key)
+        }
+    }
+
+    /// Bytes in segment `i` (the last may be shorter).
+    fn segment_len(&self, i: u64) -> u64 {
+        let total = self.params.bits() / 8;
+        self.segment_bytes.min(total - i * self.segment_bytes)
+    }
+
+    /// Allocates segments whole (all, or the listed ones) without
+    /// changing a bit: `BITFIELD … INCRBY u1 <last> 0` grows the string
+    /// and adds nothing, so racing another allocator or an insert is safe.
+    async fn allocate(&self, only: Option<&[u64]>) -> Result<()> {
+        let all: Vec<u64> = (0..self.segments()).collect();
+        for &i in only.unwrap_or(&all) {
+            let _: Vec<u8> = redis::cmd("BITFIELD")
+                .arg(self.segment_key(i))
+                .arg("INCRBY")
+                .arg("u1")
+                .arg(self.segment_len(i) * 8 - 1)
+                .arg(0)
+                .query_async(&mut self.conn.clone())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Segments whose string is gone.
+    async fn missing_segments(&self) -> Result<Vec<u64>> {
+        let mut missing = Vec::new();
+        for i in 0..self.segments() {
+            let len: u64 = self.conn.clone().strlen(self.segment_key(i)).await?;
+            if len != self.segment_len(i) {
+                missing.push(i);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// The global bit offsets of a key, filter position p being Redis
+    /// offset p of the concatenated segments. Redis numbers the bits of
+    /// each byte from the most significant, the filter crate from the
+    /// least; `upload` and `download` reverse each byte.
     fn offsets<K: BloomKey + ?Sized>(&self, key: &K) -> impl Iterator<Item = u64> {
-        // Redis numbers the bits of each byte from the most significant;
-        // the filter crate from the least. `upload` and `download` reverse
-        // each byte, so filter position p is Redis offset p.
         BlockedBloom::positions_for(self.params, key.hash_pair(self.seed))
     }
 
-    /// The Redis bit offsets of a key (`GETBIT`/`SETBIT` offsets): for
-    /// baselines and tools that address the bits themselves.
+    /// The Redis bit offsets of a key (`GETBIT`/`SETBIT` offsets, in the
+    /// concatenation of the segments): for baselines and tools that
+    /// address the bits themselves.
     pub fn offsets_of<K: BloomKey + ?Sized>(&self, key: &K) -> Vec<u64> {
         self.offsets(key).collect()
     }
 
-    /// The byte range of a key's block: every one of its bits lies in it.
-    fn block_range(&self, offsets: &[u64]) -> (u64, u64) {
+    /// The segment of a key's block, its offsets in that segment, and the
+    /// block's first byte there: every one of its bits lies in the block.
+    fn spot<K: BloomKey + ?Sized>(&self, key: &K) -> Spot {
         let block_bytes = u64::from(self.params.block_bits) / 8;
-        let start = offsets
-            .first()
-            .map_or(0, |&o| o / 8 / block_bytes * block_bytes);
-        (start, start + block_bytes - 1)
+        let mut offsets = self.offsets_of(key);
+        let first_byte = offsets.first().map_or(0, |&o| o / 8) / block_bytes * block_bytes;
+        let segment = first_byte / self.segment_bytes;
+        let base = segment * self.segment_bytes;
+        for o in &mut offsets {
+            *o -= base * 8;
+        }
+        Spot {
+            segment,
+            offsets,
+            start: first_byte - base,
+        }
+    }
+
+    /// The segment holding a key's block.
+    pub fn segment_of<K: BloomKey + ?Sized>(&self, key: &K) -> u64 {
+        self.spot(key).segment
+    }
+
+    fn block_bytes(&self) -> u64 {
+        u64::from(self.params.block_bits) / 8
     }
 
     /// True when every offset is set in `bytes`, the block read from byte
-    /// `start` (missing bytes, past the end of a shorter string, are 0).
-    fn covered(offsets: &[u64], start: u64, bytes: &[u8]) -> bool {
-        offsets.iter().all(|&o| {
-            let i = (o / 8 - start) as usize;
+    /// `start`.
+    fn covered(spot: &Spot, bytes: &[u8]) -> bool {
+        spot.offsets.iter().all(|&o| {
+            let i = (o / 8 - spot.start) as usize;
             bytes.get(i).is_some_and(|b| b & (0x80 >> (o % 8)) != 0)
         })
+    }
+
+    fn set_cmd(&self, spot: &Spot) -> Cmd {
+        let mut cmd = redis::cmd("BITFIELD");
+        cmd.arg(self.segment_key(spot.segment));
+        for off in &spot.offsets {
+            cmd.arg("SET").arg("u1").arg(off).arg(1);
+        }
+        cmd
+    }
+
+    fn get_cmd(&self, spot: &Spot) -> Cmd {
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(self.segment_key(spot.segment))
+            .arg(spot.start)
+            .arg(spot.start + self.block_bytes() - 1);
+        cmd
     }
 
     /// Adds a key in one command (`BITFIELD … SET u1` for its `k` bits);
@@ -226,112 +459,126 @@ impl RedisBloom {
     /// Redis errors.
     pub async fn insert<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
         let old: Vec<u8> = self
-            .set_cmd(key)
+            .set_cmd(&self.spot(key))
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(old.contains(&0))
     }
 
-    fn set_cmd<K: BloomKey + ?Sized>(&self, key: &K) -> redis::Cmd {
-        let mut cmd = redis::cmd("BITFIELD");
-        cmd.arg(&self.key);
-        for off in self.offsets(key) {
-            cmd.arg("SET").arg("u1").arg(off).arg(1);
+    /// Groups keys by segment: one pipeline per segment (a cluster routes
+    /// a pipeline whole to one node), each key's index kept.
+    fn by_segment<K: BloomKey>(&self, keys: &[K]) -> Vec<(u64, Vec<(usize, Spot)>)> {
+        let mut groups: std::collections::BTreeMap<u64, Vec<(usize, Spot)>> =
+            std::collections::BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let spot = self.spot(key);
+            groups.entry(spot.segment).or_default().push((i, spot));
         }
-        cmd
+        groups.into_iter().collect()
     }
 
-    /// Adds many keys in one round trip (one `BITFIELD` each, pipelined).
+    /// Adds many keys: one `BITFIELD` each, pipelined per segment, the
+    /// segments' pipelines sent concurrently.
     ///
     /// # Errors
     /// Redis errors.
     pub async fn insert_many<K: BloomKey>(&self, keys: &[K]) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.add_command(self.set_cmd(key)).ignore();
-        }
-        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        let groups = self.by_segment(keys);
+        let sends = groups.iter().map(|(_, spots)| {
+            let mut pipe = redis::pipe();
+            for (_, spot) in spots {
+                pipe.add_command(self.set_cmd(spot)).ignore();
+            }
+            let mut c = self.conn.clone();
+            async move { pipe.query_async::<()>(&mut c).await }
+        });
+        futures_util::future::try_join_all(sends).await?;
         Ok(())
     }
 
     /// Membership test in one command: `GETRANGE` of the key's 32-byte
-    /// block, tested here (the same block an in-process filter of this
-    /// shape reads).
+    /// block in its segment, tested here (the same block an in-process
+    /// filter of this shape reads).
     ///
     /// # Errors
-    /// Redis errors; [`Error::Meta`] when the bit string is gone. A caller
+    /// Redis errors; [`Error::Meta`] when the segment is gone. A caller
     /// guarding a database should treat an error as "maybe" (fail open),
     /// never as "no".
     pub async fn contains<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
-        let offsets = self.offsets_of(key);
-        let (start, end) = self.block_range(&offsets);
-        let bytes: Vec<u8> = redis::cmd("GETRANGE")
-            .arg(&self.key)
-            .arg(start)
-            .arg(end)
+        let spot = self.spot(key);
+        let bytes: Vec<u8> = self
+            .get_cmd(&spot)
             .query_async(&mut self.conn.clone())
             .await?;
-        self.whole(start, end, &bytes)?;
-        Ok(Self::covered(&offsets, start, &bytes))
+        self.whole(&spot, &bytes)?;
+        Ok(Self::covered(&spot, &bytes))
     }
 
-    /// The bit string is allocated whole at creation, so a short read
-    /// means it is gone (deleted, or lost with a Redis restart): an error,
+    /// Segments are allocated whole at creation, so a short read means the
+    /// segment is gone (deleted, or lost with a Redis restart): an error,
     /// never a "no".
-    fn whole(&self, start: u64, end: u64, bytes: &[u8]) -> Result<()> {
-        if bytes.len() as u64 == end - start + 1 {
+    fn whole(&self, spot: &Spot, bytes: &[u8]) -> Result<()> {
+        let want = self.block_bytes();
+        if bytes.len() as u64 == want {
             return Ok(());
         }
         Err(Error::Meta {
-            key: self.key.clone(),
+            key: self.segment_key(spot.segment),
             reason: format!(
-                "bit string missing or short ({} of {} bytes at {start})",
+                "bit string missing or short ({} of {want} bytes at {})",
                 bytes.len(),
-                end - start + 1
+                spot.start
             ),
         })
     }
 
-    /// Membership tests for many keys in one round trip (one `GETRANGE`
-    /// each, pipelined).
+    /// Membership tests for many keys: one `GETRANGE` each, pipelined per
+    /// segment, the segments' pipelines sent concurrently; answers in the
+    /// order of `keys`.
     ///
     /// # Errors
-    /// Redis errors.
+    /// Redis errors; [`Error::Meta`] as [`RedisBloom::contains`].
     pub async fn contains_many<K: BloomKey>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut pipe = redis::pipe();
-        let mut asked = Vec::with_capacity(keys.len());
-        for key in keys {
-            let offsets = self.offsets_of(key);
-            let (start, end) = self.block_range(&offsets);
-            pipe.cmd("GETRANGE").arg(&self.key).arg(start).arg(end);
-            asked.push((offsets, start));
+        let groups = self.by_segment(keys);
+        let sends = groups.iter().map(|(_, spots)| {
+            let mut pipe = redis::pipe();
+            for (_, spot) in spots {
+                pipe.add_command(self.get_cmd(spot));
+            }
+            let mut c = self.conn.clone();
+            async move { pipe.query_async::<Vec<Vec<u8>>>(&mut c).await }
+        });
+        let replies = futures_util::future::try_join_all(sends).await?;
+        let mut answers = vec![false; keys.len()];
+        for ((_, spots), blocks) in groups.iter().zip(&replies) {
+            for ((i, spot), bytes) in spots.iter().zip(blocks) {
+                self.whole(spot, bytes)?;
+                answers[*i] = Self::covered(spot, bytes);
+            }
         }
-        let blocks: Vec<Vec<u8>> = pipe.query_async(&mut self.conn.clone()).await?;
-        let block_bytes = u64::from(self.params.block_bits) / 8;
-        asked
-            .iter()
-            .zip(&blocks)
-            .map(|((offsets, start), bytes)| {
-                self.whole(*start, start + block_bytes - 1, bytes)?;
-                Ok(Self::covered(offsets, *start, bytes))
-            })
-            .collect()
+        Ok(answers)
     }
 
-    /// Merges a local filter's bits (same shape and seed) into the shared
-    /// ones with `BITOP OR`, e.g. after building from the database. A merge,
-    /// not a replacement: a `SETBIT` another instance makes while the
-    /// upload runs is kept (replacing the string would drop it, a false
-    /// negative). Clearing bits (forgetting deleted keys) needs a fresh key.
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`]; Redis errors.
-    pub async fn upload(&self, local: &BlockedBloom) -> Result<()> {
+    fn check_shape(&self, local: &BlockedBloom) -> Result<()> {
         if local.params() != self.params || local.seed() != self.seed {
             return Err(Error::ShapeMismatch {
                 key: self.key.clone(),
             });
         }
+        Ok(())
+    }
+
+    /// Merges a local filter's bits (same shape and seed) into the shared
+    /// ones with `BITOP OR`, segment by segment, e.g. after building from
+    /// the database. A merge, not a replacement: a `SETBIT` another
+    /// instance makes while the upload runs is kept (replacing the string
+    /// would drop it, a false negative). Clearing bits (forgetting deleted
+    /// keys) needs a fresh key.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`]; Redis errors.
+    pub async fn upload(&self, local: &BlockedBloom) -> Result<()> {
+        self.check_shape(local)?;
         let bytes: Vec<u8> = local
             .bitmap()
             .words()
@@ -340,41 +587,65 @@ impl RedisBloom {
             .map(u8::reverse_bits)
             .take((self.params.bits() / 8) as usize)
             .collect();
-        let tmp = format!("{}:upload:{:016x}", self.key, fastrand::u64(..));
-        let mut c = self.conn.clone();
-        let _: () = redis::pipe()
-            .atomic()
-            .set(&tmp, bytes)
-            .ignore()
-            .cmd("BITOP")
-            .arg("OR")
-            .arg(&self.key)
-            .arg(&self.key)
-            .arg(&tmp)
-            .ignore()
-            .del(&tmp)
-            .ignore()
-            .query_async(&mut c)
-            .await?;
+        for i in 0..self.segments() {
+            let start = (i * self.segment_bytes) as usize;
+            let part = &bytes[start..start + self.segment_len(i) as usize];
+            let seg = self.segment_key(i);
+            // The temporary key's hash tag is the segment's name, so a
+            // cluster keeps both in one slot and the transaction runs.
+            let tmp = format!("{{{seg}}}:upload:{:016x}", fastrand::u64(..));
+            let _: () = redis::pipe()
+                .atomic()
+                .set(&tmp, part)
+                .ignore()
+                .cmd("BITOP")
+                .arg("OR")
+                .arg(&seg)
+                .arg(&seg)
+                .arg(&tmp)
+                .ignore()
+                .del(&tmp)
+                .ignore()
+                .query_async(&mut self.conn.clone())
+                .await?;
+        }
         Ok(())
     }
 
-    /// Copies the shared bits into a local filter.
+    /// Copies the shared bits into a local filter, reading each segment in
+    /// `GETRANGE` chunks of 4 MiB.
     ///
     /// # Errors
-    /// [`Error::Meta`] when the stored string has the wrong length; Redis errors.
+    /// [`Error::Meta`] when a segment is missing or has the wrong length;
+    /// Redis errors.
     pub async fn download(&self) -> Result<BlockedBloom> {
-        let mut c = self.conn.clone();
-        let bytes: Vec<u8> = c.get(&self.key).await?;
-        let want = (self.params.bits() / 8) as usize;
-        if bytes.len() != want {
-            return Err(Error::Meta {
-                key: self.key.clone(),
-                reason: format!(
-                    "bit string has {} bytes, the shape needs {want}",
-                    bytes.len()
-                ),
-            });
+        let total = self.params.bits() / 8;
+        let mut bytes = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        for i in 0..self.segments() {
+            let len = self.segment_len(i);
+            let seg = self.segment_key(i);
+            let mut at = 0;
+            while at < len {
+                let end = (at + DOWNLOAD_CHUNK).min(len);
+                let chunk: Vec<u8> = redis::cmd("GETRANGE")
+                    .arg(&seg)
+                    .arg(at)
+                    .arg(end - 1)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+                if chunk.len() as u64 != end - at {
+                    return Err(Error::Meta {
+                        key: seg,
+                        reason: format!(
+                            "segment missing or short: {} bytes at {at}, the shape needs {}",
+                            chunk.len(),
+                            end - at
+                        ),
+                    });
+                }
+                bytes.extend_from_slice(&chunk);
+                at = end;
+            }
         }
         let mut local = BlockedBloom::new(self.params, self.seed)?;
         let mut words: Vec<u64> = bytes
@@ -392,15 +663,29 @@ impl RedisBloom {
         Ok(local)
     }
 
-    /// Deletes the filter and its metadata.
+    /// Deletes the filter, its segments and its metadata (one key per
+    /// command, so a cluster routes each).
     ///
     /// # Errors
     /// Redis errors.
     pub async fn destroy(self) -> Result<()> {
         let mut c = self.conn.clone();
-        let _: () = c
-            .del(&[self.key.clone(), format!("{}:meta", self.key)])
-            .await?;
+        for i in 0..self.segments() {
+            let _: () = c.del(self.segment_key(i)).await?;
+        }
+        let _: () = c.del(format!("{}:meta", self.key)).await?;
         Ok(())
     }
+}
+
+/// Segment names must hash by their whole name (a cluster spreads them),
+/// so the key may not hold a hash tag.
+fn check_key(key: &str) -> Result<()> {
+    if key.contains(['{', '}']) || key.is_empty() {
+        return Err(Error::Invalid {
+            key: key.into(),
+            reason: "the key must be non-empty and hold no braces (segment names carry their own hash tags)".into(),
+        });
+    }
+    Ok(())
 }

@@ -264,3 +264,68 @@ async fn the_one_range_check_answers_as_the_local_filter_and_the_getbit_script()
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_segmented_filter_on_one_server_agrees_with_the_local_filter() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:segments";
+    if let Ok(old) = RedisBloom::open(c.clone(), key).await {
+        old.destroy().await.unwrap();
+    }
+    fresh(&c, key).await;
+    let (shared, created) =
+        RedisBloom::create_or_open_segmented(c.clone(), key, 30_000, 0.01, 4, 1024)
+            .await
+            .unwrap();
+    assert!(created);
+    assert!(shared.segments() > 30, "{} segments", shared.segments());
+    assert_ne!(shared.segment_key(0), key);
+    let mut local = BlockedBloom::new(shared.params(), 4).unwrap();
+    let members: Vec<u64> = (0..30_000u64).map(|i| i * 7919).collect();
+    for m in &members {
+        local.insert(m);
+    }
+    shared.insert_many(&members).await.unwrap();
+    let probes: Vec<u64> = (0..30_000u64).map(|i| i * 7919 + 1).collect();
+    let want: Vec<bool> = probes.iter().map(|k| local.contains(k)).collect();
+    assert_eq!(shared.contains_many(&probes).await.unwrap(), want);
+    assert!(shared
+        .contains_many(&members)
+        .await
+        .unwrap()
+        .iter()
+        .all(|&b| b));
+    assert_eq!(
+        shared.download().await.unwrap().bitmap().words(),
+        local.bitmap().words()
+    );
+    // An opener reads the segment size from the metadata.
+    let opened = RedisBloom::open(c.clone(), key).await.unwrap();
+    assert_eq!(opened.segments(), shared.segments());
+    assert!(opened.contains(&members[123]).await.unwrap());
+    shared.destroy().await.unwrap();
+    let mut cc = c.clone();
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{key}*"))
+        .query_async(&mut cc)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "destroy left {left:?}");
+}
+
+#[tokio::test]
+async fn bad_keys_and_segment_sizes_are_refused_with_a_reason() {
+    let Some(c) = conn().await else { return };
+    for (key, seg) in [
+        ("bgtest:{tag}", 1024),
+        ("", 1024),
+        ("bgtest:shared:badseg", 100),
+        ("bgtest:shared:badseg", 0),
+        ("bgtest:shared:badseg", (512 << 20) + 64),
+    ] {
+        match RedisBloom::create_or_open_segmented(c.clone(), key, 1000, 0.01, 1, seg).await {
+            Err(Error::Invalid { reason, .. }) => assert!(!reason.is_empty()),
+            other => panic!("{key:?} {seg}: {other:?}"),
+        }
+    }
+}

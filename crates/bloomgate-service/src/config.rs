@@ -168,6 +168,10 @@ pub struct CacheConfig {
     pub bloom_snapshot_every_secs: u64,
     /// `local` or `strict` (`strict` needs `redis_url`).
     pub bloom_mode: BloomMode,
+    /// Bytes per Redis string of the shared filter (`strict`): a larger
+    /// filter is split into segments, which a Redis Cluster spreads over
+    /// its nodes. Every instance must use the same value.
+    pub bloom_segment_bytes: u64,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -224,6 +228,7 @@ impl Default for CacheConfig {
             bloom_snapshot_path: None,
             bloom_snapshot_every_secs: 300,
             bloom_mode: BloomMode::Local,
+            bloom_segment_bytes: bloomgate_redis::DEFAULT_SEGMENT_BYTES,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,
@@ -360,6 +365,25 @@ impl Config {
             return Err(invalid(
                 "cache.bloom_mode",
                 "strict keeps a shared filter in Redis: set redis_url",
+            ));
+        }
+        if c.bloom_segment_bytes == 0
+            || !c.bloom_segment_bytes.is_multiple_of(64)
+            || c.bloom_segment_bytes > bloomgate_redis::MAX_SEGMENT_BYTES
+        {
+            return Err(invalid(
+                "cache.bloom_segment_bytes",
+                format!(
+                    "must be a multiple of 64 up to {} (Redis's largest string), got {}",
+                    bloomgate_redis::MAX_SEGMENT_BYTES,
+                    c.bloom_segment_bytes
+                ),
+            ));
+        }
+        if c.bloom_mode == BloomMode::Strict && c.redis_prefix.contains(['{', '}']) {
+            return Err(invalid(
+                "cache.redis_prefix",
+                "strict mode names the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
         if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {

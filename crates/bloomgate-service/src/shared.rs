@@ -1,6 +1,7 @@
 //! The shared filter in Redis (`cache.bloom_mode = "strict"`): one
 //! `bloomgate-redis` filter under `{prefix}bloom`, in the blocked layout,
-//! sized for `cache.bloom_expected` at `cache.bloom_fpp`, that every
+//! sized for `cache.bloom_expected` at `cache.bloom_fpp` (split into
+//! strings of `cache.bloom_segment_bytes`), that every
 //! instance adds its creates to (after the SQL commit). A "no" from the
 //! in-process replica is confirmed here before a 404 (one `GETRANGE`). So
 //! an id is refused only when both say no: the replica holds everything
@@ -8,7 +9,8 @@
 //! filter every create since it was filled. Any failure (timeout, Redis
 //! down, the bit string lost with a Redis restart) answers "maybe", never
 //! "no"; the SQL bulkhead bounds what then reaches the database. A lost
-//! string is recreated and refilled from SQL in the background.
+//! string (or one lost segment) is recreated and refilled from SQL in the
+//! background.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +41,7 @@ pub struct SharedFilter {
     key: String,
     expected: u64,
     fpp: f64,
+    segment_bytes: u64,
     timeout: Duration,
     store: SkuStore,
     refilling: Arc<AtomicBool>,
@@ -76,6 +79,7 @@ impl SharedFilter {
         prefix: &str,
         expected: u64,
         fpp: f64,
+        segment_bytes: u64,
         timeout: Duration,
         store: SkuStore,
     ) -> Result<Self, SharedError> {
@@ -90,11 +94,12 @@ impl SharedFilter {
         let conn = redis::aio::ConnectionManager::new(client)
             .await
             .map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
-        let (bloom, created) = RedisBloom::create_or_open(conn.clone(), &key, expected, fpp, 0)
+        let (bloom, created) =
+            RedisBloom::create_or_open_segmented(conn.clone(), &key, expected, fpp, 0, segment_bytes)
             .await
             .map_err(|e| {
                 let hint = if matches!(e, bloomgate_redis::Error::ShapeMismatch { .. }) {
-                    ": every instance must use the same cache.bloom_expected and cache.bloom_fpp (or another cache.redis_prefix)"
+                    ": every instance must use the same cache.bloom_expected, cache.bloom_fpp and cache.bloom_segment_bytes (or another cache.redis_prefix)"
                 } else {
                     ""
                 };
@@ -106,6 +111,7 @@ impl SharedFilter {
             key,
             expected,
             fpp,
+            segment_bytes,
             timeout,
             store,
             refilling: Arc::default(),
@@ -178,12 +184,13 @@ impl SharedFilter {
         tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
         let this = self.clone();
         tokio::spawn(async move {
-            match RedisBloom::create_or_open(
+            match RedisBloom::create_or_open_segmented(
                 this.conn.clone(),
                 &this.key,
                 this.expected,
                 this.fpp,
                 0,
+                this.segment_bytes,
             )
             .await
             {

@@ -109,6 +109,7 @@ impl AppState {
                     &c.redis_prefix,
                     c.bloom_expected,
                     c.bloom_fpp,
+                    c.bloom_segment_bytes,
                     Duration::from_millis(c.redis_timeout_ms),
                     store,
                 )

@@ -101,6 +101,22 @@ fn invalid_values_name_the_key() {
             "cache.l1_ttl_secs",
         ),
         (&[("BLOOMGATE_CACHE__BLOOM_TYPO", "1")], "cache"),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_SEGMENT_BYTES", "1000")],
+            "cache.bloom_segment_bytes",
+        ),
+        (
+            &[("BLOOMGATE_CACHE__BLOOM_SEGMENT_BYTES", "1073741824")],
+            "cache.bloom_segment_bytes",
+        ),
+        (
+            &[
+                ("BLOOMGATE_REDIS_URL", "redis://127.0.0.1/"),
+                ("BLOOMGATE_CACHE__BLOOM_MODE", "strict"),
+                ("BLOOMGATE_CACHE__REDIS_PREFIX", "{app}:"),
+            ],
+            "cache.redis_prefix",
+        ),
         (&[("BLOOMGATE_LISTEN", "0.0.0.0:8080")], "admin_token"),
     ];
     for (vars, key) in cases {

@@ -20,6 +20,8 @@ fn config(db: &str, redis: &str, mode: BloomMode) -> bloomgate_service::Config {
     c.cache.bloom_mode = mode;
     c.cache.bloom_expected = 10_000;
     c.cache.bloom_fpp = 0.01;
+    // Several segments, so the service's path over them is exercised.
+    c.cache.bloom_segment_bytes = 2048;
     c
 }
 
@@ -78,9 +80,14 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     // The shared filter lost (as with a Redis restart): a check answers
     // maybe (SQL then says 404), never a wrong no; it is refilled from SQL.
     let mut conn = common::redis_conn(&redis).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{PREFIX}bloom*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.len() > 3, "meta and several segments: {keys:?}");
     let _: () = redis::cmd("DEL")
-        .arg(format!("{PREFIX}bloom"))
-        .arg(format!("{PREFIX}bloom:meta"))
+        .arg(&keys)
         .query_async(&mut conn)
         .await
         .unwrap();
