@@ -61,6 +61,7 @@ pub struct CalcArgs {
 pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
     let c = sizing::classic(a.items, a.fpr)?;
     let b = sizing::blocked(a.items, a.fpr, 256)?;
+    let w = sizing::blocked(a.items, a.fpr, 512)?;
     let n = sizing::blocked(a.items, a.fpr, 128)?;
     let mib = |bits: u64| bits as f64 / 8.0 / 1024.0 / 1024.0;
     println!("items {}  target fpr {}", a.items, a.fpr);
@@ -84,6 +85,13 @@ pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
             sizing::blocked_fpr(b.blocks, 256, b.hashes, a.items),
         ),
         (
+            "blocked512",
+            w.bits(),
+            w.hashes,
+            w.bits() / 8,
+            sizing::blocked_fpr(w.blocks, 512, w.hashes, a.items),
+        ),
+        (
             "counting",
             n.bits(),
             n.hashes,
@@ -91,6 +99,7 @@ pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
             sizing::blocked_fpr(n.blocks, 128, n.hashes, a.items),
         ),
     ];
+    let picked = sizing::blocked_auto(a.items, a.fpr)?;
     for (name, bits, k, bytes, fpr) in rows {
         println!(
             "{name:<10} {bits:>14} {k:>4} {bytes:>12} {:>10.2} {fpr:>12.3e}   ({:.2} MiB)",
@@ -98,6 +107,10 @@ pub fn calc(a: &CalcArgs) -> anyhow::Result<()> {
             mib(bytes * 8)
         );
     }
+    println!(
+        "`build --layout blocked` uses {}-bit blocks at this rate",
+        picked.block_bits
+    );
     Ok(())
 }
 

@@ -70,6 +70,19 @@ fn calc_shows_both_layouts_and_seed_000_numbers() {
     );
     assert!(s.lines().any(|l| l.starts_with("blocked")));
     assert!(s.lines().any(|l| l.starts_with("counting")));
+    assert!(s.contains("uses 256-bit blocks"), "{s}");
+    // Low rates: 512-bit blocks, fewer bits per key than 256-bit ones.
+    let out = run(&["calc", "--items", "500000", "--fpr", "0.00001"]);
+    let s = text(&out.stdout);
+    assert!(s.contains("uses 512-bit blocks"), "{s}");
+    let per_key = |name: &str| -> f64 {
+        let line = s
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap();
+        line.split_whitespace().nth(4).unwrap().parse().unwrap()
+    };
+    assert!(per_key("blocked512") < 0.9 * per_key("blocked"), "{s}");
 }
 
 #[test]
@@ -141,7 +154,7 @@ fn string_keys_from_stdin() {
             "--items",
             "100",
             "--fpr",
-            "0.001",
+            "0.00001",
             "--strings",
             "--out",
             f.to_str().unwrap(),

@@ -207,6 +207,18 @@ impl Bitmap {
         self.lines.blocks256()
     }
 
+    /// The storage as 512-bit blocks (whole lines).
+    #[inline(always)]
+    pub(crate) fn lines(&self) -> &[Line] {
+        self.lines.lines()
+    }
+
+    /// The storage as mutable 512-bit blocks (whole lines).
+    #[inline(always)]
+    pub(crate) fn lines_mut(&mut self) -> &mut [Line] {
+        self.lines.lines_mut()
+    }
+
     /// The storage as mutable 256-bit blocks.
     #[inline(always)]
     pub(crate) fn blocks256_mut(&mut self) -> &mut [[u64; 4]] {

@@ -14,6 +14,12 @@
 //!   `⌊h1 · blocks / 2^64⌋`; positions from [`inblock`] cut into nine 7-bit
 //!   slices, low bits first; past nine positions the next hash word is
 //!   `splitmix64` of the previous.
+//! * 512-bit blocks (one whole 64-byte line, for low rates): block as for
+//!   256 (high half of `h1`); the `i`-th position is the top nine bits of
+//!   `lo · SALT_i` (low half of `h1`), anywhere in the line (not one per
+//!   lane), which at `p = 1e-4` needs ~16% fewer bits than lanes of 32
+//!   (sizing's exact model of uniform positions; the FPR tests check the
+//!   multiply-shift positions against it).
 //!
 //! [`crate::sizing::blocked_fpr`] models each layout exactly. These
 //! definitions are part of the snapshot format (hash id 1): changing them
@@ -192,12 +198,63 @@ impl Iterator for Positions {
 
 /// The mask a key sets in a 128-position block of 2 words.
 #[inline(always)]
-pub(crate) fn mask128(h2: u64, k: u32) -> [u64; 2] {
+pub(crate) fn mask128(h: HashPair, k: u32) -> [u64; 2] {
     let mut m = [0u64; 2];
-    for p in Positions::new(h2, k, 7) {
+    for p in Positions::new(inblock(h), k, 7) {
         m[(p >> 6) as usize] |= 1u64 << (p & 63);
     }
     m
+}
+
+/// The in-block positions (`0..512`) of a key in a 512-bit block: the top
+/// nine bits of `lo · SALT_i`, `lo` the low half of `h1` (the block index
+/// takes the high half).
+#[inline(always)]
+pub(crate) fn positions512(h1: u64, k: u32) -> impl Iterator<Item = u32> {
+    let lo = h1 as u32;
+    (0..k as usize).map(move |i| lo.wrapping_mul(SALTS[i]) >> 23)
+}
+
+/// True when every position of the key is set in a 512-bit block,
+/// branch-free: the `k` positions are independent multiplies, so they
+/// overlap instead of forming a chain.
+#[inline(always)]
+pub(crate) fn covers512(block: &[u64; 8], h1: u64, k: u32) -> bool {
+    let lo = h1 as u32;
+    let mut missing = 0u64;
+    for &salt in &SALTS[..k as usize] {
+        let p = lo.wrapping_mul(salt) >> 23;
+        missing |= !(block[(p >> 6) as usize] >> (p & 63)) & 1;
+    }
+    missing == 0
+}
+
+/// [`covers512`]: AVX2 when `avx2` (which must come from [`has_avx2`]).
+#[inline(always)]
+pub(crate) fn covers512_with(avx2: bool, block: &[u64; 8], h1: u64, k: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is true only when the CPU has AVX2.
+        return unsafe { crate::simd::covers512_avx2(block, h1, k) };
+    }
+    let _ = avx2;
+    covers512(block, h1, k)
+}
+
+/// Sets the key's positions in a 512-bit block, bit by bit (no mask is
+/// built, so no chain of read-modify-writes through the stack); true when
+/// a bit was newly set.
+#[inline(always)]
+pub(crate) fn apply512(block: &mut [u64; 8], h1: u64, k: u32) -> bool {
+    let lo = h1 as u32;
+    let mut fresh = 0u64;
+    for &salt in &SALTS[..k as usize] {
+        let p = lo.wrapping_mul(salt) >> 23;
+        let (w, bit) = ((p >> 6) as usize, 1u64 << (p & 63));
+        fresh |= bit & !block[w];
+        block[w] |= bit;
+    }
+    fresh != 0
 }
 
 /// True when this CPU has AVX2 (cached by the standard library).

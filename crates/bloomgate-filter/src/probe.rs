@@ -19,7 +19,7 @@ pub(crate) fn classic_contains(words: &[u64], bits: u64, k: u32, h: HashPair) ->
     })
 }
 
-/// Probe of a blocked filter with `block_words` words (4 or 2) per block.
+/// Probe of a blocked filter with `block_words` words (4, 2 or 8) per block.
 #[inline(always)]
 pub(crate) fn blocked_contains(
     words: &[u64],
@@ -33,11 +33,16 @@ pub(crate) fn blocked_contains(
         words[idx * 4..]
             .first_chunk::<4>()
             .is_some_and(|b| block::covers256_with(block::has_avx2(), b, h.h1, k))
+    } else if block_words == 8 {
+        let idx = block::block_index256(h.h1, blocks);
+        words[idx * 8..]
+            .first_chunk::<8>()
+            .is_some_and(|b| block::covers512_with(block::has_avx2(), b, h.h1, k))
     } else {
         let idx = block::block_index(h.h1, blocks);
         words[idx * 2..]
             .first_chunk::<2>()
-            .is_some_and(|b| block::covers(b, &block::mask128(block::inblock(h), k)))
+            .is_some_and(|b| block::covers(b, &block::mask128(h, k)))
     }
 }
 

@@ -7,9 +7,10 @@
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
-    __m256i, _mm256_and_si256, _mm256_cmpgt_epi32, _mm256_loadu_si256, _mm256_mullo_epi32,
-    _mm256_or_si256, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256, _mm256_sllv_epi32,
-    _mm256_srli_epi32, _mm256_storeu_si256, _mm256_testc_si256,
+    __m256i, _mm256_and_si256, _mm256_blendv_epi8, _mm256_cmpgt_epi32, _mm256_loadu_si256,
+    _mm256_mullo_epi32, _mm256_or_si256, _mm256_permutevar8x32_epi32, _mm256_set1_epi32,
+    _mm256_setr_epi32, _mm256_setzero_si256, _mm256_sllv_epi32, _mm256_srli_epi32,
+    _mm256_storeu_si256, _mm256_testc_si256,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -60,6 +61,51 @@ pub(crate) unsafe fn covers256_avx2(block: &[u64; 4], h1: u64, k: u32) -> bool {
     // SAFETY: `block` is 32 readable bytes; the load is unaligned-safe.
     let b = unsafe { _mm256_loadu_si256(block.as_ptr().cast()) };
     _mm256_testc_si256(b, mask_reg(h1, k)) == 1
+}
+
+/// True when every position of the key ([`crate::block::positions512`]) is
+/// set in a 512-bit block: eight positions per round, each picking its
+/// 32-bit word out of the line with two permutes and a blend, no loop over
+/// positions.
+///
+/// # Safety
+/// The CPU must support AVX2 (`is_x86_feature_detected!("avx2")`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn covers512_avx2(block: &[u64; 8], h1: u64, k: u32) -> bool {
+    // SAFETY: `block` is 64 readable bytes; unaligned-safe loads.
+    let (lo_half, hi_half) = unsafe {
+        (
+            _mm256_loadu_si256(block.as_ptr().cast()),
+            _mm256_loadu_si256(block.as_ptr().add(4).cast()),
+        )
+    };
+    let lo = _mm256_set1_epi32(h1 as u32 as i32);
+    let one = _mm256_set1_epi32(1);
+    let seven = _mm256_set1_epi32(7);
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut left = k as i32;
+    let mut r = 0;
+    while left > 0 {
+        // SAFETY: `SALTS` has 32 entries and `k <= 32`, so `8r + 8 <= 32`.
+        let salts = unsafe { _mm256_loadu_si256(SALTS.as_ptr().add(8 * r).cast()) };
+        let p = _mm256_srli_epi32(_mm256_mullo_epi32(lo, salts), 23);
+        // 32-bit word `p >> 5` of the line (0..16), bit `p & 31` in it.
+        let word = _mm256_srli_epi32(p, 5);
+        let picked = _mm256_blendv_epi8(
+            _mm256_permutevar8x32_epi32(lo_half, word),
+            _mm256_permutevar8x32_epi32(hi_half, word),
+            _mm256_cmpgt_epi32(word, seven),
+        );
+        let bit = _mm256_sllv_epi32(one, _mm256_and_si256(p, _mm256_set1_epi32(31)));
+        let wanted = _mm256_and_si256(bit, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lanes));
+        if _mm256_testc_si256(picked, wanted) == 0 {
+            return false;
+        }
+        left -= 8;
+        r += 1;
+    }
+    true
 }
 
 /// ORs the key's mask into `block`; true when a bit was newly set.
@@ -165,5 +211,46 @@ mod tests {
             multi_round += usize::from(k > 8);
         }
         assert!(multi_round > 0, "multi-round masks were covered");
+    }
+
+    #[test]
+    fn avx2_512_probe_equals_the_scalar_one() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("SKIPPED: no AVX2 on this CPU; the scalar path is the one in use");
+            return;
+        }
+        let (mut yes, mut no) = (0, 0);
+        for i in 0..200_000u64 {
+            let h1 = splitmix64(i);
+            let k = 1 + (i % 32) as u32;
+            // Dense random blocks, and blocks holding exactly the key's mask
+            // (every answer yes) with one of its bits cleared (every answer no).
+            let dense: [u64; 8] = core::array::from_fn(|w| {
+                splitmix64(i * 8 + w as u64) | splitmix64(i ^ (w as u64) << 40)
+            });
+            let mut exact = [0u64; 8];
+            crate::block::apply512(&mut exact, h1, k);
+            let mut holed = exact;
+            let first = crate::block::positions512(h1, k).next().unwrap_or(0);
+            holed[(first >> 6) as usize] &= !(1u64 << (first & 63));
+            for block in [dense, exact, holed] {
+                let scalar = crate::block::covers512(&block, h1, k);
+                // SAFETY: AVX2 support was checked above.
+                assert_eq!(
+                    unsafe { super::covers512_avx2(&block, h1, k) },
+                    scalar,
+                    "h1 {h1:#x} k {k}"
+                );
+                if scalar {
+                    yes += 1
+                } else {
+                    no += 1
+                }
+            }
+        }
+        assert!(
+            yes > 200_000 && no > 200_000,
+            "both answers covered: {yes} {no}"
+        );
     }
 }

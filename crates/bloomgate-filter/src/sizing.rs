@@ -52,7 +52,8 @@ pub struct ClassicParams {
 pub struct BlockedParams {
     /// Number of blocks.
     pub blocks: u64,
-    /// Positions per block (256 for bit blocks, 128 for counter blocks).
+    /// Positions per block (256 or 512 for bit blocks, 128 for counter
+    /// blocks).
     pub block_bits: u32,
     /// Number of positions set per key, `k`.
     pub hashes: u32,
@@ -127,9 +128,9 @@ pub fn classic_fpr(bits: u64, hashes: u32, n: u64) -> f64 {
 ///   turn, so lane `w` gets `c_w = ⌊k/8⌋ (+1 if w < k mod 8)` bits per key.
 ///   Lanes fill independently, and `hit(j) = Π_w E[(X_w/32)^{c_w}]` with
 ///   `X_w` the number of distinct bits set by `c_w·j` uniform throws.
-/// * 128-position blocks (counting filters) place `k` positions uniformly:
-///   `hit(j) = E[(X/128)^k]` with `X` the distinct positions set by `k·j`
-///   throws.
+/// * 128-position blocks (counting filters) and 512-bit blocks place `k`
+///   positions uniformly: `hit(j) = E[(X/B)^k]` with `X` the distinct
+///   positions set by `k·j` throws into `B` bins.
 ///
 /// The occupancy distributions are computed exactly by dynamic programming.
 /// (The common shortcut `(1 - (1-1/B)^{kj})^k` replaces `E[(X/B)^k]` by
@@ -285,18 +286,39 @@ impl BlockModel {
     }
 }
 
+/// The bit-filter shape for `n` items at rate `p`: 256-bit blocks (eight
+/// lanes, the fastest probe) unless `p < 1e-3` and 512-bit blocks need at
+/// most 90% of their bits (at `p ≥ 1e-3` they save less than that, and
+/// their exact model costs ~50 ms to search, so it is not asked). Both are one cache line per check; the wider block wins at
+/// low rates, where the 256-bit block's few lanes fill unevenly (at
+/// `p = 1e-4` it needs ~1.37x the classic optimum's bits, the 512-bit
+/// block ~1.15x; see BENCHMARKS.md).
+///
+/// # Errors
+/// As [`blocked`].
+pub fn blocked_auto(n: u64, p: f64) -> Result<BlockedParams> {
+    let narrow = blocked(n, p, 256)?;
+    if p >= 1e-3 {
+        return Ok(narrow);
+    }
+    match blocked(n, p, 512) {
+        Ok(wide) if u128::from(wide.bits()) * 10 <= u128::from(narrow.bits()) * 9 => Ok(wide),
+        _ => Ok(narrow),
+    }
+}
+
 /// The smallest blocked shape (fewest blocks, then fewest hashes) whose exact
 /// rate at `n` items is at most `p`.
 ///
 /// # Errors
 /// [`Error::ZeroItems`], [`Error::InvalidFpr`], [`Error::InvalidParameter`]
-/// for a block size that is not 128 or 256, or [`Error::TooLarge`].
+/// for a block size that is not 128, 256 or 512, or [`Error::TooLarge`].
 pub fn blocked(n: u64, p: f64, block_bits: u32) -> Result<BlockedParams> {
     check_inputs(n, p)?;
-    if block_bits != 128 && block_bits != 256 {
+    if ![128, 256, 512].contains(&block_bits) {
         return Err(Error::InvalidParameter {
             name: "block_bits",
-            reason: format!("must be 128 or 256, got {block_bits}"),
+            reason: format!("must be 128, 256 or 512, got {block_bits}"),
         });
     }
     // The blocked optimum has about as many or more hashes than the classic
@@ -304,7 +326,13 @@ pub fn blocked(n: u64, p: f64, block_bits: u32) -> Result<BlockedParams> {
     // bisection between bounds found by doubling.
     let classic = classic(n, p)?;
     let k_lo = classic.hashes.saturating_sub(4).max(1);
-    let k_hi = (classic.hashes * 2 + 2).min(MAX_BLOCKED_HASHES);
+    // Uniform positions over 512 bits stay close to the classic k.
+    let k_hi = if block_bits == 512 {
+        classic.hashes + 6
+    } else {
+        classic.hashes * 2 + 2
+    }
+    .min(MAX_BLOCKED_HASHES);
     let mut best: Option<BlockedParams> = None;
     for hashes in k_lo..=k_hi {
         let mut model = BlockModel::new(block_bits, hashes);

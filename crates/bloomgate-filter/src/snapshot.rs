@@ -12,7 +12,7 @@
 //! 24      8   m, positions (bits, or counters)
 //! 32      8   items added
 //! 40      8   payload length in bytes
-//! 48      2   block size in positions (0 classic, 128 or 256)
+//! 48      2   block size in positions (0 classic, 128, 256 or 512)
 //! 50      1   key kind: 0 unspecified, 1 integers, 2 byte strings
 //! 51      5   reserved, zero
 //! 56      8   design capacity (0: not recorded)
@@ -342,9 +342,9 @@ fn check_header_shape(h: &Header) -> Result<(), SnapshotError> {
         Layout::Classic => (sizing::MAX_CLASSIC_HASHES, h.block_bits == 0),
         Layout::Blocked => (
             sizing::MAX_BLOCKED_HASHES,
-            (h.block_bits == 256 || h.block_bits == 128)
+            [128, 256, 512].contains(&h.block_bits)
                 && h.bits.is_multiple_of(u64::from(h.block_bits))
-                && (h.block_bits == 128 || h.bits / 256 <= 1 << 32),
+                && (h.block_bits == 128 || h.bits / u64::from(h.block_bits) <= 1 << 32),
         ),
         Layout::Counting => (
             sizing::MAX_BLOCKED_HASHES,

@@ -65,7 +65,7 @@ fn sizing_rejects_bad_input_with_typed_errors() {
         Err(Error::TooLarge { .. })
     ));
     assert!(matches!(
-        sizing::blocked(10, 0.1, 512),
+        sizing::blocked(10, 0.1, 1024),
         Err(Error::InvalidParameter { .. })
     ));
     assert!(ClassicBloom::new(ClassicParams { bits: 0, hashes: 3 }, 0).is_err());

@@ -267,3 +267,87 @@ fn blocked_bits_per_key_at_one_percent_is_near_the_optimum() {
         assert!(per_key <= 9.59 * 1.15, "n={n}: {per_key} bits per key");
     }
 }
+
+/// 512-bit blocks (one whole cache line, positions uniform over it): the
+/// measured rate meets the target and the exact model at the low rates
+/// they are chosen for. At 1e-6 one filter of 10^6 keys and 3·10^8 probes
+/// (about 300 false positives expected), so the tolerance is 4 standard
+/// deviations of the count instead of a flat 15%.
+#[test]
+fn wide_blocks_meet_target_and_their_own_formula_at_low_rates() {
+    for &n in &SIZES {
+        for (j, &p) in [1e-3, 1e-4].iter().enumerate() {
+            let shape = sizing::blocked(n, p, 512).unwrap();
+            let o = measure(
+                n,
+                p,
+                40 + j as u64,
+                512,
+                |seed| BlockedBloom::new(shape, seed).unwrap(),
+                |f, keys| f.insert_many(keys),
+            );
+            check("blocked512", n, p, &o, true);
+        }
+    }
+    let (n, p) = (1_000_000u64, 1e-6);
+    let shape = sizing::blocked(n, p, 512).unwrap();
+    let mut f = BlockedBloom::new(shape, 77).unwrap();
+    let members = Rng(77).keys(n as usize);
+    f.insert_many(&members);
+    assert!(members.iter().all(|k| f.contains(k)), "false negative");
+    let trials = 300_000_000u64;
+    let mut rng = Rng(78);
+    let hits = (0..trials).filter(|_| f.contains(&rng.next_u64())).count() as f64;
+    let expected = f.expected_fpr(n) * trials as f64;
+    let spread = sizing::blocked_fpr_spread(shape.blocks, 512, shape.hashes, n) * trials as f64;
+    let sd = (expected + spread * spread).sqrt();
+    eprintln!(
+        "blocked512 n={n} p={p}: {hits} false positives, expected {expected:.1} (sd {sd:.1})"
+    );
+    assert!(hits <= p * trials as f64 + 4.0 * sd, "{hits} above target");
+    assert!(
+        (hits - expected).abs() <= 4.0 * sd,
+        "{hits} vs model {expected}"
+    );
+}
+
+/// Bits per key against the classic optimum `-ln p / ln² 2`: what one
+/// cache line per check costs. 512-bit blocks reach 1.2x at 1e-4; at 1e-6
+/// no single-line blocked layout can (the exact model's best is ~1.35x,
+/// BENCHMARKS.md), and `with_fpr` keeps 256-bit blocks where they cost
+/// less than a tenth more memory.
+#[test]
+fn low_rates_pick_wide_blocks_and_stay_near_the_optimum() {
+    for n in [10_000u64, 1_000_000, 100_000_000] {
+        let classic = |p: f64| -p.ln() / std::f64::consts::LN_2.powi(2);
+        let per_key = |s: sizing::BlockedParams| s.bits() as f64 / n as f64;
+        let at4 = sizing::blocked_auto(n, 1e-4).unwrap();
+        assert_eq!(at4.block_bits, 512);
+        assert!(
+            per_key(at4) <= 1.2 * classic(1e-4),
+            "n={n} 1e-4: {}",
+            per_key(at4)
+        );
+        let narrow4 = sizing::blocked(n, 1e-4, 256).unwrap();
+        assert!(
+            per_key(narrow4) > 1.3 * classic(1e-4),
+            "the reason for the switch"
+        );
+        let at6 = sizing::blocked_auto(n, 1e-6).unwrap();
+        assert_eq!(at6.block_bits, 512);
+        assert!(
+            per_key(at6) <= 1.36 * classic(1e-6),
+            "n={n} 1e-6: {}",
+            per_key(at6)
+        );
+        let at2 = sizing::blocked_auto(n, 1e-2).unwrap();
+        assert_eq!(at2.block_bits, 256, "1% keeps the fast 256-bit probe");
+        assert_eq!(
+            BlockedBloom::with_fpr(n.min(1_000_000), 1e-4)
+                .unwrap()
+                .params()
+                .block_bits,
+            512
+        );
+    }
+}

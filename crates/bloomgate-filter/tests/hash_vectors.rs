@@ -108,3 +108,38 @@ fn integer_widths_hash_alike_and_strings_differ() {
     assert_ne!(HashPair::from_u64(5, 0), HashPair::from_bytes(b"5", 0));
     assert_ne!(HashPair::from_u64(5, 0), HashPair::from_u64(5, 1));
 }
+
+#[test]
+fn wide_block_positions_are_pinned_and_are_what_insert_sets() {
+    let shape = BlockedParams {
+        blocks: 36_000,
+        block_bits: 512,
+        hashes: 12,
+    };
+    let mut f = BlockedBloom::new(shape, 0).unwrap();
+    let cases: [(u64, [u64; 12]); 2] = [(1, PIN_1), (0xdead_beef, PIN_DEADBEEF)];
+    for (key, want) in cases {
+        let got: Vec<u64> = f.positions(&key).collect();
+        assert_eq!(got, want, "key {key}");
+        let block = want[0] / 512;
+        assert!(want.iter().all(|p| p / 512 == block), "one line per key");
+        f.insert(&key);
+        for p in want {
+            assert!(f.bitmap().test(p).unwrap(), "insert set {p}");
+        }
+    }
+    let set: u64 = f.bitmap().count_ones();
+    let distinct: std::collections::BTreeSet<u64> =
+        PIN_1.iter().chain(&PIN_DEADBEEF).copied().collect();
+    assert_eq!(set, distinct.len() as u64, "insert sets nothing else");
+}
+
+const PIN_1: [u64; 12] = [
+    10442994, 10442900, 10443199, 10443177, 10443136, 10443260, 10442800, 10443094, 10443154,
+    10442905, 10442955, 10442944,
+];
+/// Holds one position twice (5390965): positions are drawn with replacement.
+const PIN_DEADBEEF: [u64; 12] = [
+    5391269, 5390965, 5390939, 5391012, 5390899, 5391259, 5390965, 5390956, 5391274, 5391147,
+    5391294, 5391304,
+];

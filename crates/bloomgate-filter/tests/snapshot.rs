@@ -58,6 +58,21 @@ fn heap_and_mmap_round_trips_give_identical_answers() {
         assert_eq!(view.contains(&k), f.contains(&k));
     }
 
+    // A low-rate filter (512-bit blocks) round-trips and maps the same way.
+    let mut w = BlockedBloom::with_fpr(20_000, 1e-5).unwrap();
+    assert_eq!(w.params().block_bits, 512);
+    w.insert_many(&keys);
+    let wpath = dir.path().join("w.bgf");
+    w.save(&wpath, KeyKind::Integer).unwrap();
+    assert_eq!(BlockedBloom::load(&wpath).unwrap().0, w);
+    let wview = MappedBloom::open(&wpath).unwrap();
+    wview.verify().unwrap();
+    assert!(keys.iter().all(|k| wview.contains(k)));
+    for _ in 0..100_000 {
+        let k = rng.next_u64();
+        assert_eq!(wview.contains(&k), w.contains(&k));
+    }
+
     let mut c = ClassicBloom::with_fpr(5000, 0.001).unwrap();
     let mut cnt = CountingBloom::with_fpr(5000, 0.01).unwrap();
     for k in &keys[..5000] {
