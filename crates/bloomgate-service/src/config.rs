@@ -110,6 +110,11 @@ pub enum BloomMode {
     /// Redis before a 404, so a SKU created through any instance is not
     /// refused even before the change log reaches this one.
     Strict,
+    /// Every check goes to the shared filter in Redis (one `GETRANGE`);
+    /// the replica is not asked. How go-zero and Redisson gate reads:
+    /// kept as the comparison baseline, not recommended (a Redis round
+    /// trip on every request, and a Redis failure lets everything pass).
+    Redis,
 }
 
 /// Which filter the gate uses (`cache.bloom_layout`).
@@ -166,7 +171,7 @@ pub struct CacheConfig {
     /// Seconds between snapshots (also written after each rebuild and at
     /// shutdown).
     pub bloom_snapshot_every_secs: u64,
-    /// `local` or `strict` (`strict` needs `redis_url`).
+    /// `local`, `strict` or `redis` (the last two need `redis_url`).
     pub bloom_mode: BloomMode,
     /// Bytes per Redis string of the shared filter (`strict`): a larger
     /// filter is split into segments, which a Redis Cluster spreads over
@@ -364,7 +369,7 @@ impl Config {
         if c.bloom_mode != BloomMode::Local && self.redis_url.is_none() {
             return Err(invalid(
                 "cache.bloom_mode",
-                "strict keeps a shared filter in Redis: set redis_url",
+                "strict and redis keep a shared filter in Redis: set redis_url",
             ));
         }
         if c.bloom_segment_bytes == 0
@@ -380,10 +385,10 @@ impl Config {
                 ),
             ));
         }
-        if c.bloom_mode == BloomMode::Strict && c.redis_prefix.contains(['{', '}']) {
+        if c.bloom_mode != BloomMode::Local && c.redis_prefix.contains(['{', '}']) {
             return Err(invalid(
                 "cache.redis_prefix",
-                "strict mode names the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
+                "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
         if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {

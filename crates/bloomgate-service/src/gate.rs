@@ -495,6 +495,12 @@ impl Gate {
         verdict
     }
 
+    /// Whether the gate is on (`cache.bloom_enabled`).
+    #[must_use]
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
     /// Judges an id without counting it (see [`Gate::tally`]): for a caller
     /// that may overrule a rejection first (strict mode).
     #[inline]

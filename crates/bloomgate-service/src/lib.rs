@@ -108,6 +108,11 @@ pub async fn prepare(
             .seed_range(1, config.seed_if_empty as i64, |_| {})
             .await?;
         tracing::info!(inserted, "catalogue seeded");
+        // The shared filter was filled from SQL when it was opened, before
+        // the seed: add the seeded ids (in redis mode it alone answers).
+        if let Some(shared) = &state.reader.shared {
+            shared.fill().await;
+        }
     }
     let c = &config.cache;
     state.metrics.spawn_upkeep(Duration::from_secs(5));

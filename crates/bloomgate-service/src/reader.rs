@@ -169,8 +169,11 @@ pub struct ShieldedReader {
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
     pub after_read: Arc<PausePoint>,
-    /// The shared filter that confirms the replica's "no" (`strict` mode).
+    /// The shared filter that confirms the replica's "no" (`strict` mode)
+    /// or answers alone (`redis` mode).
     pub shared: Option<crate::shared::SharedFilter>,
+    /// `redis` mode: the shared filter answers every check.
+    pub shared_only: bool,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -207,6 +210,7 @@ impl ShieldedReader {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             after_read: Arc::default(),
             shared: None,
+            shared_only: false,
         }
     }
 
@@ -219,8 +223,18 @@ impl ShieldedReader {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: i64) -> Result<Lookup, AppError> {
-        let mut verdict = self.gate.probe(id);
-        if verdict == Verdict::Reject {
+        let mut verdict = match &self.shared {
+            // Redis mode: one round trip decides (a failure answers maybe).
+            Some(shared) if self.shared_only && self.gate.enabled() => {
+                if shared.maybe_contains(id).await {
+                    Verdict::Pass
+                } else {
+                    Verdict::Reject
+                }
+            }
+            _ => self.gate.probe(id),
+        };
+        if verdict == Verdict::Reject && !self.shared_only {
             // Strict: the replica's "no" stands only if Redis agrees.
             if let Some(shared) = &self.shared {
                 if shared.maybe_contains(id).await {

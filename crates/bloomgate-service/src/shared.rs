@@ -123,8 +123,8 @@ impl SharedFilter {
         Ok(shared)
     }
 
-    /// Adds every id in SQL (after creating the filter).
-    async fn fill(&self) {
+    /// Adds every id in SQL (after creating the filter, or seeding SQL).
+    pub(crate) async fn fill(&self) {
         let mut batches = Vec::new();
         let scanned = self
             .store

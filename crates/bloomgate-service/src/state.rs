@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::{new_l1, RedisTier};
-use crate::config::Config;
+use crate::config::{BloomMode, Config};
 use crate::gate::{Gate, GateConfig};
 use crate::reader::{Bulkhead, ShieldedReader};
 use crate::store::{SkuStore, StoreError};
@@ -102,7 +102,9 @@ impl AppState {
             Duration::from_millis(config.sql.queue_timeout_ms),
         );
         let mut reader = ShieldedReader::new(Arc::new(gate), l1, redis, store.clone(), bulkhead);
-        if let (crate::config::BloomMode::Strict, Some(url)) = (c.bloom_mode, &config.redis_url) {
+        reader.shared_only = c.bloom_mode == crate::config::BloomMode::Redis;
+        if let (BloomMode::Strict | BloomMode::Redis, Some(url)) = (c.bloom_mode, &config.redis_url)
+        {
             reader.shared = Some(
                 crate::shared::SharedFilter::connect(
                     url,

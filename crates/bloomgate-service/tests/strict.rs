@@ -148,3 +148,72 @@ fn strict_without_redis_is_refused() {
         "{e}"
     );
 }
+
+/// `redis` mode, the go-zero/Redisson baseline: every check is one Redis
+/// round trip, the replica is not asked; a create through it lands in the
+/// shared filter; a lost filter answers maybe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let prefix = "bgtest:redismode:";
+    common::redis_clear(&redis, prefix).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let mut c = config(&db, &redis, BloomMode::Redis);
+    c.cache.redis_prefix = prefix.into();
+    let server = TestServer::start(c, 1000).await;
+    let shared = server.state.reader.shared.clone().expect("a shared filter");
+
+    // Seeded ids were added to the shared filter at its creation.
+    assert_eq!(server.get("/api/seckill/1").await.0, 200);
+    // Behind the replica's back: only the shared filter knows it.
+    let sku = catalogue_sku(60_000);
+    assert!(server.state.reader.store.insert(&sku).await.unwrap());
+    shared.insert(sku.id).await;
+    let replica = server.state.reader.gate.probe(60_000);
+    assert_ne!(
+        replica,
+        bloomgate_service::gate::Verdict::Pass,
+        "the replica does not know it"
+    );
+    assert_eq!(
+        server.get("/api/seckill/60000").await.0,
+        200,
+        "Redis decides"
+    );
+    // Absent ids: refused on Redis's word, no SQL.
+    for id in 900_000_000..900_000_020 {
+        assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 404);
+    }
+    let s = server.stats().await;
+    assert_eq!(
+        counter(&s, &["shared", "checks"]),
+        22,
+        "one check per lookup: {s}"
+    );
+    assert_eq!(counter(&s, &["sql", "missing"]), 0, "{s}");
+    assert_eq!(counter(&s, &["bloom", "rejected"]), 20, "{s}");
+    assert_eq!(
+        counter(&s, &["shared", "overruled"]),
+        0,
+        "nothing to overrule"
+    );
+
+    // The shared filter lost: a check answers maybe, SQL says 404.
+    let mut conn = common::redis_conn(&redis).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}bloom*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(server.get("/api/seckill/900000100").await.0, 404);
+    assert_eq!(counter(&server.stats().await, &["sql", "missing"]), 1);
+    server.stop().await;
+}
