@@ -16,14 +16,45 @@
 //! in an in-memory queue (at most [`MAX_PENDING`]) and go out in order when
 //! Redis answers; if the queue overflowed, a rebuild request for every
 //! instance goes out first.
+//!
+//! Shared rebuilds: an operator's warm with `rebuild_bloom` scans SQL once
+//! for every instance. The instance it reaches takes the lock
+//! `{prefix}bloom:rebuild:lock` (`SET NX PX`), notes the stream's last
+//! entry, rebuilds, writes its filter (the library's snapshot format,
+//! checksummed) to `{prefix}bloom:epoch:{n}` under a fresh epoch number
+//! (`INCR {prefix}bloom:epoch`), deletes the previous epoch's key and
+//! appends `{kind: b, epoch, at, capacity}`. Every other instance's
+//! follower loads that epoch, verifies it, adds the ids created since
+//! `at` from the stream and swaps it in: no SQL scan. A warm that reaches
+//! another instance while the lock is held waits for that epoch instead
+//! of starting a second rebuild. Whatever fails (no lock, a filter over
+//! Redis's 512 MB string limit, a key gone, a checksum that does not
+//! verify) falls back to each instance rebuilding from SQL.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::streams::{StreamRangeReply, StreamReadReply};
+use tokio::sync::watch;
 
+use crate::gate::Gate;
 use crate::reader::ShieldedReader;
+
+/// How long the shared-rebuild lock holds if its owner dies.
+const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
+/// How long an epoch's filter stays in Redis (the next epoch deletes it
+/// sooner).
+const EPOCH_TTL_SECS: u64 = 3600;
+/// Redis's largest string: a larger filter is not shared (instances then
+/// rebuild from SQL each).
+const MAX_EPOCH_BYTES: usize = 512 << 20;
+
+/// Releases the shared-rebuild lock only if this instance still holds it.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
 
 /// What a write did to a SKU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +95,12 @@ pub struct ChangeCounters {
     /// Queued appends dropped because the queue was full (a rebuild
     /// request is appended instead once Redis answers).
     pub dropped: AtomicU64,
+    /// Shared rebuilds this instance led (scanned SQL and published).
+    pub rebuilds_led: AtomicU64,
+    /// Other instances' rebuilds adopted here (no SQL scan).
+    pub rebuilds_adopted: AtomicU64,
+    /// Epochs that could not be adopted (a local rebuild ran instead).
+    pub adopt_failures: AtomicU64,
 }
 
 /// Appends waiting for Redis, oldest first.
@@ -86,9 +123,12 @@ pub struct ChangeLog {
     client: redis::Client,
     conn: redis::aio::ConnectionManager,
     key: String,
+    prefix: String,
     max_len: u64,
     timeout: Duration,
     instance: String,
+    /// The newest epoch this instance built or adopted.
+    epoch: Arc<watch::Sender<u64>>,
     /// The last entry the follower has applied (or started after).
     applied: Arc<std::sync::Mutex<String>>,
     pending: Arc<std::sync::Mutex<Pending>>,
@@ -126,9 +166,11 @@ impl ChangeLog {
             client,
             conn,
             key: format!("{prefix}changes"),
+            prefix: prefix.to_string(),
             max_len,
             timeout,
             instance: format!("{:016x}", fastrand::u64(..)),
+            epoch: Arc::new(watch::channel(0).0),
             applied: Arc::new(std::sync::Mutex::new("0-0".into())),
             pending: Arc::default(),
             counters: Arc::default(),
@@ -277,6 +319,197 @@ impl ChangeLog {
                 "change log: the rebuild request for the other instances was not appended"
             );
         }
+    }
+
+    /// A connection for moving whole filters: the shared one answers
+    /// within `redis_timeout_ms`, too short for megabytes.
+    async fn bulk_conn(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(self.timeout.max(Duration::from_millis(200)))
+            .set_response_timeout(Duration::from_secs(60));
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Tries to take the shared-rebuild lock: `Some(true)` when this
+    /// instance now leads the rebuild every instance will adopt,
+    /// `Some(false)` when another instance holds it, `None` when Redis did
+    /// not answer.
+    pub async fn try_lead(&self) -> Option<bool> {
+        let mut conn = self.conn.clone();
+        let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(format!("{}bloom:rebuild:lock", self.prefix))
+            .arg(&self.instance)
+            .arg("NX")
+            .arg("PX")
+            .arg(REBUILD_LOCK_MS)
+            .query_async(&mut conn)
+            .await;
+        set.ok().map(|s| s.is_some())
+    }
+
+    /// Releases the lock if this instance holds it (best effort: it
+    /// expires anyway).
+    pub async fn release_lead(&self) {
+        let mut conn = self.conn.clone();
+        let released: redis::RedisResult<i64> = redis::Script::new(RELEASE)
+            .key(format!("{}bloom:rebuild:lock", self.prefix))
+            .arg(&self.instance)
+            .invoke_async(&mut conn)
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, "releasing the shared-rebuild lock failed; it expires by itself");
+        }
+    }
+
+    /// The newest epoch built or adopted here (0: none).
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        *self.epoch.borrow()
+    }
+
+    /// Waits until an epoch newer than `seen` is built or adopted here.
+    pub async fn wait_epoch_after(&self, seen: u64) -> u64 {
+        let mut rx = self.epoch.subscribe();
+        let newer = rx.wait_for(|&e| e > seen).await.map_or(seen, |e| *e);
+        newer
+    }
+
+    /// Publishes `gate`'s filter, just rebuilt from a scan that started
+    /// after entry `at`, as a new epoch for the other instances. On any
+    /// failure they are asked to rebuild from SQL instead.
+    ///
+    /// # Errors
+    /// Why the filter was not shared (already logged).
+    pub async fn publish_built(&self, gate: &Gate, at: &str) -> Result<u64, String> {
+        let result = self.publish_epoch(gate, at).await;
+        match &result {
+            Ok(epoch) => {
+                self.counters.rebuilds_led.fetch_add(1, Ordering::Relaxed);
+                self.counters.published.fetch_add(1, Ordering::Relaxed);
+                self.epoch.send_replace(*epoch);
+                tracing::info!(epoch, "shared rebuild published for the other instances");
+            }
+            Err(why) => {
+                tracing::warn!(%why, "the rebuilt filter was not shared; the other instances rebuild from SQL");
+                self.publish_rebuild().await;
+            }
+        }
+        result
+    }
+
+    async fn publish_epoch(&self, gate: &Gate, at: &str) -> Result<u64, String> {
+        let filter = gate.published().ok_or("no filter published")?;
+        let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
+            .await
+            .map_err(|e| e.to_string())?;
+        if bytes.len() > MAX_EPOCH_BYTES {
+            return Err(format!(
+                "the filter has {} bytes, more than a Redis string holds",
+                bytes.len()
+            ));
+        }
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let counter = format!("{}bloom:epoch", self.prefix);
+        let epoch: u64 = redis::cmd("INCR")
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _: () = redis::cmd("SET")
+            .arg(format!("{counter}:{epoch}"))
+            .arg(bytes)
+            .arg("EX")
+            .arg(EPOCH_TTL_SECS)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if epoch > 1 {
+            let _: redis::RedisResult<i64> = redis::cmd("DEL")
+                .arg(format!("{counter}:{}", epoch - 1))
+                .query_async(&mut conn)
+                .await;
+        }
+        self.append(&[
+            ("kind", "b".into()),
+            ("epoch", epoch.to_string()),
+            ("at", at.to_string()),
+            ("capacity", gate.capacity().to_string()),
+        ])
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(epoch)
+    }
+
+    /// Adopts another instance's epoch: load, verify, replay the creates
+    /// since `at`, swap in. Falls back to a rebuild from SQL.
+    async fn adopt(&self, gate: &Arc<Gate>, epoch: u64, at: &str, capacity: u64) {
+        match self.load_epoch(gate, epoch, at, capacity).await {
+            Ok(replayed) => {
+                self.counters
+                    .rebuilds_adopted
+                    .fetch_add(1, Ordering::Relaxed);
+                self.epoch.send_replace(epoch);
+                tracing::info!(
+                    epoch,
+                    replayed,
+                    "adopted another instance's rebuild; no SQL scan"
+                );
+            }
+            Err(why) => {
+                self.counters.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(epoch, %why, "cannot adopt another instance's rebuild; rebuilding from SQL");
+                drop(gate.request_rebuild());
+            }
+        }
+    }
+
+    async fn load_epoch(
+        &self,
+        gate: &Gate,
+        epoch: u64,
+        at: &str,
+        capacity: u64,
+    ) -> Result<usize, String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("{}bloom:epoch:{epoch}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let bytes = bytes.ok_or("the epoch's filter is gone (a newer one replaced it)")?;
+        let layout = gate.layout();
+        let filter = tokio::task::spawn_blocking(move || crate::persist::decode(layout, &bytes))
+            .await
+            .map_err(|e| e.to_string())??;
+        // From here every insert here reaches the new filter too; the
+        // replay adds what was created (anywhere) since the leader's scan
+        // began. An own create inserted before and appended after the
+        // replay's read is added again after its append (see the create
+        // route).
+        let filter = gate
+            .begin_adopt(filter)
+            .ok_or("a rebuild runs here; its filter is as new")?;
+        let replay = self.created_since(at).await;
+        let created = match replay {
+            Ok(Some((created, _))) => created,
+            Ok(None) => {
+                gate.abandon_adopt(&filter);
+                return Err("the change log no longer holds the rebuild's start".into());
+            }
+            Err(e) => {
+                gate.abandon_adopt(&filter);
+                return Err(e.to_string());
+            }
+        };
+        for &id in &created {
+            filter.insert(id);
+        }
+        if !gate.finish_adopt(&filter, capacity) {
+            return Err("a rebuild took over; its filter is as new".into());
+        }
+        Ok(created.len())
     }
 
     /// Appends a marker entry (no SKU): a position every instance started
@@ -481,8 +714,22 @@ impl ChangeLog {
                                     log.counters
                                         .rebuilds_requested
                                         .fetch_add(1, Ordering::Relaxed);
-                                    tracing::info!("another instance asked for a filter rebuild");
-                                    drop(reader.gate.request_rebuild());
+                                    let epoch = entry.get::<u64>("epoch");
+                                    let at = entry.get::<String>("at");
+                                    let capacity = entry.get::<u64>("capacity");
+                                    if let (Some(epoch), Some(at), Some(capacity)) =
+                                        (epoch, at, capacity)
+                                    {
+                                        // Inline: the follower applies nothing
+                                        // else until the swap, and the replay
+                                        // covers what came before it.
+                                        log.adopt(&reader.gate, epoch, &at, capacity).await;
+                                    } else {
+                                        tracing::info!(
+                                            "another instance asked for a filter rebuild"
+                                        );
+                                        drop(reader.gate.request_rebuild());
+                                    }
                                 }
                                 // Another instance dropped queued entries.
                                 (Some("r"), _) => {

@@ -125,6 +125,9 @@ pub struct GateStats {
     pub alarms_raised: u64,
     /// Filters published from a snapshot (at start) instead of a SQL scan.
     pub snapshot_restores: u64,
+    /// Filters another instance built and this one adopted (shared
+    /// rebuilds) instead of a SQL scan.
+    pub adopted: u64,
 }
 
 /// Why a rebuild failed. Cheap to clone: every caller that shared the
@@ -353,6 +356,8 @@ pub struct Gate {
     rebuild_seconds: ::metrics::Histogram,
     /// Filters published from a snapshot instead of a SQL scan.
     restores: AtomicU64,
+    /// Filters adopted from another instance's rebuild.
+    adoptions: AtomicU64,
 }
 
 /// Rebuilds kept in [`Gate::history`].
@@ -435,6 +440,7 @@ impl Gate {
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
             rebuild_seconds: ::metrics::Histogram::noop(),
             restores: AtomicU64::new(0),
+            adoptions: AtomicU64::new(0),
         }
     }
 
@@ -471,6 +477,49 @@ impl Gate {
         self.current.store(Some(Arc::new(filter)));
         self.restores.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Starts adopting a filter another instance built (a shared
+    /// rebuild): it becomes the filter being built, so every insert from
+    /// now on reaches it too. `None` when a rebuild runs here (its filter,
+    /// published when it finishes, is as new).
+    pub fn begin_adopt(&self, filter: GateFilter) -> Option<Arc<GateFilter>> {
+        if self.is_rebuilding() {
+            return None;
+        }
+        let filter = Arc::new(filter);
+        // Only into an empty slot: never over a rebuild's filter.
+        let prev = self
+            .building
+            .compare_and_swap(&None::<Arc<GateFilter>>, Some(Arc::clone(&filter)));
+        prev.is_none().then_some(filter)
+    }
+
+    /// Drops an adoption [`Gate::begin_adopt`] started (nothing published).
+    pub fn abandon_adopt(&self, filter: &Arc<GateFilter>) {
+        let ours = Some(Arc::clone(filter));
+        drop(self.building.compare_and_swap(&ours, None));
+    }
+
+    /// Publishes the filter [`Gate::begin_adopt`] started, sized for
+    /// `capacity`, once the caller has replayed what it lacked; false (and
+    /// nothing published) when a rebuild took over meanwhile.
+    pub fn finish_adopt(&self, filter: &Arc<GateFilter>, capacity: u64) -> bool {
+        let ours = Some(Arc::clone(filter));
+        let prev = self.building.compare_and_swap(&ours, None);
+        if !prev.as_ref().is_some_and(|p| Arc::ptr_eq(p, filter)) {
+            return false;
+        }
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.current.store(ours);
+        self.adoptions.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The configured layout.
+    #[must_use]
+    pub fn layout(&self) -> BloomLayout {
+        self.config.layout
     }
 
     /// The last rebuilds (at most [`HISTORY`]), oldest first.
@@ -553,6 +602,19 @@ impl Gate {
         if let Some(f) = self.current.load().as_deref() {
             if !f.contains(id) {
                 f.insert(id);
+            }
+        }
+    }
+
+    /// Makes sure an id this instance just created is in the filters (a
+    /// no-op unless one was swapped in since [`Gate::insert`]); counts
+    /// nothing twice.
+    pub fn ensure(&self, id: i64) {
+        for slot in [&self.building, &self.current] {
+            if let Some(f) = slot.load().as_deref() {
+                if !f.contains(id) {
+                    f.insert(id);
+                }
             }
         }
     }
@@ -903,6 +965,7 @@ impl Gate {
             alarm_kind: alarm.map(|a| a.kind()),
             alarms_raised: self.alarms_raised.load(Ordering::Relaxed),
             snapshot_restores: self.restores.load(Ordering::Relaxed),
+            adopted: self.adoptions.load(Ordering::Relaxed),
         }
     }
 }

@@ -123,10 +123,7 @@ impl Persist {
         let capacity = gate.capacity();
         let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
         tokio::task::spawn_blocking(move || {
-            let bytes = match &*filter {
-                GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
-                GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
-            };
+            let bytes = encode(&filter);
             let meta = Meta {
                 version: VERSION,
                 position,
@@ -236,14 +233,30 @@ fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta)
     if hash_hex(&bytes) != meta.file_xxh3 {
         return Err("the snapshot file does not match its metadata (a save was cut short)".into());
     }
-    let filter = match layout {
-        BloomLayout::Blocked => BlockedBloom::from_bytes(&bytes)
+    let filter = decode(layout, &bytes)?;
+    Ok((filter, meta))
+}
+
+/// A gate filter in the library's snapshot format.
+pub(crate) fn encode(filter: &GateFilter) -> Vec<u8> {
+    match filter {
+        GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
+        GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
+    }
+}
+
+/// A gate filter of `layout` from snapshot bytes, checksum verified.
+///
+/// # Errors
+/// A sentence naming what failed to verify.
+pub(crate) fn decode(layout: BloomLayout, bytes: &[u8]) -> Result<GateFilter, String> {
+    match layout {
+        BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
             .and_then(|(f, _)| AtomicBloom::from_blocked(&f))
             .map(GateFilter::Blocked),
-        BloomLayout::Classic => ClassicBloom::from_bytes(&bytes)
+        BloomLayout::Classic => ClassicBloom::from_bytes(bytes)
             .and_then(|(f, _)| AtomicClassicBloom::from_classic(&f))
             .map(GateFilter::Classic),
     }
-    .map_err(|e| format!("the snapshot fails to verify: {e}"))?;
-    Ok((filter, meta))
+    .map_err(|e| format!("the snapshot fails to verify: {e}"))
 }

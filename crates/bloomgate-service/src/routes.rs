@@ -187,35 +187,102 @@ pub async fn warm(
     }
     let started = Instant::now();
     let reader = &state.reader;
-    // Registered first, so the rebuild's SQL scan starts after this call
-    // arrived. The rebuild runs in the gate's worker: if this client goes
-    // away, it still completes and is published.
-    let ticket = req.rebuild_bloom.then(|| reader.gate.request_rebuild());
-    if req.rebuild_bloom {
-        // The other instances behind the load balancer rebuild too.
-        if let Some(log) = &state.changes {
-            log.publish_rebuild().await;
-        }
-    }
+    // Started before the warm, finished in a task of its own: if this
+    // client goes away, the rebuild still completes, is shared with the
+    // other instances and releases the lock.
+    let rebuild = if req.rebuild_bloom {
+        let r = start_rebuild(&state).await;
+        Some(tokio::spawn(finish_rebuild(Arc::clone(&state), r)))
+    } else {
+        None
+    };
     let ids = reader.store.first_ids(req.limit).await?;
     let start = reader.warm_start(&ids).await;
     let skus = reader.store.first(req.limit).await?;
     let outcome = reader.warm(start, &skus).await;
-    let rebuild = match ticket {
-        Some(t) => Some(t.wait().await.map_err(|e| match e {
-            RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
-            other => AppError::Unavailable(other.to_string()),
-        })?),
-        None => None,
+    let (report, epoch) = match rebuild {
+        Some(task) => task
+            .await
+            .map_err(|e| AppError::Unavailable(format!("the rebuild stopped: {e}")))??,
+        None => (None, None),
     };
     Ok(Json(json!({
         "warmed": skus.len(),
         "redis_written": outcome.redis_written,
         "redis_error": outcome.redis_error,
-        "rebuild_bloom": rebuild,
-        "added": rebuild.map_or(0, |r| r.added),
+        "rebuild_bloom": report,
+        "added": report.map_or(0, |r| r.added),
+        "epoch": epoch,
         "duration_ms": started.elapsed().as_millis() as u64,
     })))
+}
+
+/// A warm's rebuild, as it was started.
+enum WarmRebuild {
+    /// This instance rebuilds; with a change log it shares the result
+    /// (`at`: the stream's last entry before the scan).
+    Build(crate::gate::RebuildTicket, Option<String>),
+    /// Another instance holds the shared-rebuild lock: adopt its epoch,
+    /// newer than this one.
+    Adopt(u64),
+}
+
+async fn start_rebuild(state: &AppState) -> WarmRebuild {
+    let gate = &state.reader.gate;
+    let Some(log) = &state.changes else {
+        return WarmRebuild::Build(gate.request_rebuild(), None);
+    };
+    match log.try_lead().await {
+        Some(true) => {}
+        // One SQL scan for every instance: the leader's.
+        Some(false) => return WarmRebuild::Adopt(log.epoch()),
+        // Redis is not answering: rebuild here (the others are asked
+        // when it answers again, through the queue).
+        None => return WarmRebuild::Build(gate.request_rebuild(), None),
+    }
+    // The position first, then the request: the scan starts after both,
+    // so the ids created after `at` are the only ones it may miss, and
+    // the adopting instances replay exactly those.
+    let at = log.last_id().await.ok();
+    // The rebuild runs in the gate's worker: if this client goes away, it
+    // still completes and is published.
+    WarmRebuild::Build(gate.request_rebuild(), at)
+}
+
+async fn finish_rebuild(
+    state: Arc<AppState>,
+    rebuild: WarmRebuild,
+) -> Result<(Option<crate::gate::RebuildReport>, Option<u64>), AppError> {
+    match rebuild {
+        WarmRebuild::Build(ticket, at) => {
+            let report = ticket.wait().await;
+            let mut epoch = None;
+            if let Some(log) = &state.changes {
+                match (&report, at) {
+                    (Ok(_), Some(at)) => {
+                        epoch = log.publish_built(&state.reader.gate, &at).await.ok();
+                    }
+                    // Could not note the position, or the build failed:
+                    // every instance rebuilds from SQL by itself.
+                    _ => log.publish_rebuild().await,
+                }
+                log.release_lead().await;
+            }
+            let report = report.map_err(|e| match e {
+                RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
+                other => AppError::Unavailable(other.to_string()),
+            })?;
+            Ok((Some(report), epoch))
+        }
+        WarmRebuild::Adopt(seen) => {
+            let log = state.changes.as_ref();
+            let epoch = match log {
+                Some(log) => log.wait_epoch_after(seen).await,
+                None => seen,
+            };
+            Ok((None, Some(epoch)))
+        }
+    }
 }
 
 /// Counters of every level: bloom, l1, redis, sql.
@@ -271,6 +338,10 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "replayed": c.replayed.load(Ordering::Relaxed),
                 "dropped": c.dropped.load(Ordering::Relaxed),
                 "rebuilds_requested": c.rebuilds_requested.load(Ordering::Relaxed),
+                "rebuilds_led": c.rebuilds_led.load(Ordering::Relaxed),
+                "rebuilds_adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
+                "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
+                "epoch": l.epoch(),
             })
         }),
         "shared": r.shared.as_ref().map(|s| {
@@ -349,6 +420,11 @@ pub async fn create_sku(
     }
     state.reader.invalidate(sku.id).await;
     publish(&state, sku.id, ChangeKind::Created).await;
+    // Again after the append (a no-op unless the filter was swapped for
+    // another instance's in between): an adopting instance replays the log
+    // up to some entry, so a create appended after that read must enter
+    // the adopted filter here.
+    state.reader.gate.ensure(sku.id);
     Ok((StatusCode::CREATED, Json(sku)))
 }
 

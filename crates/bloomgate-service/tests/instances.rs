@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{sku_body, TestServer};
+use common::{counter, sku_body, TestServer};
 use reqwest::Method;
 
 /// Polls `GET path` on `server` until `done(status, body)`; returns how long
@@ -218,10 +218,11 @@ async fn a_random_id_attack_on_three_instances_stays_within_the_filters_rate() {
 }
 
 /// An operator's warm with `rebuild_bloom` reaches one instance behind the
-/// load balancer; the others rebuild too (asked through the change log),
-/// and SKUs created meanwhile are in every instance's filter afterwards.
+/// load balancer: it scans SQL once and shares the result as an epoch in
+/// Redis; the others adopt it without a scan, and SKUs created meanwhile
+/// are in every instance's filter afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_rebuild_asked_of_one_instance_is_done_by_all() {
+async fn a_rebuild_asked_of_one_instance_is_done_once_and_adopted_by_all() {
     let Some(redis) = common::redis_url().await else {
         return;
     };
@@ -231,59 +232,135 @@ async fn a_rebuild_asked_of_one_instance_is_done_by_all() {
     let a = TestServer::start(config.clone(), 20_000).await;
     let b = TestServer::start(config.clone(), 0).await;
     let c = TestServer::start(config, 0).await;
-    let rebuilds = |s: serde_json::Value| common::counter(&s, &["bloom", "rebuilds"]);
-    let before = [
-        rebuilds(a.stats().await),
-        rebuilds(b.stats().await),
-        rebuilds(c.stats().await),
-    ];
+    let before = [a.stats().await, b.stats().await, c.stats().await];
     let warm = a.send(
         Method::POST,
         "/api/cache/warm",
         Some(r#"{"limit":10,"rebuild_bloom":true}"#),
     );
-    // Creates through C while the rebuilds run.
-    let creates = async {
-        for id in 30_001..=30_020 {
-            let (s, _) = c
-                .send(
-                    Method::POST,
-                    "/api/skus",
-                    Some(&sku_body(Some(id), "during", 100)),
-                )
-                .await;
-            assert_eq!(s, 201);
-        }
-    };
-    let ((s, body), ()) = tokio::join!(warm, creates);
+    let ((s, body), ()) = tokio::join!(warm, create_through(&c, 30_001..=30_020));
     assert_eq!(s, 200, "{body}");
-    for (server, was) in [(&b, before[1]), (&c, before[2])] {
-        common::eventually(20, "the other instances rebuild", || async {
-            rebuilds(server.stats().await) > was
+    assert_eq!(body["epoch"], 1, "{body}");
+    assert!(
+        body["rebuild_bloom"]["added"].as_u64().unwrap() >= 20_000,
+        "{body}"
+    );
+    for (server, was) in [(&b, &before[1]), (&c, &before[2])] {
+        common::eventually(20, "the other instances adopt the epoch", || async {
+            counter(&server.stats().await, &["changes", "rebuilds_adopted"]) == 1
         })
         .await;
         let s = server.stats().await;
+        assert_eq!(counter(&s, &["changes", "epoch"]), 1, "{s}");
+        assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
         assert_eq!(
-            common::counter(&s, &["changes", "rebuilds_requested"]),
-            1,
+            counter(&s, &["sql", "id_scans"]),
+            counter(was, &["sql", "id_scans"]),
+            "adopting scans no SQL: {s}"
+        );
+        assert_eq!(
+            counter(&s, &["bloom", "rebuilds"]),
+            counter(was, &["bloom", "rebuilds"]),
             "{s}"
         );
     }
+    let s = a.stats().await;
+    assert_eq!(counter(&s, &["changes", "rebuilds_led"]), 1, "{s}");
     assert_eq!(
-        rebuilds(a.stats().await),
-        before[0] + 1,
+        counter(&s, &["bloom", "rebuilds"]),
+        counter(&before[0], &["bloom", "rebuilds"]) + 1,
         "A rebuilt once, for its own warm"
     );
+    all_known(
+        &[&a, &b, &c],
+        (1..=20_000).step_by(97).chain(30_001..=30_020),
+    );
+    for s in [a, b, c] {
+        s.stop().await;
+    }
+}
+
+/// Two operators' warms reach two instances at once: one SQL scan in all,
+/// both answer, and every instance ends on the same epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_rebuilds_asked_at_once_of_two_instances_run_one_scan() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(
+        &common::sqlite_url(&dir),
+        Some(&redis),
+        "instances-coalesce",
+    );
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let a = TestServer::start(config.clone(), 20_000).await;
+    let b = TestServer::start(config.clone(), 0).await;
+    let c = TestServer::start(config, 0).await;
+    let scans = |s: &serde_json::Value| counter(s, &["sql", "id_scans"]);
+    let mut before = 0;
     for server in [&a, &b, &c] {
-        for id in (1..=20_000).step_by(97).chain(30_001..=30_020) {
+        before += scans(&server.stats().await);
+    }
+    // A's rebuild holds after its scan until B's warm has asked too.
+    let pause = a.state.reader.gate.after_scan.arm(0);
+    let warm = r#"{"limit":10,"rebuild_bloom":true}"#;
+    let on_a = a.send(Method::POST, "/api/cache/warm", Some(warm));
+    let on_b = async {
+        pause.reached().await;
+        let release = async {
+            // B's warm is in flight (it waits for the epoch); let A go on.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            pause.resume();
+        };
+        tokio::join!(b.send(Method::POST, "/api/cache/warm", Some(warm)), release).0
+    };
+    let ((sa, body_a), (sb, body_b), ()) =
+        tokio::join!(on_a, on_b, create_through(&c, 40_001..=40_010));
+    assert_eq!((sa, sb), (200, 200), "{body_a} {body_b}");
+    let (ja, jb) = (body_a, body_b);
+    assert_eq!(ja["epoch"], 1, "{ja}");
+    assert_eq!(jb["epoch"], 1, "B adopted A's epoch: {jb}");
+    assert!(jb["rebuild_bloom"].is_null(), "B did not rebuild: {jb}");
+    let mut after = 0;
+    for server in [&a, &b, &c] {
+        common::eventually(20, "every instance on epoch 1", || async {
+            counter(&server.stats().await, &["changes", "epoch"]) == 1
+        })
+        .await;
+        after += scans(&server.stats().await);
+    }
+    assert_eq!(after - before, 1, "one SQL scan for two requests");
+    all_known(
+        &[&a, &b, &c],
+        (1..=20_000).step_by(101).chain(40_001..=40_010),
+    );
+    for s in [a, b, c] {
+        s.stop().await;
+    }
+}
+
+async fn create_through(server: &TestServer, ids: std::ops::RangeInclusive<i64>) {
+    for id in ids {
+        let (s, _) = server
+            .send(
+                Method::POST,
+                "/api/skus",
+                Some(&sku_body(Some(id), "during", 100)),
+            )
+            .await;
+        assert_eq!(s, 201);
+    }
+}
+
+fn all_known(servers: &[&TestServer], ids: impl Iterator<Item = i64> + Clone) {
+    for server in servers {
+        for id in ids.clone() {
             assert_ne!(
                 server.state.reader.gate.check(id),
                 bloomgate_service::gate::Verdict::Reject,
-                "id {id} refused after the rebuilds"
+                "id {id} refused after the rebuild"
             );
         }
-    }
-    for s in [a, b, c] {
-        s.stop().await;
     }
 }
