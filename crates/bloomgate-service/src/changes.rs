@@ -383,7 +383,7 @@ impl ChangeLog {
     /// # Errors
     /// Why the filter was not shared (already logged).
     pub async fn publish_built(&self, gate: &Gate, at: &str) -> Result<u64, String> {
-        let result = self.publish_epoch(gate, at).await;
+        let result = self.publish_epoch(gate, at, true).await;
         match &result {
             Ok(epoch) => {
                 self.counters.rebuilds_led.fetch_add(1, Ordering::Relaxed);
@@ -399,7 +399,71 @@ impl ChangeLog {
         result
     }
 
-    async fn publish_epoch(&self, gate: &Gate, at: &str) -> Result<u64, String> {
+    /// After a start-up build from a scan that began after entry `at`:
+    /// stores the filter as the first epoch if Redis holds none, so the
+    /// next instances to start adopt it instead of scanning SQL. Not
+    /// announced: running instances keep their filters.
+    pub async fn publish_first(&self, gate: &Gate, at: &str) {
+        let mut conn = self.conn.clone();
+        let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
+            .arg(format!("{}bloom:epoch", self.prefix))
+            .query_async(&mut conn)
+            .await;
+        if !matches!(exists, Ok(false)) {
+            return;
+        }
+        match self.publish_epoch(gate, at, false).await {
+            Ok(epoch) => {
+                self.epoch.send_replace(epoch);
+                tracing::info!(
+                    epoch,
+                    "start-up filter stored for the next instances to adopt"
+                );
+            }
+            Err(why) => tracing::warn!(%why, "the start-up filter was not stored in Redis"),
+        }
+    }
+
+    /// At start: adopts the newest epoch (made for this layout and rate)
+    /// instead of scanning SQL, replaying the creates since its scan
+    /// began. Returns the last change-log entry replayed.
+    ///
+    /// # Errors
+    /// Why not (the caller scans SQL).
+    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<String, String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let epoch: Option<u64> = redis::cmd("GET")
+            .arg(format!("{}bloom:epoch", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let epoch = epoch.ok_or("no epoch in Redis")?;
+        let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("{}bloom:epoch:{epoch}:meta", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let field = |name: &str| {
+            meta.get(name)
+                .cloned()
+                .ok_or_else(|| format!("epoch {epoch} has no {name}"))
+        };
+        let (at, capacity) = (field("at")?, field("capacity")?);
+        if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
+            return Err(format!("epoch {epoch} was made for another layout or rate"));
+        }
+        let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
+        let (replayed, last) = self.load_epoch(gate, epoch, &at, capacity).await?;
+        self.epoch.send_replace(epoch);
+        tracing::info!(
+            epoch,
+            replayed,
+            "filter adopted from Redis at start; no SQL scan"
+        );
+        Ok(last)
+    }
+
+    async fn publish_epoch(&self, gate: &Gate, at: &str, announce: bool) -> Result<u64, String> {
         let filter = gate.published().ok_or("no filter published")?;
         let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
             .await
@@ -417,19 +481,41 @@ impl ChangeLog {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        let _: () = redis::cmd("SET")
+        let meta = format!("{counter}:{epoch}:meta");
+        let _: () = redis::pipe()
+            .cmd("SET")
             .arg(format!("{counter}:{epoch}"))
             .arg(bytes)
             .arg("EX")
             .arg(EPOCH_TTL_SECS)
+            .ignore()
+            .cmd("HSET")
+            .arg(&meta)
+            .arg("at")
+            .arg(at)
+            .arg("capacity")
+            .arg(gate.capacity())
+            .arg("fpp")
+            .arg(gate.fpp().to_string())
+            .arg("layout")
+            .arg(format!("{:?}", gate.layout()))
+            .ignore()
+            .cmd("EXPIRE")
+            .arg(&meta)
+            .arg(EPOCH_TTL_SECS)
+            .ignore()
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
         if epoch > 1 {
             let _: redis::RedisResult<i64> = redis::cmd("DEL")
                 .arg(format!("{counter}:{}", epoch - 1))
+                .arg(format!("{counter}:{}:meta", epoch - 1))
                 .query_async(&mut conn)
                 .await;
+        }
+        if !announce {
+            return Ok(epoch);
         }
         self.append(&[
             ("kind", "b".into()),
@@ -446,7 +532,7 @@ impl ChangeLog {
     /// since `at`, swap in. Falls back to a rebuild from SQL.
     async fn adopt(&self, gate: &Arc<Gate>, epoch: u64, at: &str, capacity: u64) {
         match self.load_epoch(gate, epoch, at, capacity).await {
-            Ok(replayed) => {
+            Ok((replayed, _)) => {
                 self.counters
                     .rebuilds_adopted
                     .fetch_add(1, Ordering::Relaxed);
@@ -471,7 +557,7 @@ impl ChangeLog {
         epoch: u64,
         at: &str,
         capacity: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<(usize, String), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let bytes: Option<Vec<u8>> = redis::cmd("GET")
             .arg(format!("{}bloom:epoch:{epoch}", self.prefix))
@@ -492,8 +578,8 @@ impl ChangeLog {
             .begin_adopt(filter)
             .ok_or("a rebuild runs here; its filter is as new")?;
         let replay = self.created_since(at).await;
-        let created = match replay {
-            Ok(Some((created, _))) => created,
+        let (created, last) = match replay {
+            Ok(Some(found)) => found,
             Ok(None) => {
                 gate.abandon_adopt(&filter);
                 return Err("the change log no longer holds the rebuild's start".into());
@@ -509,7 +595,7 @@ impl ChangeLog {
         if !gate.finish_adopt(&filter, capacity) {
             return Err("a rebuild took over; its filter is as new".into());
         }
-        Ok(created.len())
+        Ok((created.len(), last))
     }
 
     /// Appends a marker entry (no SKU): a position every instance started

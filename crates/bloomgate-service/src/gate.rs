@@ -522,6 +522,12 @@ impl Gate {
         self.config.layout
     }
 
+    /// The configured target rate.
+    #[must_use]
+    pub fn fpp(&self) -> f64 {
+        self.config.fpp
+    }
+
     /// The last rebuilds (at most [`HISTORY`]), oldest first.
     pub fn history(&self) -> Vec<RebuildRecord> {
         lock(&self.history).iter().cloned().collect()

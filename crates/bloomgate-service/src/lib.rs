@@ -99,7 +99,9 @@ pub async fn prepare(
     config: &Config,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
     let store = &state.reader.store;
+    let mut seeded = false;
     if config.seed_if_empty > 0 && store.count().await? == 0 {
+        seeded = true;
         tracing::info!(
             count = config.seed_if_empty,
             "empty database: seeding the catalogue"
@@ -117,6 +119,8 @@ pub async fn prepare(
     let c = &config.cache;
     state.metrics.spawn_upkeep(Duration::from_secs(5));
     let mut restored = false;
+    // The change log's last entry before the start-up scan.
+    let mut start_position = None;
     if let Some(changes) = &state.changes {
         // A marker: every position this instance follows from or saves in
         // a snapshot is at or after it, so it always names an entry whose
@@ -134,6 +138,17 @@ pub async fn prepare(
                 Err(why) => tracing::warn!(%why, "filter snapshot not used; building from SQL"),
             }
         }
+        // No snapshot: another instance's filter in Redis, if one is there
+        // (not after seeding here: the seed is in no filter and no log).
+        if !restored && c.bloom_enabled && !seeded {
+            match changes.adopt_latest(&state.reader.gate, c.bloom_fpp).await {
+                Ok(last) => {
+                    restored = true;
+                    from = Some(last);
+                }
+                Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
+            }
+        }
         // Otherwise note the log's end before the first scan, and follow
         // from there.
         let from = match from {
@@ -146,6 +161,9 @@ pub async fn prepare(
                 }
             },
         };
+        if !restored {
+            start_position = Some(from.clone());
+        }
         changes.spawn_follower(from, &state.reader);
     }
     if let Some(persist) = &state.persist {
@@ -162,10 +180,18 @@ pub async fn prepare(
     }
     if c.bloom_enabled && c.bloom_build_on_start && !restored {
         let gate = Arc::clone(&state.reader.gate);
-        return Ok(Some(tokio::spawn(gate.build_until_ready(
+        let (min, max) = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
-        ))));
+        );
+        let share = state.changes.clone().zip(start_position);
+        return Ok(Some(tokio::spawn(async move {
+            Arc::clone(&gate).build_until_ready(min, max).await;
+            // The first instance's build, kept for the next ones to adopt.
+            if let Some((log, at)) = share {
+                log.publish_first(&gate, &at).await;
+            }
+        })));
     }
     Ok(None)
 }

@@ -240,7 +240,8 @@ async fn a_rebuild_asked_of_one_instance_is_done_once_and_adopted_by_all() {
     );
     let ((s, body), ()) = tokio::join!(warm, create_through(&c, 30_001..=30_020));
     assert_eq!(s, 200, "{body}");
-    assert_eq!(body["epoch"], 1, "{body}");
+    // Epoch 1 is A's start-up build (B and C adopted it at start).
+    assert_eq!(body["epoch"], 2, "{body}");
     assert!(
         body["rebuild_bloom"]["added"].as_u64().unwrap() >= 20_000,
         "{body}"
@@ -251,8 +252,17 @@ async fn a_rebuild_asked_of_one_instance_is_done_once_and_adopted_by_all() {
         })
         .await;
         let s = server.stats().await;
-        assert_eq!(counter(&s, &["changes", "epoch"]), 1, "{s}");
-        assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
+        assert_eq!(counter(&s, &["changes", "epoch"]), 2, "{s}");
+        assert_eq!(
+            counter(&s, &["bloom", "adopted"]),
+            counter(was, &["bloom", "adopted"]) + 1,
+            "{s}"
+        );
+        assert_eq!(
+            counter(was, &["sql", "id_scans"]),
+            0,
+            "adopted at start: {s}"
+        );
         assert_eq!(
             counter(&s, &["sql", "id_scans"]),
             counter(was, &["sql", "id_scans"]),
@@ -319,13 +329,13 @@ async fn two_rebuilds_asked_at_once_of_two_instances_run_one_scan() {
         tokio::join!(on_a, on_b, create_through(&c, 40_001..=40_010));
     assert_eq!((sa, sb), (200, 200), "{body_a} {body_b}");
     let (ja, jb) = (body_a, body_b);
-    assert_eq!(ja["epoch"], 1, "{ja}");
-    assert_eq!(jb["epoch"], 1, "B adopted A's epoch: {jb}");
+    assert_eq!(ja["epoch"], 2, "{ja}");
+    assert_eq!(jb["epoch"], 2, "B adopted A's epoch: {jb}");
     assert!(jb["rebuild_bloom"].is_null(), "B did not rebuild: {jb}");
     let mut after = 0;
     for server in [&a, &b, &c] {
-        common::eventually(20, "every instance on epoch 1", || async {
-            counter(&server.stats().await, &["changes", "epoch"]) == 1
+        common::eventually(20, "every instance on epoch 2", || async {
+            counter(&server.stats().await, &["changes", "epoch"]) == 2
         })
         .await;
         after += scans(&server.stats().await);

@@ -100,7 +100,8 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
     a.stop().await;
 
     // A snapshot that fails the library's checksum (the metadata made to
-    // match it, so only the payload check can catch it): rebuilt from SQL.
+    // match it, so only the payload check can catch it): not trusted; the
+    // filter the first start stored in Redis is adopted instead.
     let mut bytes = std::fs::read(&snap).unwrap();
     let last = bytes.len() - 100;
     bytes[last] ^= 0x5a;
@@ -116,17 +117,19 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
         0,
         "{stats}"
     );
-    assert_eq!(counter(&stats, &["sql", "id_scans"]), 1);
+    assert_eq!(counter(&stats, &["bloom", "adopted"]), 1, "{stats}");
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 0);
     for id in [1, 500, 1000, 5000, 6000, 7000] {
         assert_ne!(a.state.reader.gate.check(id), Verdict::Reject, "id {id}");
     }
     a.stop().await;
 
     // The change log lost (a Redis restart without persistence): the
-    // snapshot's position is gone, so it is not trusted.
+    // snapshot's position and the stored filter's are gone, so neither is
+    // trusted: a SQL scan.
     assert!(
         std::fs::read(&snap).unwrap() != bytes,
-        "the rebuild's snapshot replaced it"
+        "the adopted filter's snapshot replaced it"
     );
     let mut conn = common::redis_conn(&redis).await;
     let _: () = redis::cmd("DEL")
