@@ -430,7 +430,12 @@ impl ChangeLog {
     ///
     /// # Errors
     /// Why not (the caller scans SQL).
-    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<String, String> {
+    pub async fn adopt_latest(
+        &self,
+        gate: &Gate,
+        fpp: f64,
+        store: &crate::store::SkuStore,
+    ) -> Result<String, String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(format!("{}bloom:epoch", self.prefix))
@@ -448,12 +453,19 @@ impl ChangeLog {
                 .cloned()
                 .ok_or_else(|| format!("epoch {epoch} has no {name}"))
         };
-        let (at, capacity) = (field("at")?, field("capacity")?);
+        let (at, capacity, items) = (field("at")?, field("capacity")?, field("items")?);
         if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        let (replayed, last) = self.load_epoch(gate, epoch, &at, capacity).await?;
+        let items: u64 = items.parse().map_err(|_| "bad items".to_string())?;
+        // SKUs written to SQL behind the log's back (`bloomgate seed`, a
+        // bulk load) are in no epoch and no replay: more rows than the
+        // epoch's items plus the creates since means exactly that.
+        let rows = store.count().await.map_err(|e| e.to_string())?;
+        let (replayed, last) = self
+            .load_epoch(gate, epoch, &at, capacity, Some((rows, items)))
+            .await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
             epoch,
@@ -465,6 +477,7 @@ impl ChangeLog {
 
     async fn publish_epoch(&self, gate: &Gate, at: &str, announce: bool) -> Result<u64, String> {
         let filter = gate.published().ok_or("no filter published")?;
+        let items = bloomgate_filter::Filter::items(filter.as_filter());
         let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
             .await
             .map_err(|e| e.to_string())?;
@@ -495,6 +508,8 @@ impl ChangeLog {
             .arg(at)
             .arg("capacity")
             .arg(gate.capacity())
+            .arg("items")
+            .arg(items)
             .arg("fpp")
             .arg(gate.fpp().to_string())
             .arg("layout")
@@ -531,7 +546,7 @@ impl ChangeLog {
     /// Adopts another instance's epoch: load, verify, replay the creates
     /// since `at`, swap in. Falls back to a rebuild from SQL.
     async fn adopt(&self, gate: &Arc<Gate>, epoch: u64, at: &str, capacity: u64) {
-        match self.load_epoch(gate, epoch, at, capacity).await {
+        match self.load_epoch(gate, epoch, at, capacity, None).await {
             Ok((replayed, _)) => {
                 self.counters
                     .rebuilds_adopted
@@ -557,6 +572,7 @@ impl ChangeLog {
         epoch: u64,
         at: &str,
         capacity: u64,
+        rows_and_items: Option<(u64, u64)>,
     ) -> Result<(usize, String), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let bytes: Option<Vec<u8>> = redis::cmd("GET")
@@ -589,6 +605,15 @@ impl ChangeLog {
                 return Err(e.to_string());
             }
         };
+        if let Some((rows, items)) = rows_and_items {
+            if rows > items + created.len() as u64 {
+                gate.abandon_adopt(&filter);
+                return Err(format!(
+                    "SQL holds {rows} SKUs, more than the epoch's {items} plus {} created since: some were written behind the change log's back",
+                    created.len()
+                ));
+            }
+        }
         for &id in &created {
             filter.insert(id);
         }

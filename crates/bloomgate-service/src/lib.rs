@@ -130,7 +130,10 @@ pub async fn prepare(
         }
         let mut from = None;
         if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
-            match persist.restore(&state.reader.gate).await {
+            match persist
+                .restore(&state.reader.gate, &state.reader.store)
+                .await
+            {
                 Ok(last) => {
                     restored = true;
                     from = Some(last);
@@ -141,7 +144,10 @@ pub async fn prepare(
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && c.bloom_enabled && !seeded {
-            match changes.adopt_latest(&state.reader.gate, c.bloom_fpp).await {
+            match changes
+                .adopt_latest(&state.reader.gate, c.bloom_fpp, &state.reader.store)
+                .await
+            {
                 Ok(last) => {
                     restored = true;
                     from = Some(last);

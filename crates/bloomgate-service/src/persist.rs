@@ -5,8 +5,10 @@
 //! is complete up to. At start the instance loads it (the library verifies
 //! its checksum), replays the ids created after that entry from the change
 //! log, and serves at once; it scans SQL only when the snapshot is missing,
-//! does not verify, was made for another layout or rate, or names an entry
-//! the change log no longer holds (trimmed, or lost with a Redis restart).
+//! does not verify, was made for another layout or rate, names an entry
+//! the change log no longer holds (trimmed, or lost with a Redis restart),
+//! or when SQL holds more SKUs than the file's items plus the creates
+//! replayed (rows written behind the log's back, as `bloomgate seed` does).
 //!
 //! Why the snapshot plus the replay holds every SKU: the position saved is
 //! the last entry the follower had applied *before* the filter was copied,
@@ -148,7 +150,11 @@ impl Persist {
     ///
     /// # Errors
     /// A sentence for the log: the instance then scans SQL as usual.
-    pub async fn restore(&self, gate: &Gate) -> Result<String, String> {
+    pub async fn restore(
+        &self,
+        gate: &Gate,
+        store: &crate::store::SkuStore,
+    ) -> Result<String, String> {
         let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
         let (filter, meta) = tokio::task::spawn_blocking(move || load(&path, layout, fpp))
             .await
@@ -163,6 +169,16 @@ impl Persist {
             }
             Err(e) => return Err(format!("reading the change log: {e}")),
         };
+        // SKUs written to SQL behind the log's back (`bloomgate seed`, a
+        // bulk load) are in neither the file nor the replay.
+        let items = bloomgate_filter::Filter::items(filter.as_filter());
+        let rows = store.count().await.map_err(|e| e.to_string())?;
+        if rows > items + created.len() as u64 {
+            return Err(format!(
+                "SQL holds {rows} SKUs, more than the snapshot's {items} plus {} created since: some were written behind the change log's back",
+                created.len()
+            ));
+        }
         for &id in &created {
             filter.insert(id);
         }

@@ -374,3 +374,42 @@ fn all_known(servers: &[&TestServer], ids: impl Iterator<Item = i64> + Clone) {
         }
     }
 }
+
+/// An instance started later adopts the first instance's filter from Redis
+/// (no SQL scan), unless SQL holds SKUs the epoch and the change log do
+/// not account for (written behind the service's back, as `bloomgate seed`
+/// does): then it scans SQL, and finds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_later_instance_adopts_the_stored_filter_unless_sql_grew_behind_the_log() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "instances-adopt");
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let a = TestServer::start(config.clone(), 5_000).await;
+    create_through(&a, 9_001..=9_005).await;
+    let b = TestServer::start(config.clone(), 0).await;
+    let s = b.stats().await;
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
+    assert_eq!(counter(&s, &["sql", "id_scans"]), 0, "{s}");
+    all_known(&[&b], (1..=5_000).step_by(7).chain(9_001..=9_005));
+
+    // 500 SKUs straight into SQL: no log entry, in no filter.
+    let added = a
+        .state
+        .reader
+        .store
+        .seed_range(20_001, 20_500, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(added, 500);
+    let c = TestServer::start(config, 0).await;
+    let s = c.stats().await;
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 0, "{s}");
+    assert_eq!(counter(&s, &["sql", "id_scans"]), 1, "{s}");
+    all_known(&[&c], (20_001..=20_500).chain(1..=5_000));
+    for s in [a, b, c] {
+        s.stop().await;
+    }
+}

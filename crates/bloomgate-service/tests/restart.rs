@@ -159,3 +159,44 @@ fn a_snapshot_path_without_redis_is_refused() {
         "{e}"
     );
 }
+
+/// SKUs written to SQL behind the service's back (as `bloomgate seed` does)
+/// are in no snapshot and no change-log entry: a restart notices SQL holds
+/// more than the snapshot and the log account for, and scans SQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rows_written_behind_the_log_make_a_restart_scan_sql() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let prefix = "bgtest:restart-behind:";
+    common::redis_clear(&redis, prefix).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let snap = dir.path().join("filter.bgf");
+    let mut c = config(&db, &redis, &snap);
+    c.cache.redis_prefix = prefix.into();
+    let a = TestServer::start(c.clone(), 1000).await;
+    let added = a
+        .state
+        .reader
+        .store
+        .seed_range(30_001, 30_200, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(added, 200);
+    a.stop().await;
+    assert!(snap.exists(), "saved at shutdown");
+    let a = TestServer::start(c, 0).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(&stats, &["bloom", "snapshot_restores"]),
+        0,
+        "{stats}"
+    );
+    assert_eq!(counter(&stats, &["bloom", "adopted"]), 0, "{stats}");
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 1, "{stats}");
+    for id in (30_001..=30_200).chain([1, 1000]) {
+        assert_ne!(a.state.reader.gate.check(id), Verdict::Reject, "id {id}");
+    }
+    a.stop().await;
+}
