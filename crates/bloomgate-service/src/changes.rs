@@ -400,16 +400,18 @@ impl ChangeLog {
     }
 
     /// After a start-up build from a scan that began after entry `at`:
-    /// stores the filter as the first epoch if Redis holds none, so the
-    /// next instances to start adopt it instead of scanning SQL. Not
-    /// announced: running instances keep their filters.
-    pub async fn publish_first(&self, gate: &Gate, at: &str) {
+    /// stores the filter as a new epoch if Redis holds none, or always
+    /// when `replace` (this instance seeded the database: an epoch left
+    /// from before describes other data), so the next instances to start
+    /// adopt it instead of scanning SQL. Not announced: running instances
+    /// keep their filters.
+    pub async fn publish_first(&self, gate: &Gate, at: &str, replace: bool) {
         let mut conn = self.conn.clone();
         let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
             .arg(format!("{}bloom:epoch", self.prefix))
             .query_async(&mut conn)
             .await;
-        if !matches!(exists, Ok(false)) {
+        if !replace && !matches!(exists, Ok(false)) {
             return;
         }
         match self.publish_epoch(gate, at, false).await {

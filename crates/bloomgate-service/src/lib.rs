@@ -195,7 +195,7 @@ pub async fn prepare(
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.
             if let Some((log, at)) = share {
-                log.publish_first(&gate, &at).await;
+                log.publish_first(&gate, &at, seeded).await;
             }
         })));
     }

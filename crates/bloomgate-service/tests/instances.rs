@@ -413,3 +413,47 @@ async fn a_later_instance_adopts_the_stored_filter_unless_sql_grew_behind_the_lo
         s.stop().await;
     }
 }
+
+/// An instance that seeds an empty database replaces whatever epoch Redis
+/// still holds (it describes other data), so later instances adopt the
+/// filter of this data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seeding_a_database_replaces_the_stored_epoch() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let old = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&old), Some(&redis), "instances-reseed");
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let a = TestServer::start(config.clone(), 3_000).await;
+    assert_eq!(counter(&a.stats().await, &["changes", "epoch"]), 1);
+    a.stop().await;
+    // A new, empty database under the same Redis prefix.
+    let new = tempfile::tempdir().unwrap();
+    let mut fresh = config.clone();
+    fresh.database_url = common::sqlite_url(&new);
+    let a = TestServer::start(fresh.clone(), 2_000).await;
+    let s = a.stats().await;
+    assert_eq!(
+        counter(&s, &["bloom", "adopted"]),
+        0,
+        "the seeder builds: {s}"
+    );
+    assert_eq!(
+        counter(&s, &["changes", "epoch"]),
+        2,
+        "and replaces the epoch: {s}"
+    );
+    let b = TestServer::start(fresh, 0).await;
+    let s = b.stats().await;
+    assert_eq!(counter(&s, &["changes", "epoch"]), 2, "{s}");
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
+    assert_eq!(
+        counter(&s, &["bloom", "added"]),
+        2_000,
+        "this data's filter: {s}"
+    );
+    for s in [a, b] {
+        s.stop().await;
+    }
+}
