@@ -6,23 +6,13 @@
 //! `cargo run --release -p bloomgate-bench --example byte_keys -- 1000000`
 
 use std::hint::black_box;
-use std::time::Instant;
+
+use bloomgate_bench::{median, ns_per};
 
 use bloomgate_filter::hash::splitmix64;
 use bloomgate_filter::{BlockedBloom, Filter};
 
 const ROUNDS: usize = 5;
-
-fn ns_per(ops: usize, f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_nanos() as f64 / ops as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn key<const N: usize>(i: u64) -> [u8; N] {
     let mut k = [0u8; N];
@@ -121,15 +111,7 @@ fn run<const N: usize>(n: usize) {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000_000]
-    } else {
-        sizes
-    };
+    let sizes = bloomgate_bench::sizes_from_args(&[1_000_000]);
     for n in sizes {
         run::<16>(n);
         run::<64>(n);

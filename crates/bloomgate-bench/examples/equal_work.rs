@@ -8,23 +8,13 @@
 //! `RUSTFLAGS="-C target-cpu=x86-64-v3"` for the per-binary AVX2 build.
 
 use std::hint::black_box;
-use std::time::Instant;
+
+use bloomgate_bench::{median, ns_per};
 
 use bloomgate_filter::hash::{splitmix64, HashPair};
 use bloomgate_filter::{AtomicBloom, BlockedBloom, Filter};
 
 const ROUNDS: usize = 5;
-
-fn ns_per(op_count: usize, f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_nanos() as f64 / op_count as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn pair(h: u64) -> HashPair {
     HashPair { h1: h, h2: 0 }
@@ -173,15 +163,7 @@ fn run(n: usize) {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000_000, 100_000_000]
-    } else {
-        sizes
-    };
+    let sizes = bloomgate_bench::sizes_from_args(&[1_000_000, 100_000_000]);
     println!(
         "avx2 at run time: {}; compiled with avx2: {}",
         std::arch::is_x86_feature_detected!("avx2"),

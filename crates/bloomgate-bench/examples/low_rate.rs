@@ -7,23 +7,13 @@
 //! `cargo run --release -p bloomgate-bench --example low_rate -- 1000000`
 
 use std::hint::black_box;
-use std::time::Instant;
+
+use bloomgate_bench::{median, ns_per};
 
 use bloomgate_filter::hash::{splitmix64, HashPair};
 use bloomgate_filter::{sizing, BlockedBloom, ClassicBloom, Filter};
 
 const ROUNDS: usize = 3;
-
-fn ns_per(ops: usize, f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_nanos() as f64 / ops as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// One filter under test, behind closures over precomputed hashes.
 enum Peer {
@@ -158,15 +148,7 @@ fn run(n: usize, p: f64) {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000_000]
-    } else {
-        sizes
-    };
+    let sizes = bloomgate_bench::sizes_from_args(&[1_000_000]);
     for n in sizes {
         for p in [1e-4, 1e-6] {
             run(n, p);

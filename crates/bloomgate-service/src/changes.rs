@@ -455,18 +455,14 @@ impl ChangeLog {
                 .cloned()
                 .ok_or_else(|| format!("epoch {epoch} has no {name}"))
         };
-        let (at, capacity, items) = (field("at")?, field("capacity")?, field("items")?);
+        let (at, capacity) = (field("at")?, field("capacity")?);
         if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        let items: u64 = items.parse().map_err(|_| "bad items".to_string())?;
-        // SKUs written to SQL behind the log's back (`bloomgate seed`, a
-        // bulk load) are in no epoch and no replay: more rows than the
-        // epoch's items plus the creates since means exactly that.
         let rows = store.count().await.map_err(|e| e.to_string())?;
         let (replayed, last) = self
-            .load_epoch(gate, epoch, &at, capacity, Some((rows, items)))
+            .load_epoch(gate, epoch, &at, capacity, Some(rows))
             .await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
@@ -479,7 +475,6 @@ impl ChangeLog {
 
     async fn publish_epoch(&self, gate: &Gate, at: &str, announce: bool) -> Result<u64, String> {
         let filter = gate.published().ok_or("no filter published")?;
-        let items = bloomgate_filter::Filter::items(filter.as_filter());
         let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
             .await
             .map_err(|e| e.to_string())?;
@@ -510,8 +505,6 @@ impl ChangeLog {
             .arg(at)
             .arg("capacity")
             .arg(gate.capacity())
-            .arg("items")
-            .arg(items)
             .arg("fpp")
             .arg(gate.fpp().to_string())
             .arg("layout")
@@ -574,7 +567,7 @@ impl ChangeLog {
         epoch: u64,
         at: &str,
         capacity: u64,
-        rows_and_items: Option<(u64, u64)>,
+        rows: Option<u64>,
     ) -> Result<(usize, String), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let bytes: Option<Vec<u8>> = redis::cmd("GET")
@@ -607,13 +600,10 @@ impl ChangeLog {
                 return Err(e.to_string());
             }
         };
-        if let Some((rows, items)) = rows_and_items {
-            if rows > items + created.len() as u64 {
+        if let Some(rows) = rows {
+            if let Err(why) = crate::persist::accounts_for(rows, &filter, created.len(), "epoch") {
                 gate.abandon_adopt(&filter);
-                return Err(format!(
-                    "SQL holds {rows} SKUs, more than the epoch's {items} plus {} created since: some were written behind the change log's back",
-                    created.len()
-                ));
+                return Err(why);
             }
         }
         for &id in &created {

@@ -616,7 +616,11 @@ impl Gate {
     /// no-op unless one was swapped in since [`Gate::insert`]); counts
     /// nothing twice.
     pub fn ensure(&self, id: i64) {
-        for slot in [&self.building, &self.current] {
+        // A scan rebuild's filter gets the row from its scan (the commit
+        // came first); only an adopted one (no scan) needs it here, and
+        // skipping the other keeps `added` from counting it twice.
+        let building = (!self.is_rebuilding()).then_some(&self.building);
+        for slot in building.into_iter().chain([&self.current]) {
             if let Some(f) = slot.load().as_deref() {
                 if !f.contains(id) {
                     f.insert(id);

@@ -169,16 +169,8 @@ impl Persist {
             }
             Err(e) => return Err(format!("reading the change log: {e}")),
         };
-        // SKUs written to SQL behind the log's back (`bloomgate seed`, a
-        // bulk load) are in neither the file nor the replay.
-        let items = bloomgate_filter::Filter::items(filter.as_filter());
         let rows = store.count().await.map_err(|e| e.to_string())?;
-        if rows > items + created.len() as u64 {
-            return Err(format!(
-                "SQL holds {rows} SKUs, more than the snapshot's {items} plus {} created since: some were written behind the change log's back",
-                created.len()
-            ));
-        }
+        accounts_for(rows, &filter, created.len(), "snapshot")?;
         for &id in &created {
             filter.insert(id);
         }
@@ -251,6 +243,28 @@ fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta)
     }
     let filter = decode(layout, &bytes)?;
     Ok((filter, meta))
+}
+
+/// SKUs written to SQL behind the change log's back (`bloomgate seed`, a
+/// bulk load) are in no stored filter and no replay: a filter from a
+/// `source` (snapshot, epoch) is trusted only if SQL's `rows` are at most
+/// its items plus the `replayed` creates.
+///
+/// # Errors
+/// A sentence for the log when SQL holds more.
+pub(crate) fn accounts_for(
+    rows: u64,
+    filter: &GateFilter,
+    replayed: usize,
+    source: &str,
+) -> Result<(), String> {
+    let items = filter.as_filter().items();
+    if rows > items + replayed as u64 {
+        return Err(format!(
+            "SQL holds {rows} SKUs, more than the {source}'s {items} plus {replayed} created since: some were written behind the change log's back"
+        ));
+    }
+    Ok(())
 }
 
 /// A gate filter in the library's snapshot format.
