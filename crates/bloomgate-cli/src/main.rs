@@ -127,10 +127,12 @@ fn init_logging(format: LogFormat) {
 fn serve(config: Option<PathBuf>, log_format: LogFormat) -> anyhow::Result<()> {
     init_logging(log_format);
     let config = bloomgate_service::Config::load(config.as_deref())?;
-    runtime()?.block_on(bloomgate_service::serve(
-        config,
-        bloomgate_service::shutdown_signal(),
-    ))?;
+    runtime()?.block_on(async {
+        // Installed before anything starts, so an early SIGTERM still
+        // drains and exits 0.
+        let shutdown = bloomgate_service::shutdown_signal();
+        bloomgate_service::serve(config, shutdown).await
+    })?;
     Ok(())
 }
 
