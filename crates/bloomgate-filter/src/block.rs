@@ -96,16 +96,73 @@ pub(crate) fn positions256(h1: u64, k: u32) -> impl Iterator<Item = u32> {
     (0..k as usize).map(move |i| (i % 8) as u32 * 32 + lane_bit(lo, i))
 }
 
-/// The 256-bit mask: AVX2 when `avx2` (which must come from [`has_avx2`]).
-#[inline(always)]
-pub(crate) fn mask256_with(avx2: bool, h1: u64, k: u32) -> [u64; 4] {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::mask256_avx2(h1, k) };
+/// Which 256-bit query kernel a filter runs, picked once per filter by
+/// [`Kernel256::pick`]: the AVX2 variants exist only on CPUs with AVX2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel256 {
+    /// AVX2, `k = 8` (one mask round, no branch on `k`).
+    Avx2Eight,
+    /// AVX2, any `k`.
+    Avx2,
+    /// Scalar, any CPU.
+    Portable,
+}
+
+impl Kernel256 {
+    /// The fastest kernel this CPU runs for `k` hashes.
+    pub(crate) fn pick(k: u32) -> Self {
+        match (has_avx2(), k) {
+            (true, 8) => Self::Avx2Eight,
+            (true, _) => Self::Avx2,
+            (false, _) => Self::Portable,
+        }
     }
-    let _ = avx2;
-    mask256_scalar(h1, k)
+}
+
+/// The whole query of a key with first hash `h1` against 256-bit blocks:
+/// the index, the load and the test, in one call into the filter's kernel.
+#[inline(always)]
+pub(crate) fn contains256<S: Blocks256 + ?Sized>(
+    kernel: Kernel256,
+    store: &S,
+    blocks: u64,
+    h1: u64,
+    k: u32,
+) -> bool {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
+        // CPU has AVX2, and nothing else makes them.
+        Kernel256::Avx2Eight => unsafe { crate::simd::contains256_k8_avx2(store, blocks, h1) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Kernel256::Avx2 => unsafe { crate::simd::contains256_avx2(store, blocks, h1, k) },
+        _ => covers(
+            &store.load(block_index256(h1, blocks)),
+            &mask256_scalar(h1, k),
+        ),
+    }
+}
+
+/// The bits of a key's mask that block `idx` lacks, as four words: what
+/// an insert into atomics has to OR in (nothing when all are zero).
+#[inline(always)]
+pub(crate) fn missing256<S: Blocks256 + ?Sized>(
+    kernel: Kernel256,
+    store: &S,
+    idx: usize,
+    h1: u64,
+    k: u32,
+) -> [u64; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if kernel != Kernel256::Portable {
+        // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
+        // CPU has AVX2, and nothing else makes them.
+        return unsafe { crate::simd::missing256_avx2(store, idx, h1, k) };
+    }
+    let _ = kernel;
+    let (block, m) = (store.load(idx), mask256_scalar(h1, k));
+    core::array::from_fn(|w| m[w] & !block[w])
 }
 
 /// True when every bit of the key's mask is set in `block`; `avx2` must
@@ -311,18 +368,30 @@ pub(crate) fn prefetch<T>(r: &T) {
 /// How many keys the batch APIs hash and prefetch ahead before probing.
 pub(crate) const BATCH: usize = 32;
 
-/// 256-bit blocks the batch probe reads: plain words or atomics.
+/// 256-bit blocks the probes read: plain words or atomics.
 pub(crate) trait Blocks256 {
+    /// True for atomics that other threads may write meanwhile: the AVX2
+    /// kernels read them with atomic loads only (see `simd`), never with
+    /// one plain wide load.
+    const SHARED: bool;
     /// Block `idx`'s four words (relaxed loads for atomics).
     fn load(&self, idx: usize) -> [u64; 4];
+    /// The address of block `idx`'s first word, 32-byte aligned; panics
+    /// when `idx` is out of bounds.
+    fn block_ptr(&self, idx: usize) -> *const u64;
     /// Prefetches block `idx`'s cache line.
     fn prefetch(&self, idx: usize);
 }
 
 impl Blocks256 for [[u64; 4]] {
+    const SHARED: bool = false;
     #[inline(always)]
     fn load(&self, idx: usize) -> [u64; 4] {
         self[idx]
+    }
+    #[inline(always)]
+    fn block_ptr(&self, idx: usize) -> *const u64 {
+        self[idx].as_ptr()
     }
     #[inline(always)]
     fn prefetch(&self, idx: usize) {
@@ -340,14 +409,14 @@ pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
     k: u32,
     h1_of: impl Fn(usize) -> u64,
     out: &mut [bool],
-    covers: impl Fn(&[u64; 4], u64, u32) -> bool,
+    covers: impl Fn(&S, usize, u64, u32) -> bool,
 ) {
     let n = out.len();
     let mut ring = [(0usize, 0u64); BATCH];
     for i in 0..n + BATCH {
         if i >= BATCH {
             let (idx, h1) = ring[i % BATCH];
-            out[i - BATCH] = covers(&store.load(idx), h1, k);
+            out[i - BATCH] = covers(store, idx, h1, k);
         }
         if i < n {
             let h1 = h1_of(i);
@@ -402,8 +471,8 @@ pub(crate) fn probe_batch256<S: Blocks256 + ?Sized>(
         return;
     }
     let _ = avx2;
-    probe_batch_with(store, blocks, k, h1_of, out, |b, h1, k| {
-        covers(b, &mask256_scalar(h1, k))
+    probe_batch_with(store, blocks, k, h1_of, out, |s, idx, h1, k| {
+        covers(&s.load(idx), &mask256_scalar(h1, k))
     });
 }
 

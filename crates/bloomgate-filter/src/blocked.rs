@@ -42,6 +42,8 @@ pub struct BlockedBloom {
     design: Option<Design>,
     /// Whether this CPU has AVX2, checked once at construction.
     avx2: bool,
+    /// The single-query kernel for 256-bit blocks, picked at construction.
+    kernel: block::Kernel256,
 }
 
 impl BlockedBloom {
@@ -76,6 +78,7 @@ impl BlockedBloom {
             items: 0,
             design: None,
             avx2: block::has_avx2(),
+            kernel: block::Kernel256::pick(params.hashes),
         })
     }
 
@@ -95,6 +98,7 @@ impl BlockedBloom {
             items,
             design,
             avx2: block::has_avx2(),
+            kernel: block::Kernel256::pick(params.hashes),
         }
     }
 
@@ -373,8 +377,8 @@ impl Filter for BlockedBloom {
     #[inline(always)]
     fn contains_hash(&self, h: HashPair) -> bool {
         if self.block_words == 4 {
-            let idx = block::block_index256(h.h1, self.blocks);
-            block::covers256_with(self.avx2, &self.bits.blocks256()[idx], h.h1, self.hashes)
+            let store = self.bits.blocks256();
+            block::contains256(self.kernel, store, self.blocks, h.h1, self.hashes)
         } else if self.block_words == 8 {
             let idx = block::block_index256(h.h1, self.blocks);
             block::covers512_with(self.avx2, &self.bits.lines()[idx].0, h.h1, self.hashes)

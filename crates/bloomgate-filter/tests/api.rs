@@ -245,10 +245,21 @@ fn batch_calls_on_hashes_agree_with_single_calls() {
         let mut single = BlockedBloom::new(params, 9).unwrap();
         let mut batch = BlockedBloom::new(params, 9).unwrap();
         let atomic = AtomicBloom::new(params, 9).unwrap();
+        let atomic_single = AtomicBloom::new(params, 9).unwrap();
         let hashes: Vec<_> = keys.iter().map(|key| key.hash_pair(9)).collect();
+        let mut fresh = 0;
         for key in &keys[..10_000] {
-            single.insert(key);
+            // One thread: both say whether the key set a new bit.
+            let new = single.insert(key);
+            assert_eq!(atomic_single.insert(key), new, "k {k}");
+            fresh += usize::from(new);
         }
+        assert!(fresh > 1_000, "new bits seen: {fresh}");
+        assert!(!atomic_single.insert(&keys[0]), "a key already present");
+        assert_eq!(
+            atomic_single.to_blocked().bitmap().words(),
+            single.bitmap().words()
+        );
         batch.insert_hashes(&hashes[..10_000]);
         atomic.insert_hashes(&hashes[..10_000]);
         assert_eq!(single.bitmap().words(), batch.bitmap().words(), "k {k}");
@@ -265,6 +276,8 @@ fn batch_calls_on_hashes_agree_with_single_calls() {
         let expect: Vec<bool> = probe.iter().map(|&h| single.contains_hash(h)).collect();
         assert_eq!(a, expect, "k {k}");
         assert_eq!(b, expect, "k {k}");
+        let one_by_one: Vec<bool> = probe.iter().map(|&h| atomic.contains_hash(h)).collect();
+        assert_eq!(one_by_one, expect, "k {k}");
         assert!(a[..5_000].iter().all(|&x| x), "no false negatives");
         assert!(
             a[5_000..].iter().any(|&x| !x) && a[5_000..].iter().any(|&x| x),
