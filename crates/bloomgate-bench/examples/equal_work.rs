@@ -83,9 +83,17 @@ fn huge_pages() -> String {
 
 fn run(n: usize) {
     // Probes: large enough at 10^8 that each round misses the caches.
-    let probes = if n > 10_000_000 { 4_000_000 } else { 100_000 };
+    let probes = if n > 10_000_000 {
+        4_000_000
+    } else {
+        n.min(100_000)
+    };
     // Small filters: repeat each probe loop so a timing covers ~2M queries.
-    let reps = if n > 10_000_000 { 1 } else { 20 };
+    let reps = if n > 10_000_000 {
+        1
+    } else {
+        2_000_000 / probes
+    };
     let member: Vec<u64> = (0..n as u64).map(|i| splitmix64(i ^ 0xabc)).collect();
     let stride = (n / probes).max(1);
     let members: Vec<u64> = member

@@ -399,9 +399,19 @@ impl Blocks256 for [[u64; 4]] {
     }
 }
 
-/// A rolling window over `out.len()` keys: key `i` (first hash
-/// `h1_of(i)`) has its block prefetched [`BATCH`] keys before `covers`
-/// probes it, so the misses of a large filter overlap.
+/// Filters of at most this many 256-bit blocks (512 KiB, an L2 cache) are
+/// probed by a plain loop: their blocks are in cache, and the prefetch
+/// window's bookkeeping cost more than it saved (2.7 against 2.1 ns a key
+/// at 10^4 and 10^5 keys). Above it the window wins (2.8 against 3.0 ns at
+/// 4·10^5 keys, 2.9 against 3.2 at 10^6). Both beat the single-query loop
+/// at every size measured (`equal_work` from 10^4 to 10^7 keys).
+const DIRECT_MAX_BLOCKS: u64 = (512 << 10) / 32;
+
+/// The batch probe: for filters of at most [`DIRECT_MAX_BLOCKS`], a plain
+/// loop over the inlined kernel; above, a rolling window over `out.len()`
+/// keys, where key `i` (first hash `h1_of(i)`) has its block prefetched
+/// [`BATCH`] keys before `covers` probes it, so the misses of a large
+/// filter overlap.
 #[inline(always)]
 pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
     store: &S,
@@ -412,6 +422,13 @@ pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
     covers: impl Fn(&S, usize, u64, u32) -> bool,
 ) {
     let n = out.len();
+    if blocks <= DIRECT_MAX_BLOCKS {
+        for (i, answer) in out.iter_mut().enumerate() {
+            let h1 = h1_of(i);
+            *answer = covers(store, block_index256(h1, blocks), h1, k);
+        }
+        return;
+    }
     let mut ring = [(0usize, 0u64); BATCH];
     for i in 0..n + BATCH {
         if i >= BATCH {

@@ -234,11 +234,17 @@ fn atomic_classic_sets_the_bits_of_seed_000s_scheme() {
 #[test]
 fn batch_calls_on_hashes_agree_with_single_calls() {
     use bloomgate_filter::hash::BloomKey;
-    let keys = Rng(5).keys(30_000);
+    let keys = Rng(5).keys(400_000);
     let others = Rng(6).keys(30_000);
-    for k in [1u32, 3, 8, 11, 16] {
+    // A cache-sized filter (probed by the plain loop) and one of 640 KiB
+    // (probed through the prefetch window), each filled to a few % FPR.
+    for (blocks, m, k) in [1u32, 3, 8, 11, 16]
+        .into_iter()
+        .map(|k| (1_000, 10_000, k))
+        .chain([(20_000, 400_000, 8), (20_000, 200_000, 3)])
+    {
         let params = bloomgate_filter::sizing::BlockedParams {
-            blocks: 1_000,
+            blocks,
             block_bits: 256,
             hashes: k,
         };
@@ -248,7 +254,7 @@ fn batch_calls_on_hashes_agree_with_single_calls() {
         let atomic_single = AtomicBloom::new(params, 9).unwrap();
         let hashes: Vec<_> = keys.iter().map(|key| key.hash_pair(9)).collect();
         let mut fresh = 0;
-        for key in &keys[..10_000] {
+        for key in &keys[..m] {
             // One thread: both say whether the key set a new bit.
             let new = single.insert(key);
             assert_eq!(atomic_single.insert(key), new, "k {k}");
@@ -260,11 +266,11 @@ fn batch_calls_on_hashes_agree_with_single_calls() {
             atomic_single.to_blocked().bitmap().words(),
             single.bitmap().words()
         );
-        batch.insert_hashes(&hashes[..10_000]);
-        atomic.insert_hashes(&hashes[..10_000]);
+        batch.insert_hashes(&hashes[..m]);
+        atomic.insert_hashes(&hashes[..m]);
         assert_eq!(single.bitmap().words(), batch.bitmap().words(), "k {k}");
         assert_eq!(atomic.to_blocked().bitmap().words(), batch.bitmap().words());
-        assert_eq!((batch.items(), atomic.items()), (10_000, 10_000));
+        assert_eq!((batch.items(), atomic.items()), (m as u64, m as u64));
         let probe: Vec<_> = keys[..5_000]
             .iter()
             .chain(&others)
