@@ -29,12 +29,21 @@ fn pair(h: u64) -> HashPair {
 /// Advises the kernel to back `buf` with transparent huge pages (before it
 /// is first written, so the first faults already take them).
 fn advise_huge(buf: &mut [u8]) {
+    // madvise takes whole pages: the page-aligned part of the buffer.
+    const PAGE: usize = 4096;
+    let start = buf.as_ptr() as usize;
+    let skip = start.next_multiple_of(PAGE) - start;
+    let Some(inner) = buf.get_mut(skip..) else {
+        return;
+    };
+    let len = inner.len() / PAGE * PAGE;
+    if len == 0 {
+        return;
+    }
     // SAFETY: `madvise` with `MADV_HUGEPAGE` changes no contents and no
-    // permissions; the range is part of `buf`, which is a live mapping
-    // (the kernel refuses a range it does not hold with EINVAL or ENOMEM,
-    // which is only reported).
-    let rc = unsafe { libc::madvise(buf.as_mut_ptr().cast(), buf.len(), libc::MADV_HUGEPAGE) };
-    if rc != 0 && buf.len() >= 2 << 20 {
+    // permissions; the range is whole pages inside `buf`, a live mapping.
+    let rc = unsafe { libc::madvise(inner.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+    if rc != 0 {
         eprintln!(
             "madvise(MADV_HUGEPAGE) on sbbf's buffer: {}",
             std::io::Error::last_os_error()

@@ -9,10 +9,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::sizing::{self, BlockedParams, Design};
-
-#[derive(Debug, Default)]
-#[repr(C, align(64))]
-struct AtomicLine([AtomicU64; 8]);
+use crate::storage::{AtomicLine, AtomicStorage};
 
 /// A [`BlockedBloom`] (256-bit blocks, same positions) that many threads can
 /// insert into and read from at once, without locks.
@@ -55,7 +52,7 @@ struct AtomicLine([AtomicU64; 8]);
 /// ```
 #[derive(Debug)]
 pub struct AtomicBloom {
-    lines: Vec<AtomicLine>,
+    storage: AtomicStorage,
     blocks: u64,
     hashes: u32,
     seed: u64,
@@ -93,10 +90,9 @@ impl AtomicBloom {
             });
         }
         sizing::check_fits(u128::from(params.bits()))?;
-        let mut lines = Vec::new();
-        lines.resize_with(params.blocks.div_ceil(2) as usize, AtomicLine::default);
+        let storage = AtomicStorage::zeroed(params.blocks.div_ceil(2) as usize)?;
         Ok(Self {
-            lines,
+            storage,
             blocks: params.blocks,
             hashes: params.hashes,
             seed,
@@ -114,7 +110,12 @@ impl AtomicBloom {
     pub fn from_blocked(f: &BlockedBloom) -> Result<Self> {
         let mut s = Self::new(f.params(), f.seed())?;
         s.design = f.design();
-        for (line, words) in s.lines.iter().zip(f.bitmap().words().chunks_exact(8)) {
+        for (line, words) in s
+            .storage
+            .lines()
+            .iter()
+            .zip(f.bitmap().words().chunks_exact(8))
+        {
             for (a, &w) in line.0.iter().zip(words) {
                 a.store(w, Ordering::Relaxed);
             }
@@ -127,8 +128,8 @@ impl AtomicBloom {
     #[must_use]
     pub fn to_blocked(&self) -> BlockedBloom {
         let params = self.params();
-        let mut words = Vec::with_capacity(self.lines.len() * 8);
-        for line in &self.lines {
+        let mut words = Vec::with_capacity(self.storage.lines().len() * 8);
+        for line in self.storage.lines() {
             words.extend(line.0.iter().map(|a| a.load(Ordering::Relaxed)));
         }
         let bits = Bitmap::from_words(params.bits(), &words)
@@ -163,7 +164,7 @@ impl AtomicBloom {
     #[inline(always)]
     fn block_at(&self, idx: usize) -> &[AtomicU64] {
         let half = (idx % 2) * 4;
-        &self.lines[idx / 2].0[half..half + 4]
+        &self.storage.lines()[idx / 2].0[half..half + 4]
     }
 
     /// Adds a pre-hashed key.
@@ -179,7 +180,7 @@ impl AtomicBloom {
     #[inline(always)]
     fn set(&self, h1: u64) -> bool {
         let idx = block::block_index256(h1, self.blocks);
-        let missing = block::missing256(self.kernel, &self.lines[..], idx, h1, self.hashes);
+        let missing = block::missing256(self.kernel, self.storage.lines(), idx, h1, self.hashes);
         let mut fresh = 0;
         for (a, &bits) in self.block_at(idx).iter().zip(&missing) {
             if bits != 0 {
@@ -226,7 +227,7 @@ impl AtomicBloom {
         let seed = self.seed;
         block::probe_batch256(
             self.avx2,
-            &self.lines[..],
+            self.storage.lines(),
             self.blocks,
             self.hashes,
             |i| keys[i].hash_pair(seed).h1,
@@ -244,7 +245,7 @@ impl AtomicBloom {
         crate::error::check_len(hashes.len(), out.len())?;
         block::probe_batch256(
             self.avx2,
-            &self.lines[..],
+            self.storage.lines(),
             self.blocks,
             self.hashes,
             |i| hashes[i].h1,
@@ -296,7 +297,13 @@ impl Filter for AtomicBloom {
         // Four relaxed loads (never one wide load: the words may be written
         // by atomic ORs meanwhile), put together in registers inside the
         // kernel's one call, then tested against the mask.
-        block::contains256(self.kernel, &self.lines[..], self.blocks, h.h1, self.hashes)
+        block::contains256(
+            self.kernel,
+            self.storage.lines(),
+            self.blocks,
+            h.h1,
+            self.hashes,
+        )
     }
     fn bits(&self) -> u64 {
         self.blocks * 256
@@ -308,10 +315,11 @@ impl Filter for AtomicBloom {
         self.items.load(Ordering::Relaxed)
     }
     fn bytes(&self) -> usize {
-        self.lines.len() * 64
+        self.storage.lines().len() * 64
     }
     fn count_ones(&self) -> u64 {
-        self.lines
+        self.storage
+            .lines()
             .iter()
             .flat_map(|l| &l.0)
             .map(|a| u64::from(a.load(Ordering::Relaxed).count_ones()))

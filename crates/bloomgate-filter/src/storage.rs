@@ -12,6 +12,7 @@
 //! check on the hot path).
 
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 
 use crate::bitmap::Line;
 use crate::error::{Error, Result};
@@ -107,6 +108,37 @@ impl Storage {
 
     pub(crate) const fn len(&self) -> usize {
         self.lines
+    }
+}
+
+/// A 64-byte line of atomic words (the concurrent filter's storage unit).
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct AtomicLine(pub(crate) [AtomicU64; 8]);
+
+/// Zeroed lines that are only ever accessed atomically: a [`Storage`]
+/// (so large filters get huge pages too) that hands out its lines as
+/// [`AtomicLine`]s and never as plain words.
+#[derive(Debug)]
+pub(crate) struct AtomicStorage(Storage);
+
+impl AtomicStorage {
+    /// `lines` zeroed atomic lines.
+    pub(crate) fn zeroed(lines: usize) -> Result<Self> {
+        Storage::zeroed(lines).map(Self)
+    }
+
+    #[inline(always)]
+    pub(crate) fn lines(&self) -> &[AtomicLine] {
+        // SAFETY: as in `Storage::lines`, the memory is `len` initialised
+        // lines owned by the inner storage, which live as long as `self`.
+        // `AtomicU64` has the size, alignment (8) and bit validity of
+        // `u64`, so an `AtomicLine` has `Line`'s layout (64 bytes, align
+        // 64). The pointer came from a unique borrow of the allocation, so
+        // it may write through the atomics' interior mutability; and this
+        // wrapper never hands out the plain lines, so no non-atomic access
+        // ever races an atomic one.
+        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr().cast(), self.0.lines) }
     }
 }
 
