@@ -117,6 +117,12 @@ impl Kernel256 {
             (false, _) => Self::Portable,
         }
     }
+
+    /// True when the CPU has AVX2 (what the other kernels of a filter,
+    /// batch and 512-bit, are chosen by).
+    pub(crate) fn avx2(self) -> bool {
+        self != Self::Portable
+    }
 }
 
 /// The whole query of a key with first hash `h1` against 256-bit blocks:
@@ -155,7 +161,7 @@ pub(crate) fn missing256<S: Blocks256 + ?Sized>(
     k: u32,
 ) -> [u64; 4] {
     #[cfg(target_arch = "x86_64")]
-    if kernel != Kernel256::Portable {
+    if kernel.avx2() {
         // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
         // CPU has AVX2, and nothing else makes them.
         return unsafe { crate::simd::missing256_avx2(store, idx, h1, k) };

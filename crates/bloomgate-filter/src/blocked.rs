@@ -40,9 +40,8 @@ pub struct BlockedBloom {
     seed: u64,
     items: u64,
     design: Option<Design>,
-    /// Whether this CPU has AVX2, checked once at construction.
-    avx2: bool,
-    /// The single-query kernel for 256-bit blocks, picked at construction.
+    /// The single-query kernel for 256-bit blocks, picked at construction
+    /// (it also says whether this CPU has AVX2, for the other kernels).
     kernel: block::Kernel256,
 }
 
@@ -77,7 +76,6 @@ impl BlockedBloom {
             seed,
             items: 0,
             design: None,
-            avx2: block::has_avx2(),
             kernel: block::Kernel256::pick(params.hashes),
         })
     }
@@ -97,7 +95,6 @@ impl BlockedBloom {
             seed,
             items,
             design,
-            avx2: block::has_avx2(),
             kernel: block::Kernel256::pick(params.hashes),
         }
     }
@@ -125,7 +122,7 @@ impl BlockedBloom {
         if self.block_words == 4 {
             let idx = block::block_index256(h.h1, self.blocks);
             block::apply256_with(
-                self.avx2,
+                self.kernel.avx2(),
                 &mut self.bits.blocks256_mut()[idx],
                 h.h1,
                 self.hashes,
@@ -222,7 +219,7 @@ impl BlockedBloom {
     /// The batch insert over 256-bit blocks: the AVX2 or the portable
     /// kernel, chosen once per call, with the kernel inlined into the loop.
     fn insert_batch(&mut self, n: usize, h1_of: impl Fn(usize) -> u64) {
-        let (avx2, blocks, k) = (self.avx2, self.blocks, self.hashes);
+        let (avx2, blocks, k) = (self.kernel.avx2(), self.blocks, self.hashes);
         block::insert_batch256(avx2, self.bits.blocks256_mut(), blocks, k, n, h1_of);
         self.items += n as u64;
     }
@@ -267,7 +264,14 @@ impl BlockedBloom {
     /// kernel, chosen once per call, with the kernel inlined into the loop.
     fn probe_batch(&self, h1_of: impl Fn(usize) -> u64, out: &mut [bool]) {
         let store = self.bits.blocks256();
-        block::probe_batch256(self.avx2, store, self.blocks, self.hashes, h1_of, out);
+        block::probe_batch256(
+            self.kernel.avx2(),
+            store,
+            self.blocks,
+            self.hashes,
+            h1_of,
+            out,
+        );
     }
 
     /// ORs another filter of the same shape and seed into this one.
@@ -381,7 +385,12 @@ impl Filter for BlockedBloom {
             block::contains256(self.kernel, store, self.blocks, h.h1, self.hashes)
         } else if self.block_words == 8 {
             let idx = block::block_index256(h.h1, self.blocks);
-            block::covers512_with(self.avx2, &self.bits.lines()[idx].0, h.h1, self.hashes)
+            block::covers512_with(
+                self.kernel.avx2(),
+                &self.bits.lines()[idx].0,
+                h.h1,
+                self.hashes,
+            )
         } else {
             self.contains_hash_wide(h)
         }

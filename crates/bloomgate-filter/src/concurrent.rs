@@ -17,13 +17,12 @@ use crate::storage::{AtomicLine, AtomicStorage};
 /// # Concurrency
 ///
 /// `insert` reads the key's block atomically, then sets the bits it lacks
-/// with `fetch_or`; readers load with `Relaxed` ordering. Relaxed is
-/// enough because a filter publishes nothing but its own
-/// bits: once `insert(x)` has returned on one thread, every later
-/// `contains(x)` on any thread that is ordered after it (by a join, a lock, a
-/// channel, an HTTP response…) sees all of `x`'s bits, since those
-/// synchronisations carry the stores with them. A `contains(x)` racing with
-/// `insert(x)` may answer either way.
+/// with `fetch_or`; readers load with `Relaxed` ordering. Relaxed is enough
+/// because a filter publishes nothing but its own bits: once `insert(x)`
+/// has returned on one thread, every later `contains(x)` on any thread that
+/// is ordered after it (by a join, a lock, a channel, an HTTP response…)
+/// sees all of `x`'s bits, since those synchronisations carry the stores
+/// with them. A `contains(x)` racing with `insert(x)` may answer either way.
 ///
 /// An insert that finds all of a key's bits set writes nothing, and a
 /// `contains` ordered after it still sees them: it saw another insert's
@@ -33,8 +32,8 @@ use crate::storage::{AtomicLine, AtomicStorage};
 /// this call read its block (single-threaded: exactly when it set a new
 /// bit). Under races that is not "this key was new": two threads inserting
 /// the same new key at once may both return true. Use it as a statistic,
-/// never as a uniqueness test. [`Filter::items`] counts insert
-/// calls, exactly, in any interleaving.
+/// never as a uniqueness test. [`Filter::items`] counts insert calls,
+/// exactly, in any interleaving.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -58,7 +57,6 @@ pub struct AtomicBloom {
     seed: u64,
     items: AtomicU64,
     design: Option<Design>,
-    avx2: bool,
     kernel: block::Kernel256,
 }
 
@@ -98,7 +96,6 @@ impl AtomicBloom {
             seed,
             items: AtomicU64::new(0),
             design: None,
-            avx2: block::has_avx2(),
             kernel: block::Kernel256::pick(params.hashes),
         })
     }
@@ -226,7 +223,7 @@ impl AtomicBloom {
         crate::error::check_len(keys.len(), out.len())?;
         let seed = self.seed;
         block::probe_batch256(
-            self.avx2,
+            self.kernel.avx2(),
             self.storage.lines(),
             self.blocks,
             self.hashes,
@@ -244,7 +241,7 @@ impl AtomicBloom {
     pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
         crate::error::check_len(hashes.len(), out.len())?;
         block::probe_batch256(
-            self.avx2,
+            self.kernel.avx2(),
             self.storage.lines(),
             self.blocks,
             self.hashes,
@@ -294,9 +291,9 @@ impl Filter for AtomicBloom {
     }
     #[inline]
     fn contains_hash(&self, h: HashPair) -> bool {
-        // Four relaxed loads (never one wide load: the words may be written
-        // by atomic ORs meanwhile), put together in registers inside the
-        // kernel's one call, then tested against the mask.
+        // One call into the kernel, which reads the block with atomic
+        // loads only (never a plain wide load: the words may be written by
+        // atomic ORs meanwhile) and tests it against the mask.
         block::contains256(
             self.kernel,
             self.storage.lines(),

@@ -147,8 +147,8 @@ pub(crate) unsafe fn contains256_avx2<S: Blocks256 + ?Sized>(
     h1: u64,
     k: u32,
 ) -> bool {
-    let idx = crate::block::block_index256(h1, blocks);
-    _mm256_testc_si256(load_block(store, idx), mask_reg(h1, k)) == 1
+    // SAFETY: this function runs only on CPUs with AVX2.
+    unsafe { covers_at_avx2(store, crate::block::block_index256(h1, blocks), h1, k) }
 }
 
 /// [`contains256_avx2`] for `k = 8`, the hash count at 1%: one round of
