@@ -1,10 +1,11 @@
 //! A lock-free blocked filter whose `insert` takes `&self`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::bitmap::Bitmap;
-use crate::block::{self, BATCH};
+use crate::block;
 use crate::blocked::BlockedBloom;
+use crate::counter::Count;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
@@ -16,13 +17,15 @@ use crate::storage::{AtomicLine, AtomicStorage};
 ///
 /// # Concurrency
 ///
-/// `insert` reads the key's block atomically, then sets the bits it lacks
-/// with `fetch_or`; readers load with `Relaxed` ordering. Relaxed is enough
-/// because a filter publishes nothing but its own bits: once `insert(x)`
-/// has returned on one thread, every later `contains(x)` on any thread that
-/// is ordered after it (by a join, a lock, a channel, an HTTP response…)
-/// sees all of `x`'s bits, since those synchronisations carry the stores
-/// with them. A `contains(x)` racing with `insert(x)` may answer either way.
+/// `insert` reads the key's block atomically, then sets the bits it lacks:
+/// one 16-byte compare-exchange per half block on CPUs with AVX2 and
+/// `cmpxchg16b`, else `fetch_or` per word; readers load with `Relaxed`
+/// ordering. Relaxed is enough because a filter publishes nothing but its
+/// own bits: once `insert(x)` has returned on one thread, every later
+/// `contains(x)` on any thread that is ordered after it (by a join, a lock,
+/// a channel, an HTTP response…) sees all of `x`'s bits, since those
+/// synchronisations carry the stores with them. A `contains(x)` racing
+/// with `insert(x)` may answer either way.
 ///
 /// An insert that finds all of a key's bits set writes nothing, and a
 /// `contains` ordered after it still sees them: it saw another insert's
@@ -32,8 +35,9 @@ use crate::storage::{AtomicLine, AtomicStorage};
 /// this call read its block (single-threaded: exactly when it set a new
 /// bit). Under races that is not "this key was new": two threads inserting
 /// the same new key at once may both return true. Use it as a statistic,
-/// never as a uniqueness test. [`Filter::items`] counts insert calls,
-/// exactly, in any interleaving.
+/// never as a uniqueness test. [`Filter::items`] counts insert calls: each
+/// thread counts in a cell of its own, and the sum is exact once the
+/// inserting threads are ordered before the read (joined, say).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -55,9 +59,17 @@ pub struct AtomicBloom {
     blocks: u64,
     hashes: u32,
     seed: u64,
-    items: AtomicU64,
+    /// Per-thread cells behind a pointer: inserts write no line that
+    /// queries read, and the struct itself holds no atomics, so the
+    /// compiler knows its fields do not change and a loop of queries keeps
+    /// them in registers.
+    items: Count,
     design: Option<Design>,
     kernel: block::Kernel256,
+    /// Present when the CPU has AVX2 and `cmpxchg16b`: inserts then OR
+    /// each half block with one 16-byte compare-exchange instead of two
+    /// `fetch_or`.
+    cas16: Option<block::Cas16>,
 }
 
 impl AtomicBloom {
@@ -94,9 +106,10 @@ impl AtomicBloom {
             blocks: params.blocks,
             hashes: params.hashes,
             seed,
-            items: AtomicU64::new(0),
+            items: Count::default(),
             design: None,
             kernel: block::Kernel256::pick(params.hashes),
+            cas16: block::Cas16::detect(),
         })
     }
 
@@ -107,6 +120,7 @@ impl AtomicBloom {
     pub fn from_blocked(f: &BlockedBloom) -> Result<Self> {
         let mut s = Self::new(f.params(), f.seed())?;
         s.design = f.design();
+        s.items = Count::new(f.items());
         for (line, words) in s
             .storage
             .lines()
@@ -117,7 +131,6 @@ impl AtomicBloom {
                 a.store(w, Ordering::Relaxed);
             }
         }
-        s.items.store(f.items(), Ordering::Relaxed);
         Ok(s)
     }
 
@@ -151,44 +164,26 @@ impl AtomicBloom {
         self.insert_hash(key.hash_pair(self.seed))
     }
 
-    /// The four atomic words of the block a key with first hash `h1` uses.
-    #[inline(always)]
-    fn block(&self, h1: u64) -> &[AtomicU64] {
-        self.block_at(block::block_index256(h1, self.blocks))
-    }
-
-    /// The four atomic words of block `idx`.
-    #[inline(always)]
-    fn block_at(&self, idx: usize) -> &[AtomicU64] {
-        let half = (idx % 2) * 4;
-        &self.storage.lines()[idx / 2].0[half..half + 4]
-    }
-
     /// Adds a pre-hashed key.
     #[inline]
     pub fn insert_hash(&self, h: HashPair) -> bool {
-        self.items.fetch_add(1, Ordering::Relaxed);
+        self.items.add(1);
         self.set(h.h1)
     }
 
     /// Sets a key's bits (without counting it): one atomic read of the
-    /// block, then a locked `fetch_or` only for the words that lack some of
-    /// the key's bits (an insert of a key already present writes nothing).
+    /// block, then locked writes only where some of the key's bits are
+    /// missing (an insert of a key already present writes nothing).
     #[inline(always)]
     fn set(&self, h1: u64) -> bool {
-        let idx = block::block_index256(h1, self.blocks);
-        let missing = block::missing256(self.kernel, self.storage.lines(), idx, h1, self.hashes);
-        let mut fresh = 0;
-        for (a, &bits) in self.block_at(idx).iter().zip(&missing) {
-            if bits != 0 {
-                // The old value is not asked for: x86 has no fetch-or that
-                // returns it, so asking would turn `lock or` into a
-                // compare-exchange loop.
-                a.fetch_or(bits, Ordering::Relaxed);
-                fresh |= bits;
-            }
-        }
-        fresh != 0
+        block::set256_atomic(
+            self.cas16,
+            self.kernel,
+            self.storage.lines(),
+            block::block_index256(h1, self.blocks),
+            h1,
+            self.hashes,
+        )
     }
 
     /// Adds many keys, prefetching a batch ahead.
@@ -197,22 +192,19 @@ impl AtomicBloom {
         self.set_batch(keys.len(), |i| keys[i].hash_pair(seed).h1);
     }
 
-    /// Sets `n` keys (first hashes `h1_of(i)`) and counts them once: a
-    /// rolling window that prefetches each block [`BATCH`] keys before its
-    /// locked ORs (chunks of 32 stalled at each chunk's first key).
+    /// Sets `n` keys (first hashes `h1_of(i)`) and counts them once; see
+    /// [`block::set_batch_with`] for the loop.
     fn set_batch(&self, n: usize, h1_of: impl Fn(usize) -> u64) {
-        let mut ring = [0u64; BATCH];
-        for i in 0..n + BATCH {
-            if i >= BATCH {
-                self.set(ring[i % BATCH]);
-            }
-            if i < n {
-                let h1 = h1_of(i);
-                block::prefetch(&self.block(h1)[0]);
-                ring[i % BATCH] = h1;
-            }
-        }
-        self.items.fetch_add(n as u64, Ordering::Relaxed);
+        self.items.add(n as u64);
+        block::set_batch256(
+            self.cas16,
+            self.kernel,
+            self.storage.lines(),
+            self.blocks,
+            self.hashes,
+            n,
+            h1_of,
+        );
     }
 
     /// Tests many keys, prefetching a batch ahead; one answer per key.
@@ -261,12 +253,15 @@ impl AtomicBloom {
 impl block::Blocks256 for [AtomicLine] {
     const SHARED: bool = true;
     #[inline(always)]
-    fn block_ptr(&self, idx: usize) -> *const u64 {
+    fn base_ptr(&self) -> *const u64 {
         // Lines are 64-byte aligned and contiguous, so block `idx` starts
-        // `32 · idx` bytes in, 32-byte aligned (one shift and one add, where
-        // indexing line and half costs five instructions).
-        assert!(idx < self.len() * 2, "block {idx} out of bounds");
-        self.as_ptr().cast::<u64>().wrapping_add(idx * 4)
+        // `32 · idx` bytes in, 32-byte aligned (one shift, where indexing
+        // line and half costs five instructions).
+        self.as_ptr().cast()
+    }
+    #[inline(always)]
+    fn block_count(&self) -> usize {
+        self.len() * 2
     }
     #[inline(always)]
     fn load(&self, idx: usize) -> [u64; 4] {
@@ -309,7 +304,7 @@ impl Filter for AtomicBloom {
         self.hashes
     }
     fn items(&self) -> u64 {
-        self.items.load(Ordering::Relaxed)
+        self.items.get()
     }
     fn bytes(&self) -> usize {
         self.storage.lines().len() * 64
@@ -327,5 +322,140 @@ impl Filter for AtomicBloom {
     }
     fn expected_fpr(&self, n_items: u64) -> f64 {
         sizing::blocked_fpr(self.blocks, 256, self.hashes, n_items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::splitmix64;
+    use std::sync::Barrier;
+
+    /// `params`' filter on every insert path this CPU runs: 16-byte
+    /// compare-exchange (when it has AVX2 and `cmpxchg16b`), `fetch_or`
+    /// after an AVX2 read, and `fetch_or` after a portable read.
+    fn every_path(params: BlockedParams) -> Vec<AtomicBloom> {
+        let mut paths = vec![];
+        for (kernel, cas16) in [
+            (
+                block::Kernel256::pick(params.hashes),
+                block::Cas16::detect(),
+            ),
+            (block::Kernel256::pick(params.hashes), None),
+            (block::Kernel256::Portable, None),
+        ] {
+            let mut f = AtomicBloom::new(params, 3).unwrap();
+            (f.kernel, f.cas16) = (kernel, cas16);
+            if !paths
+                .iter()
+                .any(|p: &AtomicBloom| (p.kernel, p.cas16) == (kernel, cas16))
+            {
+                paths.push(f);
+            }
+        }
+        paths
+    }
+
+    fn shape(blocks: u64, hashes: u32) -> BlockedParams {
+        BlockedParams {
+            blocks,
+            block_bits: 256,
+            hashes,
+        }
+    }
+
+    #[test]
+    fn every_insert_path_sets_and_answers_as_the_heap_filter() {
+        // 500 blocks (the batch's plain loop) at several k; 20,000 blocks
+        // (its prefetch window) at k = 8.
+        for (blocks, k, n) in [1, 3, 8, 11, 16]
+            .into_iter()
+            .map(|k| (500, k, 20_000u64))
+            .chain([(20_000, 8, 300_000)])
+        {
+            let params = shape(blocks, k);
+            let (singles, batches) = (every_path(params), every_path(params));
+            if crate::block::has_avx2() {
+                assert_eq!(singles.len(), 3, "all three paths run on this CPU");
+            }
+            let mut heap = BlockedBloom::new(params, 3).unwrap();
+            let hashes: Vec<HashPair> = (0..n)
+                .map(|i| HashPair {
+                    h1: splitmix64(i),
+                    h2: 0,
+                })
+                .collect();
+            let mut fresh = 0;
+            for (i, &h) in hashes.iter().enumerate() {
+                let new = heap.insert_hash(h);
+                fresh += usize::from(new);
+                for f in &singles {
+                    assert_eq!(f.insert_hash(h), new, "k {k} key {i} {:?}", f.kernel);
+                }
+            }
+            assert!(fresh > 2_000 && fresh < n as usize, "both answers: {fresh}");
+            for f in &batches {
+                f.insert_hashes(&hashes[..n as usize / 2]);
+                f.insert_hashes(&hashes[n as usize / 2..]);
+            }
+            for f in singles.iter().chain(&batches) {
+                let words = f.to_blocked();
+                assert_eq!(words.bitmap().words(), heap.bitmap().words(), "k {k}");
+                assert_eq!(f.items(), n);
+            }
+        }
+    }
+
+    #[test]
+    fn racing_inserts_into_the_same_blocks_lose_no_bit() {
+        // Two blocks, so that the threads' writes keep meeting on the same
+        // 16-byte halves: a compare-exchange that retried from a stale
+        // value, or a lost OR, would drop another thread's bits.
+        let params = shape(2, 8);
+        let threads = 4;
+        let per_thread = 12;
+        let mut heap = BlockedBloom::new(params, 3).unwrap();
+        let keys: Vec<u64> = (0..threads * per_thread)
+            .map(|i| splitmix64(i as u64 ^ 77))
+            .collect();
+        for &h1 in &keys {
+            heap.insert_hash(HashPair { h1, h2: 0 });
+        }
+        let expect = heap.bitmap().words().to_vec();
+        assert!(
+            heap.count_ones() > 150 && heap.count_ones() < 400,
+            "neither sparse nor saturated: {}",
+            heap.count_ones()
+        );
+        for round in 0..1000 {
+            for f in every_path(params) {
+                let barrier = Barrier::new(threads);
+                std::thread::scope(|s| {
+                    // Half the threads insert one key at a time, half in
+                    // batches.
+                    for (t, part) in keys.chunks(per_thread).enumerate() {
+                        let (f, barrier) = (&f, &barrier);
+                        let part: Vec<HashPair> =
+                            part.iter().map(|&h1| HashPair { h1, h2: 0 }).collect();
+                        s.spawn(move || {
+                            barrier.wait();
+                            if t % 2 == 0 {
+                                part.iter().for_each(|&h| {
+                                    f.insert_hash(h);
+                                });
+                            } else {
+                                f.insert_hashes(&part);
+                            }
+                        });
+                    }
+                });
+                assert_eq!(
+                    f.to_blocked().bitmap().words(),
+                    &expect[..],
+                    "round {round}"
+                );
+                assert_eq!(f.items(), keys.len() as u64);
+            }
+        }
     }
 }

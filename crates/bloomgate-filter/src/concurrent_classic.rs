@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::counter::Count;
+
 use crate::bitmap::Bitmap;
 use crate::classic::{self, ClassicBloom};
 use crate::error::Result;
@@ -34,7 +36,7 @@ pub struct AtomicClassicBloom {
     bits: u64,
     hashes: u32,
     seed: u64,
-    items: AtomicU64,
+    items: Count,
     design: Option<Design>,
 }
 
@@ -69,7 +71,7 @@ impl AtomicClassicBloom {
             bits: params.bits,
             hashes: params.hashes,
             seed,
-            items: AtomicU64::new(0),
+            items: Count::default(),
             design: None,
         })
     }
@@ -83,7 +85,7 @@ impl AtomicClassicBloom {
 
     /// Adds a pre-hashed key.
     pub fn insert_hash(&self, h: HashPair) -> bool {
-        self.items.fetch_add(1, Ordering::Relaxed);
+        self.items.add(1);
         let mut fresh = false;
         for i in 0..self.hashes {
             let p = probe::classic_position(h, i, self.bits);
@@ -121,7 +123,7 @@ impl AtomicClassicBloom {
         for (a, &w) in s.words.iter().zip(f.bitmap().words()) {
             a.store(w, Ordering::Relaxed);
         }
-        s.items.store(f.items(), Ordering::Relaxed);
+        s.items = Count::new(f.items());
         Ok(s)
     }
 
@@ -157,7 +159,7 @@ impl Filter for AtomicClassicBloom {
         self.hashes
     }
     fn items(&self) -> u64 {
-        self.items.load(Ordering::Relaxed)
+        self.items.get()
     }
     fn bytes(&self) -> usize {
         self.words.len() * 8

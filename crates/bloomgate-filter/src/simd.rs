@@ -16,10 +16,15 @@ use core::arch::x86_64::{
 #[cfg(target_arch = "x86_64")]
 use core::arch::asm;
 #[cfg(target_arch = "x86_64")]
-use core::arch::x86_64::{__m128i, _mm256_andnot_si256, _mm256_set_m128i};
+use core::arch::x86_64::{
+    __m128i, _mm256_andnot_si256, _mm256_castsi256_si128, _mm256_extracti128_si256,
+    _mm256_set_m128i, _mm_cvtsi128_si64, _mm_extract_epi64,
+};
 
 #[cfg(target_arch = "x86_64")]
 use crate::block::{Blocks256, SALTS};
+#[cfg(target_arch = "x86_64")]
+use crate::storage::AtomicLine;
 
 /// The key's mask over eight 32-bit lanes: lane `j` of round `r` gets bit
 /// `(lo · SALTS[8r + j]) >> 27`; lanes past `k` in the last round stay empty.
@@ -87,22 +92,28 @@ pub(crate) unsafe fn covers256_avx2(block: &[u64; 4], h1: u64, k: u32) -> bool {
 #[inline]
 fn load_block<S: Blocks256 + ?Sized>(store: &S, idx: usize) -> __m256i {
     if S::SHARED {
-        let p = store.block_ptr(idx);
+        let blocks = store.block_count();
+        if idx >= blocks {
+            crate::block::block_out_of_bounds(idx, blocks);
+        }
+        let (base, off) = (store.base_ptr(), idx * 32);
         let (lo, hi): (__m128i, __m128i);
-        // SAFETY: `p` is block `idx`'s first word (`block_ptr` checks the
-        // bounds), 32-byte aligned, followed by the block's other three
-        // words: both loads are in bounds and 16-byte aligned. On every CPU
-        // with AVX (implied by AVX2) an aligned 16-byte `vmovdqa` is a
-        // single-copy atomic access (Intel SDM vol. 3A §10.1.1; AMD APM
-        // vol. 2 §7.3.2), so each 64-bit word holds a value some write
-        // stored, exactly what `AtomicU64::load(Relaxed)` of that word
-        // may return: the assembly is four relaxed atomic loads, and no
-        // non-atomic access races the writers' `fetch_or`.
+        // SAFETY: `base + off` is block `idx`'s first word (`idx` is in
+        // bounds, checked above), 32-byte aligned, followed by the block's
+        // other three words: both loads are in bounds and 16-byte aligned.
+        // On every CPU with AVX (implied by AVX2) an aligned 16-byte
+        // `vmovdqa` is a single-copy atomic access (Intel SDM vol. 3A
+        // §10.1.1; AMD APM vol. 2 §7.3.2), so each 64-bit word holds a value
+        // some write stored, exactly what `AtomicU64::load(Relaxed)` of that
+        // word may return: the assembly is four relaxed atomic loads, and no
+        // non-atomic access races the writers (`fetch_or`, or [`or128`],
+        // which is two `fetch_or` to the memory model).
         unsafe {
             asm!(
-                "vmovdqa {lo}, xmmword ptr [{p}]",
-                "vmovdqa {hi}, xmmword ptr [{p} + 16]",
-                p = in(reg) p,
+                "vmovdqa {lo}, xmmword ptr [{base} + {off}]",
+                "vmovdqa {hi}, xmmword ptr [{base} + {off} + 16]",
+                base = in(reg) base,
+                off = in(reg) off,
                 lo = out(xmm_reg) lo,
                 hi = out(xmm_reg) hi,
                 options(nostack, readonly, preserves_flags),
@@ -184,6 +195,113 @@ pub(crate) unsafe fn missing256_avx2<S: Blocks256 + ?Sized>(
     // SAFETY: `out` is 32 writable bytes; unaligned-safe store.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), missing) };
     out
+}
+
+/// Sets a key's bits in block `idx` of atomic lines: reads the block's
+/// words with four relaxed loads (into general registers, where the
+/// exchange wants them), then ORs in what each 16-byte half lacks with one
+/// `lock cmpxchg16b` ([`or128`]); a half that lacks nothing is not
+/// written. True when some bit was clear when read.
+///
+/// # Safety
+/// The CPU must support AVX2 and `cmpxchg16b`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn set256_avx2(lines: &[AtomicLine], idx: usize, h1: u64, k: u32) -> bool {
+    let m = mask_reg(h1, k);
+    let (lo, hi) = (_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
+    let mask = [
+        _mm_cvtsi128_si64(lo) as u64,
+        _mm_extract_epi64::<1>(lo) as u64,
+        _mm_cvtsi128_si64(hi) as u64,
+        _mm_extract_epi64::<1>(hi) as u64,
+    ];
+    let seen = lines.load(idx);
+    let p = lines.base_ptr().wrapping_add(4 * idx);
+    let mut fresh = false;
+    for h in 0..2 {
+        let bits = [
+            mask[2 * h] & !seen[2 * h],
+            mask[2 * h + 1] & !seen[2 * h + 1],
+        ];
+        if bits != [0, 0] {
+            // SAFETY: `lines.load(idx)` checked that block `idx` is in
+            // bounds; its half `h` is two `AtomicU64` of `lines`, 16-byte
+            // aligned (lines are 64-byte aligned, blocks 32 bytes). The
+            // caller vouches for `cmpxchg16b`.
+            unsafe { or128(p.wrapping_add(2 * h), [seen[2 * h], seen[2 * h + 1]], bits) };
+            fresh = true;
+        }
+    }
+    fresh
+}
+
+/// [`crate::block::set_batch_with`] compiled for AVX2, [`set256_avx2`]
+/// inlined: the same loop calling it once per key took 11.5 against 9.6 ns
+/// a key in L1 (`locked_ops`).
+///
+/// # Safety
+/// The CPU must support AVX2 and `cmpxchg16b`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn set_batch_avx2(
+    lines: &[AtomicLine],
+    blocks: u64,
+    k: u32,
+    n: usize,
+    h1_of: impl Fn(usize) -> u64,
+) {
+    crate::block::set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
+        // SAFETY: this function runs only on CPUs with AVX2 and
+        // `cmpxchg16b`.
+        unsafe { set256_avx2(lines, idx, h1, k) };
+    });
+}
+
+/// ORs `bits` into the two words at `p` with `lock cmpxchg16b`: one locked
+/// instruction for two words where `fetch_or` takes two. `seen` is what
+/// the words held when last read; a failed exchange retries from the
+/// value it found.
+///
+/// To the memory model this is, for each word, a relaxed `fetch_or`: a
+/// successful exchange writes both words at once, and a failed one (which
+/// x86 writes back unchanged) writes each word its own value, i.e.
+/// `fetch_or(0)`. Two `AtomicU64::fetch_or` run back to back may do
+/// exactly that, so the 8-byte atomic loads and stores elsewhere never
+/// race an access of another size.
+///
+/// # Safety
+/// `p` must be 16-byte aligned and point at two `AtomicU64` of live
+/// storage, and the CPU must support `cmpxchg16b`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn or128(p: *const u64, seen: [u64; 2], bits: [u64; 2]) {
+    // SAFETY: the caller's contract; see the function's docs. rbx is saved
+    // in rsi and restored: the exchange needs it, and the compiler may use
+    // it for its own purposes, so every operand is in a named register
+    // (an operand allocated to rbx would be overwritten).
+    unsafe {
+        asm!(
+            "mov rsi, rbx",
+            "2:",
+            "mov rbx, rax",
+            "or rbx, r8",
+            "mov rcx, rdx",
+            "or rcx, r9",
+            "lock cmpxchg16b xmmword ptr [rdi]",
+            "jne 2b",
+            "mov rbx, rsi",
+            in("rdi") p,
+            in("r8") bits[0],
+            in("r9") bits[1],
+            out("rsi") _,
+            inout("rax") seen[0] => _,
+            inout("rdx") seen[1] => _,
+            out("rcx") _,
+            options(nostack),
+        );
+    }
 }
 
 /// True when every position of the key ([`crate::block::positions512`]) is
