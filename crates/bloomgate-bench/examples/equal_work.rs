@@ -10,7 +10,8 @@
 //! ratios are taken against the huge-page run, the stricter peer.
 //!
 //! `cargo run --release -p bloomgate-bench --example equal_work -- 1000000 100000000`
-//! (sizes as arguments; default both). Build with
+//! (sizes as arguments; default both; `--rounds=N` for N rounds instead of
+//! 5, for a machine whose timings drift). Build with
 //! `RUSTFLAGS="-C target-cpu=x86-64-v3"` for the per-binary AVX2 build.
 
 use std::hint::black_box;
@@ -20,6 +21,7 @@ use bloomgate_bench::{median, ns_per};
 use bloomgate_filter::hash::{splitmix64, HashPair};
 use bloomgate_filter::{AtomicBloom, BlockedBloom, Filter};
 
+/// Rounds per size unless `--rounds=N` says otherwise.
 const ROUNDS: usize = 5;
 
 fn pair(h: u64) -> HashPair {
@@ -90,7 +92,7 @@ fn huge_pages() -> String {
         )
 }
 
-fn run(n: usize) {
+fn run(n: usize, rounds: usize) {
     // Probes: large enough at 10^8 that each round misses the caches.
     let probes = if n > 10_000_000 {
         4_000_000
@@ -130,7 +132,7 @@ fn run(n: usize) {
     .map(|name| (name, [vec![], vec![], vec![]]))
     .collect();
     let mut fpr = [0.0f64; 2];
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         // Inserts: fresh filters each round, timed over all n keys.
         let mut s = sbbf_rs_safe::Filter::new(10, n);
         advise_huge(s.as_bytes_mut());
@@ -245,7 +247,7 @@ fn run(n: usize) {
             }
         }
     }
-    println!("\n### n = {n} (equal work: one precomputed 64-bit hash per key; median of {ROUNDS} rounds)\n");
+    println!("\n### n = {n} (equal work: one precomputed 64-bit hash per key; median of {rounds} rounds)\n");
     println!("| filter | insert ns | member ns | non-member ns | insert ÷ sbbf | member ÷ sbbf | non-member ÷ sbbf |");
     println!("|---|---|---|---|---|---|---|");
     let base: Vec<f64> = rows[0].1.iter().map(|v| median(v.clone())).collect();
@@ -290,12 +292,19 @@ fn run(n: usize) {
 
 fn main() {
     let sizes = bloomgate_bench::sizes_from_args(&[1_000_000, 100_000_000]);
+    let rounds = std::env::args()
+        .find_map(|a| {
+            a.strip_prefix("--rounds=")
+                .map(|r| r.parse().expect("--rounds=N takes a positive count"))
+        })
+        .unwrap_or(ROUNDS);
+    assert!(rounds > 0, "--rounds=N takes a positive count");
     println!(
         "avx2 at run time: {}; compiled with avx2: {}",
         std::arch::is_x86_feature_detected!("avx2"),
         cfg!(target_feature = "avx2")
     );
     for n in sizes {
-        run(n);
+        run(n, rounds);
     }
 }

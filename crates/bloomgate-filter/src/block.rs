@@ -151,49 +151,27 @@ pub(crate) fn contains256<S: Blocks256 + ?Sized>(
     }
 }
 
-/// Proof that this CPU has AVX2 and `cmpxchg16b`: only
-/// [`Cas16::detect`] makes one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) struct Cas16(());
-
-impl Cas16 {
-    /// `Some` when this CPU has AVX2 and `cmpxchg16b` (both cached by the
-    /// standard library).
-    pub(crate) fn detect() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() && std::arch::is_x86_feature_detected!("cmpxchg16b") {
-            return Some(Self(()));
-        }
-        None
-    }
-}
-
-/// Sets a key's bits in block `idx` of atomic lines, writing only where
-/// bits are missing (a key already present writes nothing); true when some
-/// bit was clear when the block was read.
-///
-/// With `cas16`, one 16-byte compare-exchange per half block that lacks
-/// bits (`simd::set256_avx2`). Without, one atomic read of the block, then
-/// a relaxed `fetch_or` per word that lacks bits: its old value is not
-/// asked for, since x86 has no fetch-or that returns it and asking would
-/// turn `lock or` into a compare-exchange loop per word.
+/// Sets a key's bits in block `idx` of atomic lines: one atomic read of
+/// the block, then [`or_missing`]; true when some bit was clear when the
+/// block was read.
 #[inline(always)]
 pub(crate) fn set256_atomic(
-    cas16: Option<Cas16>,
     kernel: Kernel256,
     lines: &[AtomicLine],
     idx: usize,
     h1: u64,
     k: u32,
 ) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if cas16.is_some() {
-        // SAFETY: a `Cas16` exists only on CPUs with AVX2 and `cmpxchg16b`.
-        return unsafe { crate::simd::set256_avx2(lines, idx, h1, k) };
-    }
-    let _ = cas16;
-    let missing = missing256(kernel, lines, idx, h1, k);
+    or_missing(lines, idx, missing256(kernel, lines, idx, h1, k))
+}
+
+/// ORs `missing` into block `idx` of atomic lines with a relaxed
+/// `fetch_or` per word that lacks bits (a key already present writes
+/// nothing); true when some word did. The old value is not asked for: x86
+/// has no fetch-or that returns it, and asking would turn `lock or` into a
+/// compare-exchange loop per word.
+#[inline(always)]
+pub(crate) fn or_missing(lines: &[AtomicLine], idx: usize, missing: [u64; 4]) -> bool {
     let half = (idx % 2) * 4;
     let mut fresh = 0;
     for (a, &bits) in lines[idx / 2].0[half..half + 4].iter().zip(&missing) {
@@ -579,11 +557,10 @@ pub(crate) fn set_batch_with(
     }
 }
 
-/// [`set256_atomic`] over many keys (first hashes `h1_of(i)`), the 16-byte
-/// exchange inlined into the loop when `cas16` allows it.
+/// [`set256_atomic`] over many keys (first hashes `h1_of(i)`), the AVX2
+/// kernel inlined into the loop when the filter has it.
 #[inline]
 pub(crate) fn set_batch256(
-    cas16: Option<Cas16>,
     kernel: Kernel256,
     lines: &[AtomicLine],
     blocks: u64,
@@ -592,13 +569,14 @@ pub(crate) fn set_batch256(
     h1_of: impl Fn(usize) -> u64,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if cas16.is_some() {
-        // SAFETY: a `Cas16` exists only on CPUs with AVX2 and `cmpxchg16b`.
+    if kernel.avx2() {
+        // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
+        // CPU has AVX2, and nothing else makes them.
         unsafe { crate::simd::set_batch_avx2(lines, blocks, k, n, h1_of) };
         return;
     }
     set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
-        set256_atomic(cas16, kernel, lines, idx, h1, k);
+        set256_atomic(kernel, lines, idx, h1, k);
     });
 }
 

@@ -17,15 +17,13 @@ use crate::storage::{AtomicLine, AtomicStorage};
 ///
 /// # Concurrency
 ///
-/// `insert` reads the key's block atomically, then sets the bits it lacks:
-/// one 16-byte compare-exchange per half block on CPUs with AVX2 and
-/// `cmpxchg16b`, else `fetch_or` per word; readers load with `Relaxed`
-/// ordering. Relaxed is enough because a filter publishes nothing but its
-/// own bits: once `insert(x)` has returned on one thread, every later
-/// `contains(x)` on any thread that is ordered after it (by a join, a lock,
-/// a channel, an HTTP response…) sees all of `x`'s bits, since those
-/// synchronisations carry the stores with them. A `contains(x)` racing
-/// with `insert(x)` may answer either way.
+/// `insert` reads the key's block atomically, then sets the bits it lacks
+/// with `fetch_or`; readers load with `Relaxed` ordering. Relaxed is enough
+/// because a filter publishes nothing but its own bits: once `insert(x)`
+/// has returned on one thread, every later `contains(x)` on any thread that
+/// is ordered after it (by a join, a lock, a channel, an HTTP response…)
+/// sees all of `x`'s bits, since those synchronisations carry the stores
+/// with them. A `contains(x)` racing with `insert(x)` may answer either way.
 ///
 /// An insert that finds all of a key's bits set writes nothing, and a
 /// `contains` ordered after it still sees them: it saw another insert's
@@ -66,10 +64,6 @@ pub struct AtomicBloom {
     items: Count,
     design: Option<Design>,
     kernel: block::Kernel256,
-    /// Present when the CPU has AVX2 and `cmpxchg16b`: inserts then OR
-    /// each half block with one 16-byte compare-exchange instead of two
-    /// `fetch_or`.
-    cas16: Option<block::Cas16>,
 }
 
 impl AtomicBloom {
@@ -109,7 +103,6 @@ impl AtomicBloom {
             items: Count::default(),
             design: None,
             kernel: block::Kernel256::pick(params.hashes),
-            cas16: block::Cas16::detect(),
         })
     }
 
@@ -177,7 +170,6 @@ impl AtomicBloom {
     #[inline(always)]
     fn set(&self, h1: u64) -> bool {
         block::set256_atomic(
-            self.cas16,
             self.kernel,
             self.storage.lines(),
             block::block_index256(h1, self.blocks),
@@ -197,7 +189,6 @@ impl AtomicBloom {
     fn set_batch(&self, n: usize, h1_of: impl Fn(usize) -> u64) {
         self.items.add(n as u64);
         block::set_batch256(
-            self.cas16,
             self.kernel,
             self.storage.lines(),
             self.blocks,
@@ -331,27 +322,14 @@ mod tests {
     use crate::hash::splitmix64;
     use std::sync::Barrier;
 
-    /// `params`' filter on every insert path this CPU runs: 16-byte
-    /// compare-exchange (when it has AVX2 and `cmpxchg16b`), `fetch_or`
-    /// after an AVX2 read, and `fetch_or` after a portable read.
+    /// `params`' filter on every kernel this CPU runs: the AVX2 one (when
+    /// it has AVX2) and the portable one.
     fn every_path(params: BlockedParams) -> Vec<AtomicBloom> {
-        let mut paths = vec![];
-        for (kernel, cas16) in [
-            (
-                block::Kernel256::pick(params.hashes),
-                block::Cas16::detect(),
-            ),
-            (block::Kernel256::pick(params.hashes), None),
-            (block::Kernel256::Portable, None),
-        ] {
+        let mut paths = vec![AtomicBloom::new(params, 3).unwrap()];
+        if paths[0].kernel != block::Kernel256::Portable {
             let mut f = AtomicBloom::new(params, 3).unwrap();
-            (f.kernel, f.cas16) = (kernel, cas16);
-            if !paths
-                .iter()
-                .any(|p: &AtomicBloom| (p.kernel, p.cas16) == (kernel, cas16))
-            {
-                paths.push(f);
-            }
+            f.kernel = block::Kernel256::Portable;
+            paths.push(f);
         }
         paths
     }
@@ -376,7 +354,7 @@ mod tests {
             let params = shape(blocks, k);
             let (singles, batches) = (every_path(params), every_path(params));
             if crate::block::has_avx2() {
-                assert_eq!(singles.len(), 3, "all three paths run on this CPU");
+                assert_eq!(singles.len(), 2, "both kernels run on this CPU");
             }
             let mut heap = BlockedBloom::new(params, 3).unwrap();
             let hashes: Vec<HashPair> = (0..n)
@@ -409,8 +387,7 @@ mod tests {
     #[test]
     fn racing_inserts_into_the_same_blocks_lose_no_bit() {
         // Two blocks, so that the threads' writes keep meeting on the same
-        // 16-byte halves: a compare-exchange that retried from a stale
-        // value, or a lost OR, would drop another thread's bits.
+        // words: a lost OR would drop another thread's bits.
         let params = shape(2, 8);
         let threads = 4;
         let per_thread = 12;

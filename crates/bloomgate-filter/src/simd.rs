@@ -16,10 +16,7 @@ use core::arch::x86_64::{
 #[cfg(target_arch = "x86_64")]
 use core::arch::asm;
 #[cfg(target_arch = "x86_64")]
-use core::arch::x86_64::{
-    __m128i, _mm256_andnot_si256, _mm256_castsi256_si128, _mm256_extracti128_si256,
-    _mm256_set_m128i, _mm_cvtsi128_si64, _mm_extract_epi64,
-};
+use core::arch::x86_64::{__m128i, _mm256_andnot_si256, _mm256_set_m128i};
 
 #[cfg(target_arch = "x86_64")]
 use crate::block::{Blocks256, SALTS};
@@ -106,8 +103,7 @@ fn load_block<S: Blocks256 + ?Sized>(store: &S, idx: usize) -> __m256i {
         // §10.1.1; AMD APM vol. 2 §7.3.2), so each 64-bit word holds a value
         // some write stored, exactly what `AtomicU64::load(Relaxed)` of that
         // word may return: the assembly is four relaxed atomic loads, and no
-        // non-atomic access races the writers (`fetch_or`, or [`or128`],
-        // which is two `fetch_or` to the memory model).
+        // non-atomic access races the writers' `fetch_or`.
         unsafe {
             asm!(
                 "vmovdqa {lo}, xmmword ptr [{base} + {off}]",
@@ -184,6 +180,7 @@ pub(crate) unsafe fn contains256_k8_avx2<S: Blocks256 + ?Sized>(
 /// The CPU must support AVX2 (`is_x86_feature_detected!("avx2")`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 pub(crate) unsafe fn missing256_avx2<S: Blocks256 + ?Sized>(
     store: &S,
     idx: usize,
@@ -197,52 +194,11 @@ pub(crate) unsafe fn missing256_avx2<S: Blocks256 + ?Sized>(
     out
 }
 
-/// Sets a key's bits in block `idx` of atomic lines: reads the block's
-/// words with four relaxed loads (into general registers, where the
-/// exchange wants them), then ORs in what each 16-byte half lacks with one
-/// `lock cmpxchg16b` ([`or128`]); a half that lacks nothing is not
-/// written. True when some bit was clear when read.
+/// [`crate::block::set_batch_with`] compiled for AVX2, the block read and
+/// mask ([`missing256_avx2`]) inlined.
 ///
 /// # Safety
-/// The CPU must support AVX2 and `cmpxchg16b`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(crate) unsafe fn set256_avx2(lines: &[AtomicLine], idx: usize, h1: u64, k: u32) -> bool {
-    let m = mask_reg(h1, k);
-    let (lo, hi) = (_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
-    let mask = [
-        _mm_cvtsi128_si64(lo) as u64,
-        _mm_extract_epi64::<1>(lo) as u64,
-        _mm_cvtsi128_si64(hi) as u64,
-        _mm_extract_epi64::<1>(hi) as u64,
-    ];
-    let seen = lines.load(idx);
-    let p = lines.base_ptr().wrapping_add(4 * idx);
-    let mut fresh = false;
-    for h in 0..2 {
-        let bits = [
-            mask[2 * h] & !seen[2 * h],
-            mask[2 * h + 1] & !seen[2 * h + 1],
-        ];
-        if bits != [0, 0] {
-            // SAFETY: `lines.load(idx)` checked that block `idx` is in
-            // bounds; its half `h` is two `AtomicU64` of `lines`, 16-byte
-            // aligned (lines are 64-byte aligned, blocks 32 bytes). The
-            // caller vouches for `cmpxchg16b`.
-            unsafe { or128(p.wrapping_add(2 * h), [seen[2 * h], seen[2 * h + 1]], bits) };
-            fresh = true;
-        }
-    }
-    fresh
-}
-
-/// [`crate::block::set_batch_with`] compiled for AVX2, [`set256_avx2`]
-/// inlined: the same loop calling it once per key took 11.5 against 9.6 ns
-/// a key in L1 (`locked_ops`).
-///
-/// # Safety
-/// The CPU must support AVX2 and `cmpxchg16b`.
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn set_batch_avx2(
@@ -253,55 +209,10 @@ pub(crate) unsafe fn set_batch_avx2(
     h1_of: impl Fn(usize) -> u64,
 ) {
     crate::block::set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
-        // SAFETY: this function runs only on CPUs with AVX2 and
-        // `cmpxchg16b`.
-        unsafe { set256_avx2(lines, idx, h1, k) };
+        // SAFETY: this function runs only on CPUs with AVX2.
+        let missing = unsafe { missing256_avx2(lines, idx, h1, k) };
+        crate::block::or_missing(lines, idx, missing);
     });
-}
-
-/// ORs `bits` into the two words at `p` with `lock cmpxchg16b`: one locked
-/// instruction for two words where `fetch_or` takes two. `seen` is what
-/// the words held when last read; a failed exchange retries from the
-/// value it found.
-///
-/// To the memory model this is, for each word, a relaxed `fetch_or`: a
-/// successful exchange writes both words at once, and a failed one (which
-/// x86 writes back unchanged) writes each word its own value, i.e.
-/// `fetch_or(0)`. Two `AtomicU64::fetch_or` run back to back may do
-/// exactly that, so the 8-byte atomic loads and stores elsewhere never
-/// race an access of another size.
-///
-/// # Safety
-/// `p` must be 16-byte aligned and point at two `AtomicU64` of live
-/// storage, and the CPU must support `cmpxchg16b`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) unsafe fn or128(p: *const u64, seen: [u64; 2], bits: [u64; 2]) {
-    // SAFETY: the caller's contract; see the function's docs. rbx is saved
-    // in rsi and restored: the exchange needs it, and the compiler may use
-    // it for its own purposes, so every operand is in a named register
-    // (an operand allocated to rbx would be overwritten).
-    unsafe {
-        asm!(
-            "mov rsi, rbx",
-            "2:",
-            "mov rbx, rax",
-            "or rbx, r8",
-            "mov rcx, rdx",
-            "or rcx, r9",
-            "lock cmpxchg16b xmmword ptr [rdi]",
-            "jne 2b",
-            "mov rbx, rsi",
-            in("rdi") p,
-            in("r8") bits[0],
-            in("r9") bits[1],
-            out("rsi") _,
-            inout("rax") seen[0] => _,
-            inout("rdx") seen[1] => _,
-            out("rcx") _,
-            options(nostack),
-        );
-    }
 }
 
 /// True when every position of the key ([`crate::block::positions512`]) is
