@@ -79,7 +79,7 @@ const fn lane_bit(lo: u32, i: usize) -> u32 {
 
 /// The mask a key sets in a 256-bit block, as four 64-bit words (lane `j` is
 /// bits `32·(j mod 2)..` of word `j / 2`, the little-endian layout of eight
-/// u32 lanes). Scalar version of [`crate::simd::mask256_avx2`].
+/// u32 lanes). Scalar version of the AVX2 mask in `simd`.
 #[inline(always)]
 pub(crate) fn mask256_scalar(h1: u64, k: u32) -> [u64; 4] {
     let lo = h1 as u32;

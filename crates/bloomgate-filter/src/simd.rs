@@ -291,7 +291,7 @@ pub(crate) unsafe fn mask256_avx2(h1: u64, k: u32) -> [u64; 4] {
     out
 }
 
-/// [`probe_batch_with`] compiled for AVX2, the kernel inlined.
+/// [`crate::block::probe_batch_with`] compiled for AVX2, the kernel inlined.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -310,7 +310,7 @@ pub(crate) unsafe fn probe_batch_avx2<S: Blocks256 + ?Sized>(
     });
 }
 
-/// [`insert_batch_with`] compiled for AVX2, the kernel inlined.
+/// [`crate::block::insert_batch_with`] compiled for AVX2, the kernel inlined.
 ///
 /// # Safety
 /// The CPU must support AVX2.
