@@ -76,6 +76,10 @@ peer!(CountingBloom, |f| f.bytes() as u64 * 8);
 peer!(ScalableBloom, |f| f.bits());
 peer!(fastbloom::BloomFilter, |f| f.num_bits() as u64);
 peer!(fastbloom::AtomicBloomFilter, |f| f.num_bits() as u64);
+peer!(
+    fastbloom::BloomFilter<foldhash::fast::FixedState>,
+    |f| f.num_bits() as u64
+);
 /// sbbf takes a hash, not a key: it gets one splitmix64 of the key.
 impl Peer for sbbf_rs_safe::Filter {
     fn put(&mut self, key: u64) {
@@ -269,6 +273,16 @@ fn plain_filters(c: &mut Criterion, n: usize) {
         fb.insert(k);
     }
     bench_peer(&mut g, &mut ctx, "fastbloom", fb, true);
+
+    // fastbloom with a hasher as cheap as bloomgate's for u64 keys (its
+    // default is SipHash-1-3; foldhash is the fast one its docs suggest).
+    let mut fbf = fastbloom::BloomFilter::with_false_pos(P)
+        .hasher(foldhash::fast::FixedState::with_seed(7))
+        .expected_items(n);
+    for k in &all {
+        fbf.insert(k);
+    }
+    bench_peer(&mut g, &mut ctx, "fastbloom-foldhash", fbf, true);
 
     let fba = fastbloom::AtomicBloomFilter::with_false_pos(P).expected_items(n);
     for k in &all {

@@ -127,9 +127,16 @@ fn build_query_info_round_trip_for_each_layout() {
             .lines()
             .filter(|l| l.ends_with("\tno"))
             .count();
+        // At most the 1% target plus three standard deviations of 10,000
+        // draws (the filter library's FPR tests use the same bound), with
+        // the classic layout's allowance for rounding k (7 for 6.64: its
+        // formula rate is 1.0039% at 1%).
+        let (p, trials): (f64, f64) = (0.01 * 1.004, 10_000.0);
+        let bound = trials * p + 3.0 * (trials * p * (1.0 - p)).sqrt();
+        let maybes = 10_000 - noes;
         assert!(
-            noes >= 9_800,
-            "{layout}: only {noes} of 10000 absent keys rejected"
+            (maybes as f64) <= bound,
+            "{layout}: {maybes} of 10000 absent keys said maybe (bound {bound:.1})"
         );
         let out = run(&["info", "--verify", out_file.to_str().unwrap()]);
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -536,8 +543,26 @@ fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
     // Half the ids exist (plus the 1% of random ids that fall in 1..=1000).
     let found = n(&report["status"]["200"]);
     assert!((1350..=1700).contains(&found), "{found}");
-    // The server saw exactly the attack, and the report says what it saw.
-    assert_eq!(report["outcomes"], server["requests"]);
+    // The server's outcomes, as the report tells them, add up to what the
+    // attack itself received: every 200 was a hit at some level or a row
+    // from SQL, every 404 a filter "no", a cached null or an SQL miss.
+    let outcome = |name: &str| report["outcomes"][name].as_i64().unwrap_or(0);
+    assert_eq!(
+        outcome("l1_hit") + outcome("redis_hit") + outcome("db_found"),
+        found,
+        "outcomes {} against {found} answers 200",
+        report["outcomes"]
+    );
+    assert_eq!(
+        outcome("filter_rejected")
+            + outcome("l1_negative_hit")
+            + outcome("redis_nil_hit")
+            + outcome("db_missing"),
+        n(&report["status"]["404"]),
+        "outcomes {} against the answers 404",
+        report["outcomes"]
+    );
+    // And the report's counters are the server's.
     assert_eq!(
         n(&report["filter_rejected"]),
         n(&server["bloom"]["rejected"])

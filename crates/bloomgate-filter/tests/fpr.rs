@@ -61,15 +61,12 @@ fn measure<F: Filter>(
         let hits = (0..trials).filter(|_| f.contains(&rng.next_u64())).count();
         measured += hits as f64 / trials as f64;
         expected += f.expected_fpr(n);
-        if block_bits > 0 {
-            let spread = sizing::blocked_fpr_spread(
-                f.bits() / u64::from(block_bits),
-                block_bits,
-                f.hashes(),
-                n,
-            );
-            spread2 += spread * spread;
-        }
+        let spread = if block_bits > 0 {
+            sizing::blocked_fpr_spread(f.bits() / u64::from(block_bits), block_bits, f.hashes(), n)
+        } else {
+            classic_fpr_spread(f.bits(), f.hashes(), n)
+        };
+        spread2 += spread * spread;
     }
     let c = count as f64;
     let (measured, expected) = (measured / c, expected / c);
@@ -81,23 +78,56 @@ fn measure<F: Filter>(
     }
 }
 
-fn check(name: &str, n: u64, p: f64, o: &Outcome, at_most_target: bool) {
+/// The standard deviation of one classic filter's rate around the formula:
+/// the `k·n` throws into `m` bits leave a set fraction `ρ` whose variance is
+/// the occupancy variance `m e^{-λ}(1 - (1+λ)e^{-λ})`, `λ = kn/m`, and the
+/// rate `ρ^k` moves by `k ρ^{k-1}` per unit of `ρ`. About 1.6% of the rate
+/// at n = 10^4, p = 10^-4; negligible at 10^6.
+fn classic_fpr_spread(bits: u64, hashes: u32, n: u64) -> f64 {
+    let (m, k) = (bits as f64, f64::from(hashes));
+    let lambda = k * n as f64 / m;
+    let empty = (-lambda).exp();
+    let var_set = m * empty * (1.0 - (1.0 + lambda) * empty);
+    let rho = 1.0 - empty;
+    k * rho.powf(k - 1.0) * var_set.sqrt() / m
+}
+
+/// How far above `p` the classic scheme may sit because it rounds `k`:
+/// the rate of seed 000's formula (`m = ⌈-n ln p / ln² 2⌉`,
+/// `k = round(m/n · ln 2)`, rate `(1 - e^{-kn/m})^k`) over `p`, computed
+/// here from the formula and never from the filter under test, so a sizing
+/// change that undersizes classic filters cannot move its own allowance.
+/// For the rates tested it is at most 1.0072 (p = 0.1, k = 3 for 3.32).
+fn classic_rounding_allowance(n: u64, p: f64) -> f64 {
+    let ln2 = std::f64::consts::LN_2;
+    let n = n as f64;
+    let m = (-n * p.ln() / (ln2 * ln2)).ceil();
+    let k = (m / n * ln2).round();
+    let allowance = (1.0 - (-k * n / m).exp()).powf(k) / p;
+    assert!(
+        allowance <= 1.01,
+        "rounding k costs {allowance} at n={n} p={p}"
+    );
+    allowance.max(1.0)
+}
+
+/// Asserts the measured rate is at most `target` (+3 sd) and within 15% of
+/// the filter's own estimate.
+fn check(name: &str, n: u64, target: f64, o: &Outcome) {
     eprintln!(
-        "{name} n={n} p={p}: measured {:.6} expected {:.6} (sd {:.2e})",
+        "{name} n={n} target={target:.6}: measured {:.6} expected {:.6} (sd {:.2e})",
         o.measured, o.expected, o.sd
     );
-    if at_most_target {
-        assert!(
-            o.measured <= p + 3.0 * o.sd,
-            "{name} n={n} p={p}: measured {} above target (+3 sd = {})",
-            o.measured,
-            3.0 * o.sd
-        );
-    }
+    assert!(
+        o.measured <= target + 3.0 * o.sd,
+        "{name} n={n} target={target}: measured {} above target (+3 sd = {})",
+        o.measured,
+        3.0 * o.sd
+    );
     let rel = (o.measured - o.expected).abs() / o.expected;
     assert!(
         rel <= 0.15,
-        "{name} n={n} p={p}: measured {} is {:.1}% from expected {}",
+        "{name} n={n}: measured {} is {:.1}% from expected {}",
         o.measured,
         rel * 100.0,
         o.expected
@@ -117,7 +147,7 @@ fn blocked_meets_target_and_its_own_formula() {
                 |seed| BlockedBloom::new(shape, seed).unwrap(),
                 |f, keys| f.insert_many(keys),
             );
-            check("blocked", n, p, &o, true);
+            check("blocked", n, p, &o);
         }
     }
 }
@@ -140,8 +170,8 @@ fn classic_meets_target_and_its_own_formula() {
                 },
             );
             // The classic formula rounds k, so a classic filter may sit a
-            // hair above p; it is held to its own formula.
-            check("classic", n, p, &o, o.expected <= p);
+            // hair above p: held to p times the formula's own allowance.
+            check("classic", n, p * classic_rounding_allowance(n, p), &o);
         }
     }
 }
@@ -165,7 +195,7 @@ fn concurrent_filter_matches_blocked_rate() {
                 });
             },
         );
-        check("atomic", n, p, &o, true);
+        check("atomic", n, p, &o);
     }
 }
 
@@ -188,7 +218,12 @@ fn concurrent_classic_matches_its_formula() {
                 });
             },
         );
-        check("atomic classic", n, p, &o, o.expected <= p);
+        check(
+            "atomic classic",
+            n,
+            p * classic_rounding_allowance(n, p),
+            &o,
+        );
     }
 }
 
@@ -209,7 +244,7 @@ fn counting_meets_target_and_its_own_formula() {
                 }
             },
         );
-        check("counting", n, p, &o, true);
+        check("counting", n, p, &o);
     }
 }
 
@@ -286,7 +321,7 @@ fn wide_blocks_meet_target_and_their_own_formula_at_low_rates() {
                 |seed| BlockedBloom::new(shape, seed).unwrap(),
                 |f, keys| f.insert_many(keys),
             );
-            check("blocked512", n, p, &o, true);
+            check("blocked512", n, p, &o);
         }
     }
     let (n, p) = (1_000_000u64, 1e-6);

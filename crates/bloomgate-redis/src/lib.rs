@@ -331,6 +331,12 @@ impl RedisBloom {
         self.params
     }
 
+    /// The hash seed every client of this filter uses.
+    #[must_use]
+    pub const fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// How many strings hold the bits.
     #[must_use]
     pub fn segments(&self) -> u64 {

@@ -65,10 +65,25 @@ async fn two_instances_share_inserts_and_never_miss_a_key() {
         .filter(|&&x| x)
         .count();
     assert!(yes < 50, "{yes} of 5000 absent keys said maybe");
-    // Creating again with the same shape opens it; another shape is refused.
-    assert!(RedisBloom::create(c.clone(), key, 20_000, 0.01, 7)
+    // Creating again with the same shape opens it, and says it did not
+    // create it (the caller must not refill it); every bit survives.
+    let bits_before = a.download().await.unwrap();
+    let (again, created) = RedisBloom::create_or_open(c.clone(), key, 20_000, 0.01, 7)
         .await
-        .is_ok());
+        .unwrap();
+    assert!(!created, "an existing filter was reported as new");
+    assert_eq!((again.params(), again.seed()), (a.params(), 7));
+    assert!(
+        again.download().await.unwrap().bitmap().words() == bits_before.bitmap().words(),
+        "re-creating changed the bits"
+    );
+    assert!(again
+        .contains_many(&keys[..5100])
+        .await
+        .unwrap()
+        .iter()
+        .all(|&x| x));
+    // Another shape is refused.
     assert!(matches!(
         RedisBloom::create(c.clone(), key, 40_000, 0.01, 7).await,
         Err(Error::ShapeMismatch { .. })
@@ -170,6 +185,8 @@ async fn an_upload_racing_inserts_from_another_client_loses_none_of_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_creates_and_opens_never_see_half_written_parameters() {
     let Some(c) = conn().await else { return };
+    // What every creator asks for, and so what every open must read back.
+    let want = bloomgate_filter::sizing::blocked(10_000, 0.01, 256).unwrap();
     for round in 0..20 {
         let key = format!("bgtest:shared:create{round}");
         fresh(&c, &key).await;
@@ -177,24 +194,31 @@ async fn concurrent_creates_and_opens_never_see_half_written_parameters() {
             .map(|i| {
                 let (c, key) = (c.clone(), key.clone());
                 tokio::spawn(async move {
-                    if i % 2 == 0 {
-                        RedisBloom::create(c, &key, 10_000, 0.01, 5).await.map(drop)
+                    let opened = if i % 2 == 0 {
+                        RedisBloom::create(c, &key, 10_000, 0.01, 5).await
                     } else {
                         // An open may find nothing yet, never half a filter.
                         match RedisBloom::open(c, &key).await {
                             Err(Error::Meta { reason, .. }) => {
                                 assert_eq!(reason, "no bloomgate filter metadata");
-                                Ok(())
+                                return None;
                             }
-                            other => other.map(drop),
+                            other => other,
                         }
-                    }
+                    };
+                    let f = opened.unwrap();
+                    Some((f.params(), f.seed(), f.segments()))
                 })
             })
             .collect();
+        let mut seen = 0;
         for t in tasks {
-            t.await.unwrap().unwrap();
+            if let Some(got) = t.await.unwrap() {
+                assert_eq!(got, (want, 5, 1), "round {round}: parameters read back");
+                seen += 1;
+            }
         }
+        assert!(seen >= 4, "round {round}: {seen} of 8 saw the filter");
         fresh(&c, &key).await;
     }
 }

@@ -99,6 +99,9 @@ pub struct ChangeCounters {
     pub rebuilds_led: AtomicU64,
     /// Other instances' rebuilds adopted here (no SQL scan).
     pub rebuilds_adopted: AtomicU64,
+    /// Warms with `rebuild_bloom` that found another instance's shared
+    /// rebuild running and waited for its epoch instead of scanning.
+    pub rebuilds_joined: AtomicU64,
     /// Epochs that could not be adopted (a local rebuild ran instead).
     pub adopt_failures: AtomicU64,
 }

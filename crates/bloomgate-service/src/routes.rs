@@ -235,7 +235,10 @@ async fn start_rebuild(state: &AppState) -> WarmRebuild {
     match log.try_lead().await {
         Some(true) => {}
         // One SQL scan for every instance: the leader's.
-        Some(false) => return WarmRebuild::Adopt(log.epoch()),
+        Some(false) => {
+            log.counters.rebuilds_joined.fetch_add(1, Ordering::Relaxed);
+            return WarmRebuild::Adopt(log.epoch());
+        }
         // Redis is not answering: rebuild here (the others are asked
         // when it answers again, through the queue).
         None => return WarmRebuild::Build(gate.request_rebuild(), None),
@@ -340,6 +343,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
                 "rebuilds_requested": c.rebuilds_requested.load(Ordering::Relaxed),
                 "rebuilds_led": c.rebuilds_led.load(Ordering::Relaxed),
                 "rebuilds_adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
+                "rebuilds_joined": c.rebuilds_joined.load(Ordering::Relaxed),
                 "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
                 "epoch": l.epoch(),
             })

@@ -43,8 +43,13 @@ async fn get(server: &TestServer, id: i64) -> Answer {
 
 /// GETs for `ids`, 50 at a time.
 async fn get_all(server: &TestServer, ids: &[i64]) -> Vec<(i64, Answer)> {
+    get_all_by(server, ids, 50).await
+}
+
+/// GETs for `ids`, `width` at a time.
+async fn get_all_by(server: &TestServer, ids: &[i64], width: usize) -> Vec<(i64, Answer)> {
     let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(50) {
+    for chunk in ids.chunks(width) {
         let answers = futures_util::future::join_all(chunk.iter().map(|&id| get(server, id))).await;
         out.extend(chunk.iter().copied().zip(answers));
     }
@@ -58,14 +63,21 @@ fn percentile(mut d: Vec<Duration>, p: f64) -> Duration {
 
 /// Checks each answer is right for a catalogue of ids `1..=catalogue`:
 /// existing ids 200 with their own id, others 404; a bulkhead 503
-/// (`overloaded`, with `Retry-After`) is no wrong answer and is counted.
-/// Returns counts by status.
-fn check_answers(answers: &[(i64, Answer)], catalogue: i64) -> BTreeMap<u16, usize> {
+/// (`overloaded`, with `Retry-After`) is no wrong answer, but at most
+/// `max_shed` of them are allowed (a service that shed every read would
+/// give no wrong answer either). Returns counts by status.
+fn check_answers(
+    answers: &[(i64, Answer)],
+    catalogue: i64,
+    max_shed: usize,
+) -> BTreeMap<u16, usize> {
     let mut by_status = BTreeMap::new();
+    let mut shed = 0;
     for (id, a) in answers {
         *by_status.entry(a.status).or_default() += 1;
         if a.status == 503 && a.body["error"] == "overloaded" {
             assert_eq!(a.retry_after.as_deref(), Some("1"));
+            shed += 1;
         } else if *id <= catalogue {
             assert_eq!(a.status, 200, "id {id}: {}", a.body);
             assert_eq!(a.body["id"], *id, "a wrong SKU for {id}");
@@ -73,6 +85,11 @@ fn check_answers(answers: &[(i64, Answer)], catalogue: i64) -> BTreeMap<u16, usi
             assert_eq!(a.status, 404, "id {id}: {}", a.body);
         }
     }
+    assert!(
+        shed <= max_shed,
+        "{shed} of {} reads shed (at most {max_shed} allowed): {by_status:?}",
+        answers.len()
+    );
     by_status
 }
 
@@ -91,17 +108,20 @@ fn fault_config(db: &str, redis: Option<&str>, prefix: &str) -> bloomgate_servic
 async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_restart() {
     let mut redis = OwnServer::redis().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = fault_config(
+    let mut config = fault_config(
         &common::sqlite_url(&dir),
         Some(&redis.url()),
         "faults-redis",
     );
+    // As many bulkhead slots as reads in flight (`get_all` sends 50 at a
+    // time): nothing here may be shed, so every existing id must be a 200.
+    config.sql.max_concurrent_loads = 50;
     let server = TestServer::start(config, 2000).await;
     // Existing ids and ids past the catalogue (rejected by the filter, or
     // the odd false positive that goes on to SQL).
     let ids: Vec<i64> = (1..=400).map(|i| i * 5).chain(5001..=5100).collect();
     let healthy = get_all(&server, &ids).await;
-    check_answers(&healthy, 2000);
+    check_answers(&healthy, 2000, 0);
 
     redis.stop().await;
     let stopped_at = Instant::now();
@@ -111,7 +131,7 @@ async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_
         // Every round misses L1, so every existing id needs Redis or SQL.
         server.state.reader.l1.invalidate_all();
         let answers = get_all(&server, &ids).await;
-        for (s, n) in check_answers(&answers, 2000) {
+        for (s, n) in check_answers(&answers, 2000, 0) {
             *by_status.entry(s).or_insert(0) += n;
         }
         latencies.extend(answers.iter().map(|(_, a)| a.took));
@@ -126,17 +146,21 @@ async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_
         "redis stopped: {by_status:?} answers, latency p50 {p50:?} p99 {p99:?} max {max:?}; redis errors {} timeouts {} skipped {} breaker opened {}",
         stats["redis"]["errors"], stats["redis"]["timeouts"], stats["redis"]["skipped"], stats["redis"]["breaker_opened"]
     );
-    assert!(
-        by_status.keys().all(|s| [200, 404, 503].contains(s)),
-        "{by_status:?}"
+    // RELIABILITY.md's figures: 1,200 × 200, 300 × 404, nothing else.
+    assert_eq!(
+        by_status,
+        BTreeMap::from([(200, 1200), (404, 300)]),
+        "answers while Redis was down"
     );
     assert!(counter(&stats, &["redis", "breaker_opened"]) >= 1);
     assert!(
         counter(&stats, &["redis", "skipped"]) > 0,
         "the open breaker spared Redis calls"
     );
-    // A miss costs at most one Redis timeout (50 ms) on top of SQL.
-    assert!(max < Duration::from_millis(1000), "slowest answer {max:?}");
+    // A miss costs at most one Redis timeout (50 ms) on top of SQL; the
+    // limit only has to tell that from an unbounded wait, with room for a
+    // loaded 2-core machine (RELIABILITY.md has the measured figures).
+    assert!(max < Duration::from_secs(3), "slowest answer {max:?}");
 
     redis.start().await;
     let restarted = Instant::now();
@@ -184,13 +208,16 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
     // from SQL; other misses cost at most one timeout each.
     let a = get(&server, 42).await;
     assert_eq!((a.status, a.body["name"].as_str()), (200, Some("renamed")));
-    let b = get(&server, 43).await;
+    // Redis never answers while frozen: without its timeout this read
+    // would wait forever, so the outer limit only tells the two apart.
+    let b = tokio::time::timeout(Duration::from_secs(10), get(&server, 43))
+        .await
+        .expect("a read waited on a frozen Redis");
     assert_eq!(b.status, 200);
     eprintln!(
         "redis frozen: the write answered in {write_took:?}, a miss in {:?}",
         b.took
     );
-    assert!(b.took < Duration::from_millis(1000));
 
     // Delivery attempts while Redis is frozen must not count as delivered.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -223,16 +250,18 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recovers() {
     let mut db = OwnServer::mariadb().await;
-    let config = fault_config(&db.url(), None, "faults-mariadb");
+    let mut config = fault_config(&db.url(), None, "faults-mariadb");
+    // A slot for every read in flight: after the restart none may be shed.
+    config.sql.max_concurrent_loads = 50;
     let server = TestServer::start(config, 2000).await;
     let cached: Vec<i64> = (1..=100).collect();
-    check_answers(&get_all(&server, &cached).await, 2000);
+    check_answers(&get_all(&server, &cached).await, 2000, 0);
 
     db.stop().await;
     let stopped_at = Instant::now();
     // Cached ids still answer 200; ids past the catalogue are 404 by the
     // filter; other existing ids get a fast JSON 503 with Retry-After.
-    check_answers(&get_all(&server, &cached).await, 2000);
+    check_answers(&get_all(&server, &cached).await, 2000, 0);
     let missing: Vec<i64> = (10_001..=10_050).collect();
     let m = get_all(&server, &missing).await;
     let through_filter = m.iter().filter(|(_, a)| a.status != 404).count();
@@ -255,8 +284,10 @@ async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recove
         assert_eq!(a.retry_after.as_deref(), Some("1"));
     }
     eprintln!("mariadb stopped: 100 cached ids 200, 50 uncached 503 (slowest {slowest:?})");
+    // Bounded by the acquire timeout (300 ms), not by how long MariaDB
+    // stays down; the limit leaves room for a loaded machine.
     assert!(
-        slowest < Duration::from_millis(1500),
+        slowest < Duration::from_secs(3),
         "slowest 503 took {slowest:?}"
     );
 
@@ -279,7 +310,7 @@ async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recove
         restarted - stopped_at,
         restarted.elapsed()
     );
-    check_answers(&get_all(&server, &uncached).await, 2000);
+    check_answers(&get_all(&server, &uncached).await, 2000, 0);
     assert_eq!(gate.rebuild().await.unwrap().added, 2000);
     let stats = server.stats().await;
     assert_eq!(counter(&stats, &["sql", "bulkhead_in_use"]), 0);
@@ -293,9 +324,12 @@ async fn a_frozen_database_fills_the_bulkhead_and_excess_loads_get_a_fast_503() 
     config.sql.max_concurrent_loads = 4;
     config.sql.queue_timeout_ms = 50;
     config.sql.statement_timeout_ms = 1500;
+    // A pooled connection to the frozen server is checked before use, and
+    // that check waits out the acquire timeout: well past the queue's.
+    config.sql.acquire_timeout_ms = 1500;
     let server = TestServer::start(config, 500).await;
     let cached: Vec<i64> = (1..=20).collect();
-    check_answers(&get_all(&server, &cached).await, 500);
+    check_answers(&get_all(&server, &cached).await, 500, 0);
 
     db.pause();
     let uncached: Vec<i64> = (100..140).collect();
@@ -304,29 +338,38 @@ async fn a_frozen_database_fills_the_bulkhead_and_excess_loads_get_a_fast_503() 
         get_all(&server, &cached).await
     });
     // Cached ids answer while the database hangs.
-    check_answers(&during, 500);
+    check_answers(&during, 500, 0);
     let mut overloaded = Vec::new();
-    let mut unavailable = 0;
+    let mut timed_out = Vec::new();
     for (id, a) in &answers {
         assert_eq!(a.status, 503, "id {id}: {}", a.body);
         assert_eq!(a.retry_after.as_deref(), Some("1"));
         match a.body["error"].as_str() {
             Some("overloaded") => overloaded.push(a.took),
-            Some("unavailable") => unavailable += 1,
+            Some("unavailable") => timed_out.push(a.took),
             other => panic!("id {id}: {other:?}"),
         }
     }
     let slowest_overloaded = overloaded.iter().max().copied().unwrap();
+    let first_timed_out = timed_out.iter().min().copied().unwrap();
     eprintln!(
-        "database frozen: 40 concurrent loads -> {} overloaded (slowest {slowest_overloaded:?}), {unavailable} timed out after the statement timeout",
-        overloaded.len()
+        "database frozen: 40 concurrent loads -> {} overloaded (slowest {slowest_overloaded:?}), {} reached SQL and timed out (first {first_timed_out:?})",
+        overloaded.len(),
+        timed_out.len()
     );
     assert_eq!(
-        unavailable, 4,
+        timed_out.len(),
+        4,
         "exactly the bulkhead's four slots reached SQL"
     );
     assert_eq!(overloaded.len(), 36);
-    assert!(slowest_overloaded < Duration::from_millis(1000));
+    // The excess was shed after the queue timeout (50 ms), before any of
+    // the four loads in SQL gave up (1.5 s): compared with each other, not
+    // with a wall-clock limit.
+    assert!(
+        slowest_overloaded < first_timed_out,
+        "a shed answer ({slowest_overloaded:?}) waited as long as a load in SQL ({first_timed_out:?})"
+    );
     let stats = server.stats().await;
     assert_eq!(counter(&stats, &["sql", "bulkhead_rejected"]), 36);
 
@@ -335,7 +378,8 @@ async fn a_frozen_database_fills_the_bulkhead_and_excess_loads_get_a_fast_503() 
         get(&server, 100).await.status == 200
     })
     .await;
-    check_answers(&get_all(&server, &uncached).await, 500);
+    // As many at a time as the bulkhead has slots: none may be shed.
+    check_answers(&get_all_by(&server, &uncached, 4).await, 500, 0);
     assert_eq!(
         counter(&server.stats().await, &["sql", "bulkhead_in_use"]),
         0

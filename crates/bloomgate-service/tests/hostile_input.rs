@@ -431,11 +431,11 @@ async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_perio
         .expect("the grace period bounds the drain")
         .unwrap()
         .unwrap();
+    // The drain waited out the 1 s grace period and no longer (the 5 s
+    // timeout above is the upper bound: a drain that waits for the stuck
+    // request would never end).
     let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(900), "{took:?}");
     // `run` gave up on it; the binary then exits, closing the connection.
     // In this process the connection task lives on until its load resumes.
     pause.resume();
@@ -447,17 +447,20 @@ async fn a_request_past_the_timeout_gets_a_json_503() {
     let server = server("hostile-timeout", |c| c.http.request_timeout_ms = 200).await;
     let pause = server.state.reader.after_read.arm(11);
     let started = Instant::now();
+    // The load stays paused until the end: only the 200 ms request timeout
+    // can answer, so the client's own 10 s limit tells the two apart.
     let r = server
         .client
         .get(server.url("/api/seckill/11"))
+        .timeout(Duration::from_secs(10))
         .send()
         .await
-        .unwrap();
+        .expect("answered by the request timeout");
     let took = started.elapsed();
     assert_eq!(r.status(), 503);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"], "unavailable");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took >= Duration::from_millis(200), "{took:?}");
     // The load itself was not cancelled: once resumed, the id is cached.
     pause.resume();
     common::eventually(5, "the abandoned load completes and caches", || async {

@@ -78,8 +78,9 @@ async fn writes_through_one_instance_reach_the_others_filters_and_caches() {
         percentile(delays.clone(), 0.99),
         percentile(delays, 1.0),
     );
+    // `until` bounds each wait (5 s: the change log stopped working); how
+    // fast it is lies in the figures, not in a wall-clock assertion.
     eprintln!("create on A -> 200 on B and C: p50 {p50:?} p99 {p99:?} max {max:?} (100 samples)");
-    assert!(p99 < Duration::from_secs(1));
 
     // Updates and deletes through A reach B's and C's L1.
     let mut delays = Vec::new();
@@ -114,7 +115,6 @@ async fn writes_through_one_instance_reach_the_others_filters_and_caches() {
     }
     let (p50, p99) = (percentile(delays.clone(), 0.5), percentile(delays, 0.99));
     eprintln!("update/delete on A -> seen on B and C: p50 {p50:?} p99 {p99:?} (80 samples)");
-    assert!(p99 < Duration::from_secs(1));
     let stats = b.stats().await;
     assert!(
         stats["changes"]["applied"].as_u64().unwrap() >= 90,
@@ -319,8 +319,12 @@ async fn two_rebuilds_asked_at_once_of_two_instances_run_one_scan() {
     let on_b = async {
         pause.reached().await;
         let release = async {
-            // B's warm is in flight (it waits for the epoch); let A go on.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Once B's warm found A's lock taken (it then waits for A's
+            // epoch), let A go on.
+            common::eventually(20, "B's warm joins A's rebuild", || async {
+                counter(&b.stats().await, &["changes", "rebuilds_joined"]) == 1
+            })
+            .await;
             pause.resume();
         };
         tokio::join!(b.send(Method::POST, "/api/cache/warm", Some(warm)), release).0

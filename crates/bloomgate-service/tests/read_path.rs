@@ -305,10 +305,14 @@ async fn start_rebuild(server: &TestServer) -> RebuildTask {
 async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
+    let gate = &server.state.reader.gate;
+    // The rebuild holds after its SQL scan, before it publishes: every
+    // create below runs while it is in progress, and none is in its scan.
+    let pause = gate.after_scan.arm(0);
     let rebuild = start_rebuild(&server).await;
-    let mut created = Vec::new();
-    let mut id = 300_000i64;
-    while server.state.reader.gate.is_rebuilding() || created.len() < 20 {
+    pause.reached().await;
+    let created: Vec<i64> = (300_000..300_020).collect();
+    for &id in &created {
         let (s, body) = server
             .send(
                 Method::POST,
@@ -317,12 +321,15 @@ async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
             )
             .await;
         assert_eq!(s, 201, "{body}");
-        created.push(id);
-        id += 1;
+        assert!(gate.is_rebuilding(), "create {id} after the rebuild ended");
     }
+    assert!(
+        !rebuild.is_finished(),
+        "the rebuild went on without resuming"
+    );
+    pause.resume();
     let report = rebuild.await.unwrap().unwrap();
-    assert!(report.added >= 200_000);
-    assert!(created.len() >= 20);
+    assert_eq!(report.added, 200_000, "the scan ran before the creates");
     // Every id created while the rebuild ran answers 200 from the new filter.
     server.state.reader.l1.invalidate_all();
     for id in &created {
