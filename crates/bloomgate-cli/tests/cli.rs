@@ -59,6 +59,16 @@ fn write_keys(path: &Path, keys: impl Iterator<Item = String>) {
 }
 
 #[test]
+fn version_prints_the_package_version() {
+    let out = run(&["--version"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("bloomgate {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
 fn calc_shows_both_layouts_and_seed_000_numbers() {
     let out = run(&["calc", "--items", "500000", "--fpr", "0.001"]);
     assert!(out.status.success());

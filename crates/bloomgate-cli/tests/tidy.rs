@@ -206,3 +206,50 @@ fn rust_version_is_the_oldest_that_the_locked_dependencies_allow() {
         needed.1
     );
 }
+
+/// The published crates (bloomgate-filter, bloomgate-redis) show an
+/// example on every public type: each `pub struct`, `pub enum`, `pub trait`
+/// and `pub type` has a code block in its doc comment, which `cargo test`
+/// runs as a doctest.
+#[test]
+fn every_public_type_of_the_published_crates_has_an_example() {
+    let mut missing = Vec::new();
+    for name in ["bloomgate-filter", "bloomgate-redis"] {
+        for path in rust_files(&root().join("crates").join(name).join("src")) {
+            let text = read(&path);
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let t = line.trim_start();
+                let Some(rest) = ["pub struct ", "pub enum ", "pub trait ", "pub type "]
+                    .iter()
+                    .find_map(|p| t.strip_prefix(p))
+                else {
+                    continue;
+                };
+                let ident: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if ident == "ReadmeDoctests" {
+                    continue;
+                }
+                let doc = lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|l| {
+                        let l = l.trim_start();
+                        l.starts_with("///") || l.starts_with("#[")
+                    })
+                    .any(|l| l.contains("```"));
+                if !doc {
+                    missing.push(format!("{}:{}: {ident}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "public types without an example:\n{}",
+        missing.join("\n")
+    );
+}

@@ -6,6 +6,14 @@ use crate::error::{Error, Result};
 use crate::storage::Storage;
 
 /// One 64-byte cache line of eight 64-bit words; the unit of allocation.
+///
+/// ```
+/// use bloomgate_filter::{Bitmap, Line, LINE_BITS};
+/// let mut b = Bitmap::new(LINE_BITS).unwrap();
+/// b.set(3).unwrap();
+/// assert_eq!(Line([8, 0, 0, 0, 0, 0, 0, 0]).0[0], b.words()[0]);
+/// assert_eq!(std::mem::align_of::<Line>(), 64);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C, align(64))]
 pub struct Line(pub [u64; 8]);

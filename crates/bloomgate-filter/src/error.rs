@@ -6,6 +6,12 @@ use std::path::PathBuf;
 ///
 /// Variants carry enough context to print a useful one-line message; I/O
 /// errors keep the path they concern.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, Error};
+/// assert!(matches!(BlockedBloom::with_fpr(0, 0.01), Err(Error::ZeroItems)));
+/// assert!(matches!(BlockedBloom::with_fpr(10, 1.5), Err(Error::InvalidFpr(_))));
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -66,6 +72,17 @@ pub enum Error {
 }
 
 /// Why a snapshot was rejected.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, Error, KeyKind, Snapshot, SnapshotError};
+/// let mut bytes = BlockedBloom::with_fpr(100, 0.01).unwrap().to_bytes(KeyKind::Integer);
+/// let last = bytes.len() - 1;
+/// bytes[last] ^= 1; // the payload checksum no longer matches
+/// assert!(matches!(
+///     BlockedBloom::from_bytes(&bytes),
+///     Err(Error::Snapshot(SnapshotError::PayloadChecksum))
+/// ));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SnapshotError {
@@ -114,6 +131,14 @@ pub enum SnapshotError {
 }
 
 /// Shorthand for results in this crate.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, Result};
+/// fn skus() -> Result<BlockedBloom> {
+///     BlockedBloom::with_fpr(200_000, 0.001)
+/// }
+/// assert!(skus().is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// [`Error::LengthMismatch`] unless an output has as many slots as inputs.

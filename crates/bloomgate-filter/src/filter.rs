@@ -8,6 +8,19 @@ use crate::hash::{BloomKey, HashPair};
 /// A "no" from [`Filter::contains`] is exact: the key was never inserted. A
 /// "yes" means "probably": it is wrong at about [`Filter::expected_fpr`] of the
 /// time for keys that were never inserted.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, ClassicBloom, Filter};
+/// fn admits<F: Filter>(f: &F, id: u64) -> bool {
+///     f.contains(&id)
+/// }
+/// let mut blocked = BlockedBloom::with_fpr(1000, 0.01).unwrap();
+/// let mut classic = ClassicBloom::with_fpr(1000, 0.01).unwrap();
+/// blocked.insert(&7u64);
+/// classic.insert(&7u64);
+/// assert!(admits(&blocked, 7) && admits(&classic, 7));
+/// assert_eq!(blocked.items(), 1);
+/// ```
 pub trait Filter {
     /// The seed keys are hashed with.
     fn seed(&self) -> u64;

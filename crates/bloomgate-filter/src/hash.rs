@@ -34,6 +34,19 @@ pub const fn splitmix64(mut x: u64) -> u64 {
 }
 
 /// Two 64-bit hashes of one key, from which every filter derives its positions.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, BloomKey, Filter, HashPair};
+/// let f = {
+///     let mut f = BlockedBloom::with_fpr(1000, 0.01).unwrap();
+///     f.insert(&42u64);
+///     f
+/// };
+/// // Hash once, probe with the pair: the same answer as `contains`.
+/// let h: HashPair = 42u64.hash_pair(f.seed());
+/// assert_eq!(h, HashPair::from_u64(42, f.seed()));
+/// assert!(f.contains_hash(h));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HashPair {
     /// The first hash: the base position (classic) or the block (blocked).
@@ -72,6 +85,21 @@ impl HashPair {
 /// `5u32` and `5u64` are the same key; negative signed values are hashed as
 /// their two's-complement `u64`), and for strings and byte slices (hashed by
 /// content, so `"5"` is a different key from `5u64`).
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, BloomKey, Filter, HashPair};
+/// // A key type of your own: hash its canonical bytes.
+/// struct UserId(String);
+/// impl BloomKey for UserId {
+///     fn hash_pair(&self, seed: u64) -> HashPair {
+///         HashPair::from_bytes(self.0.as_bytes(), seed)
+///     }
+/// }
+/// let mut users = BlockedBloom::with_fpr(1000, 0.01).unwrap();
+/// users.insert(&UserId("u1001".into()));
+/// assert!(users.contains(&UserId("u1001".into())));
+/// assert!(users.contains("u1001")); // the same bytes, the same key
+/// ```
 pub trait BloomKey {
     /// The two hashes of this key under `seed`.
     fn hash_pair(&self, seed: u64) -> HashPair;

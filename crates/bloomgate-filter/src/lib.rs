@@ -54,6 +54,8 @@ pub mod hash;
 mod mmap;
 mod probe;
 mod scalable;
+#[cfg(feature = "serde")]
+mod serde_impl;
 mod simd;
 pub mod sizing;
 pub mod snapshot;
@@ -69,5 +71,7 @@ pub use error::{Error, Result, SnapshotError};
 pub use filter::Filter;
 pub use hash::{BloomKey, HashPair};
 pub use mmap::{MappedBloom, MappedFile};
-pub use scalable::{ScalableBloom, ScalableOptions, SubFilterInfo};
+pub use scalable::{
+    ScalableBloom, ScalableOptions, SubFilterInfo, SCALABLE_FORMAT_VERSION, SCALABLE_MAGIC,
+};
 pub use snapshot::{KeyKind, Layout, Snapshot};

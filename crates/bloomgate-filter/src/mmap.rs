@@ -15,6 +15,15 @@ use crate::sizing;
 use crate::snapshot::{self, Header, Layout};
 
 /// A snapshot file mapped into memory, read-only.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, KeyKind, MappedFile, Snapshot};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("f.bgf");
+/// BlockedBloom::with_fpr(100, 0.01).unwrap().save(&path, KeyKind::Integer).unwrap();
+/// let file = MappedFile::open(&path).unwrap();
+/// assert_eq!(&file.bytes()[..8], b"BLOOMGT\0");
+/// ```
 #[derive(Debug)]
 pub struct MappedFile {
     map: Option<Mmap>,

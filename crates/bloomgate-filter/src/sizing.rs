@@ -30,6 +30,12 @@ pub const MAX_BLOCKED_HASHES: u32 = 32;
 /// What a filter was sized for: `capacity` items at rate `fpr`. Recorded
 /// by the `with_fpr` constructors and kept in snapshots, so tools can tell
 /// whether a filter is past capacity.
+///
+/// ```
+/// use bloomgate_filter::{sizing::Design, BlockedBloom, Filter};
+/// let f = BlockedBloom::with_fpr(5000, 0.01).unwrap();
+/// assert_eq!(f.design(), Some(Design { capacity: 5000, fpr: 0.01 }));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Design {
     /// Items the filter was sized for.
@@ -39,6 +45,13 @@ pub struct Design {
 }
 
 /// The shape of a classic (unblocked) filter.
+///
+/// ```
+/// use bloomgate_filter::sizing;
+/// // Seed 000's example: 500,000 items at 0.1%.
+/// let p = sizing::classic(500_000, 0.001).unwrap();
+/// assert_eq!((p.bits, p.hashes), (7_188_794, 10));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassicParams {
     /// Number of bits, `m`.
@@ -48,6 +61,14 @@ pub struct ClassicParams {
 }
 
 /// The shape of a blocked filter.
+///
+/// ```
+/// use bloomgate_filter::{sizing, BlockedBloom, Filter};
+/// let p = sizing::blocked(200_000, 0.001, 256).unwrap();
+/// assert_eq!(p.block_bits, 256);
+/// let f = BlockedBloom::new(p, 0).unwrap();
+/// assert_eq!(f.bits(), p.blocks * 256);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockedParams {
     /// Number of blocks.

@@ -52,6 +52,14 @@ const SUM_AT: usize = HEADER_LEN - 8;
 pub const TRAILER_LEN: usize = 8;
 
 /// Which filter a snapshot holds.
+///
+/// ```
+/// use bloomgate_filter::{snapshot, ClassicBloom, KeyKind, Layout, Snapshot};
+/// let bytes = ClassicBloom::with_fpr(100, 0.01).unwrap().to_bytes(KeyKind::Integer);
+/// let header = snapshot::decode_header(&bytes, None).unwrap();
+/// assert_eq!(header.layout, Layout::Classic);
+/// assert_eq!(header.layout.name(), "classic");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Layout {
@@ -86,6 +94,13 @@ impl Layout {
 
 /// What kind of keys a snapshot was built from, so tools can parse queries
 /// the same way. The filter itself does not depend on it.
+///
+/// ```
+/// use bloomgate_filter::{BlockedBloom, KeyKind, Snapshot};
+/// let bytes = BlockedBloom::with_fpr(100, 0.01).unwrap().to_bytes(KeyKind::Bytes);
+/// let (_, kind) = BlockedBloom::from_bytes(&bytes).unwrap();
+/// assert_eq!(kind, KeyKind::Bytes);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum KeyKind {
@@ -158,6 +173,16 @@ pub trait Snapshot: Sized {
 }
 
 /// A decoded header.
+///
+/// ```
+/// use bloomgate_filter::{snapshot, BlockedBloom, Filter, KeyKind, Snapshot};
+/// let mut f = BlockedBloom::with_fpr(1000, 0.01).unwrap();
+/// f.insert(&1u64);
+/// let bytes = f.to_bytes(KeyKind::Integer);
+/// let h = snapshot::decode_header(&bytes, None).unwrap();
+/// assert_eq!((h.items, h.hashes, h.seed), (1, f.hashes(), f.seed()));
+/// assert_eq!(bytes.len() as u64, 128 + h.payload_len() + 8);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Header {
     /// The filter kind.
@@ -452,6 +477,29 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// fsync, rename over `path`, fsync of the directory. On failure the
 /// temporary file is removed and `path` is untouched.
 pub(crate) fn write_atomic(path: &Path, h: &Header, words: &[u64]) -> Result<()> {
+    write_atomic_with(path, |w, tmp| {
+        w.write_all(&h.encode()).map_err(io_err(tmp))?;
+        let mut sum = Xxh3Default::new();
+        for chunk in words.chunks(1 << 16) {
+            let bytes = le_bytes(chunk);
+            sum.update(&bytes);
+            w.write_all(&bytes).map_err(io_err(tmp))?;
+        }
+        w.write_all(&sum.digest().to_le_bytes())
+            .map_err(io_err(tmp))
+    })
+}
+
+/// Writes `bytes` to `path` atomically, as [`write_atomic`] does.
+pub(crate) fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |w, tmp| w.write_all(bytes).map_err(io_err(tmp)))
+}
+
+/// The temporary file, fsync and rename around `fill`.
+fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>, &Path) -> Result<()>,
+) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -467,15 +515,7 @@ pub(crate) fn write_atomic(path: &Path, h: &Header, words: &[u64]) -> Result<()>
     let result = (|| {
         let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        w.write_all(&h.encode()).map_err(io_err(&tmp))?;
-        let mut sum = Xxh3Default::new();
-        for chunk in words.chunks(1 << 16) {
-            let bytes = le_bytes(chunk);
-            sum.update(&bytes);
-            w.write_all(&bytes).map_err(io_err(&tmp))?;
-        }
-        w.write_all(&sum.digest().to_le_bytes())
-            .map_err(io_err(&tmp))?;
+        fill(&mut w, &tmp)?;
         let file = w.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
         file.sync_all().map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, path).map_err(io_err(path))?;

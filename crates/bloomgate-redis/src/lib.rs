@@ -22,6 +22,11 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+/// The crate README, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 use bloomgate_filter::sizing::BlockedParams;
 use bloomgate_filter::{BlockedBloom, BloomKey, Filter};
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -40,6 +45,27 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 128 << 20;
 const DOWNLOAD_CHUNK: u64 = 4 << 20;
 
 /// A connection to one Redis server or to a Redis Cluster.
+///
+/// ```
+/// use bloomgate_redis::Conn;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
+/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+/// let client = redis::Client::open(url)?;
+/// let conn = match redis::aio::ConnectionManager::new(client).await {
+///     Ok(c) => c,
+/// #   // Without a Redis to talk to, the example has nothing to show
+/// #   // (under CI=true it fails instead).
+/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
+///     Err(e) => return Err(e.into()),
+/// };
+/// // A single server's connection; a cluster's `ClusterConnection` converts too.
+/// let shared: Conn = conn.into();
+/// assert!(matches!(shared, Conn::Single(_)));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub enum Conn {
     /// One server (reconnecting).
@@ -89,6 +115,31 @@ impl ConnectionLike for Conn {
 }
 
 /// What can go wrong with a shared filter.
+///
+/// ```
+/// use bloomgate_redis::{Error, RedisBloom};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
+/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+/// let client = redis::Client::open(url)?;
+/// let conn = match redis::aio::ConnectionManager::new(client).await {
+///     Ok(c) => c,
+/// #   // Without a Redis to talk to, the example has nothing to show
+/// #   // (under CI=true it fails instead).
+/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
+///     Err(e) => return Err(e.into()),
+/// };
+/// let key = "bgdoc:error";
+/// # let _: () = redis::cmd("DEL").arg(key).arg(format!("{key}:meta")).query_async(&mut conn.clone()).await?;
+/// let f = RedisBloom::create(conn.clone(), key, 1000, 0.01, 1).await?;
+/// // The same key with another shape is refused, never silently resized.
+/// let other = RedisBloom::create(conn.clone(), key, 5000, 0.01, 1).await;
+/// assert!(matches!(other, Err(Error::ShapeMismatch { .. })));
+/// f.destroy().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -123,10 +174,63 @@ pub enum Error {
 }
 
 /// Shorthand for results in this crate.
+///
+/// ```
+/// use bloomgate_redis::{RedisBloom, Result};
+/// async fn seen(f: &RedisBloom, id: u64) -> Result<bool> {
+///     f.contains(&id).await
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
+/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+/// let client = redis::Client::open(url)?;
+/// let conn = match redis::aio::ConnectionManager::new(client).await {
+///     Ok(c) => c,
+/// #   // Without a Redis to talk to, the example has nothing to show
+/// #   // (under CI=true it fails instead).
+/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
+///     Err(e) => return Err(e.into()),
+/// };
+/// let key = "bgdoc:result";
+/// # let _: () = redis::cmd("DEL").arg(key).arg(format!("{key}:meta")).query_async(&mut conn.clone()).await?;
+/// let f = RedisBloom::create(conn, key, 1000, 0.01, 1).await?;
+/// f.insert(&5u64).await?;
+/// assert!(seen(&f, 5).await?);
+/// f.destroy().await?;
+/// # Ok(())
+/// # }
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A blocked Bloom filter stored in Redis under `key` (one string) or
 /// `{key}:seg:{i}` (segments), with its shape in the hash `{key}:meta`.
+///
+/// ```
+/// use bloomgate_redis::RedisBloom;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
+/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+/// let client = redis::Client::open(url)?;
+/// let conn = match redis::aio::ConnectionManager::new(client).await {
+///     Ok(c) => c,
+/// #   // Without a Redis to talk to, the example has nothing to show
+/// #   // (under CI=true it fails instead).
+/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
+///     Err(e) => return Err(e.into()),
+/// };
+/// let key = "bgdoc:skus";
+/// # let _: () = redis::cmd("DEL").arg(key).arg(format!("{key}:meta")).query_async(&mut conn.clone()).await?;
+/// // Instance A creates the filter and adds ids; instance B opens it and sees them.
+/// let a = RedisBloom::create(conn.clone(), key, 10_000, 0.01, 7).await?;
+/// a.insert_many(&[1u64, 2, 3]).await?;
+/// let b = RedisBloom::open(conn, key).await?;
+/// assert_eq!(b.contains_many(&[1u64, 2, 3]).await?, [true, true, true]);
+/// a.destroy().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct RedisBloom {
     conn: Conn,
