@@ -576,6 +576,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
         "filter_rejected": delta(&["bloom", "rejected"]),
         "sql_queries": sql_queries,
         "sql_missing": delta(&["sql", "missing"]),
+        "sql_background": delta(&["sql", "background_statements"]),
         "database_counter": db_delta,
         "redis_keys_added": redis_delta,
         "per_1000": {

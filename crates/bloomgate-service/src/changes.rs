@@ -99,6 +99,8 @@ pub struct ChangeCounters {
     pub rebuilds_led: AtomicU64,
     /// Other instances' rebuilds adopted here (no SQL scan).
     pub rebuilds_adopted: AtomicU64,
+    /// When the follower last read the stream (ms since the epoch).
+    pub read_ok_ms: Arc<AtomicU64>,
     /// Warms with `rebuild_bloom` that found another instance's shared
     /// rebuild running and waited for its epoch instead of scanning.
     pub rebuilds_joined: AtomicU64,
@@ -135,6 +137,9 @@ pub struct ChangeLog {
     /// The last entry the follower has applied (or started after).
     applied: Arc<std::sync::Mutex<String>>,
     pending: Arc<std::sync::Mutex<Pending>>,
+    /// The change outbox in SQL: replays read it, and every entry here
+    /// rings its follower.
+    outbox: crate::outbox::Outbox,
     /// Counters, shared by clones.
     pub counters: Arc<ChangeCounters>,
 }
@@ -158,6 +163,7 @@ impl ChangeLog {
         prefix: &str,
         max_len: u64,
         timeout: Duration,
+        outbox: crate::outbox::Outbox,
     ) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
@@ -176,6 +182,7 @@ impl ChangeLog {
             epoch: Arc::new(watch::channel(0).0),
             applied: Arc::new(std::sync::Mutex::new("0-0".into())),
             pending: Arc::default(),
+            outbox,
             counters: Arc::default(),
         })
     }
@@ -385,8 +392,13 @@ impl ChangeLog {
     ///
     /// # Errors
     /// Why the filter was not shared (already logged).
-    pub async fn publish_built(&self, gate: &Gate, at: &str) -> Result<u64, String> {
-        let result = self.publish_epoch(gate, at, true).await;
+    pub async fn publish_built(
+        &self,
+        gate: &Gate,
+        at: &str,
+        outbox: (i64, i64),
+    ) -> Result<u64, String> {
+        let result = self.publish_epoch(gate, at, outbox, true).await;
         match &result {
             Ok(epoch) => {
                 self.counters.rebuilds_led.fetch_add(1, Ordering::Relaxed);
@@ -408,7 +420,7 @@ impl ChangeLog {
     /// from before describes other data), so the next instances to start
     /// adopt it instead of scanning SQL. Not announced: running instances
     /// keep their filters.
-    pub async fn publish_first(&self, gate: &Gate, at: &str, replace: bool) {
+    pub async fn publish_first(&self, gate: &Gate, at: &str, outbox: (i64, i64), replace: bool) {
         let mut conn = self.conn.clone();
         let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
             .arg(format!("{}bloom:epoch", self.prefix))
@@ -417,7 +429,7 @@ impl ChangeLog {
         if !replace && !matches!(exists, Ok(false)) {
             return;
         }
-        match self.publish_epoch(gate, at, false).await {
+        match self.publish_epoch(gate, at, outbox, false).await {
             Ok(epoch) => {
                 self.epoch.send_replace(epoch);
                 tracing::info!(
@@ -431,7 +443,8 @@ impl ChangeLog {
 
     /// At start: adopts the newest epoch (made for this layout and rate)
     /// instead of scanning SQL, replaying the creates since its scan
-    /// began. Returns the last change-log entry replayed.
+    /// began. Returns the last change-log entry replayed and the outbox
+    /// position the epoch is complete up to.
     ///
     /// # Errors
     /// Why not (the caller scans SQL).
@@ -440,7 +453,7 @@ impl ChangeLog {
         gate: &Gate,
         fpp: f64,
         store: &crate::store::SkuStore,
-    ) -> Result<String, String> {
+    ) -> Result<(String, i64, i64), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(format!("{}bloom:epoch", self.prefix))
@@ -459,13 +472,19 @@ impl ChangeLog {
                 .ok_or_else(|| format!("epoch {epoch} has no {name}"))
         };
         let (at, capacity) = (field("at")?, field("capacity")?);
+        let outbox_at: i64 = field("outbox")?
+            .parse()
+            .map_err(|_| format!("epoch {epoch} has a bad outbox position"))?;
+        let covered: i64 = field("covered")?
+            .parse()
+            .map_err(|_| format!("epoch {epoch} has a bad rebuild coverage"))?;
         if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
         let rows = store.count().await.map_err(|e| e.to_string())?;
         let (replayed, last) = self
-            .load_epoch(gate, epoch, &at, capacity, Some(rows))
+            .load_epoch(gate, epoch, &at, Some(outbox_at), capacity, Some(rows))
             .await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
@@ -473,10 +492,20 @@ impl ChangeLog {
             replayed,
             "filter adopted from Redis at start; no SQL scan"
         );
-        Ok(last)
+        Ok((last, outbox_at, covered))
     }
 
-    async fn publish_epoch(&self, gate: &Gate, at: &str, announce: bool) -> Result<u64, String> {
+    /// `outbox`: the outbox watermark before the filter's scan (replays
+    /// start after it) and the largest seq visible then (the rebuild
+    /// requests it covers).
+    async fn publish_epoch(
+        &self,
+        gate: &Gate,
+        at: &str,
+        outbox: (i64, i64),
+        announce: bool,
+    ) -> Result<u64, String> {
+        let (outbox_at, covered) = outbox;
         let filter = gate.published().ok_or("no filter published")?;
         let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
             .await
@@ -506,6 +535,10 @@ impl ChangeLog {
             .arg(&meta)
             .arg("at")
             .arg(at)
+            .arg("outbox")
+            .arg(outbox_at)
+            .arg("covered")
+            .arg(covered)
             .arg("capacity")
             .arg(gate.capacity())
             .arg("fpp")
@@ -534,6 +567,8 @@ impl ChangeLog {
             ("kind", "b".into()),
             ("epoch", epoch.to_string()),
             ("at", at.to_string()),
+            ("outbox", outbox_at.to_string()),
+            ("covered", covered.to_string()),
             ("capacity", gate.capacity().to_string()),
         ])
         .await
@@ -543,9 +578,23 @@ impl ChangeLog {
 
     /// Adopts another instance's epoch: load, verify, replay the creates
     /// since `at`, swap in. Falls back to a rebuild from SQL.
-    async fn adopt(&self, gate: &Arc<Gate>, epoch: u64, at: &str, capacity: u64) {
-        match self.load_epoch(gate, epoch, at, capacity, None).await {
+    async fn adopt(
+        &self,
+        gate: &Arc<Gate>,
+        epoch: u64,
+        at: &str,
+        outbox_at: Option<i64>,
+        covered: Option<i64>,
+        capacity: u64,
+    ) {
+        match self
+            .load_epoch(gate, epoch, at, outbox_at, capacity, None)
+            .await
+        {
             Ok((replayed, _)) => {
+                if let Some(c) = covered {
+                    self.outbox.cover(c);
+                }
                 self.counters
                     .rebuilds_adopted
                     .fetch_add(1, Ordering::Relaxed);
@@ -569,6 +618,7 @@ impl ChangeLog {
         gate: &Gate,
         epoch: u64,
         at: &str,
+        outbox_at: Option<i64>,
         capacity: u64,
         rows: Option<u64>,
     ) -> Result<(usize, String), String> {
@@ -592,7 +642,7 @@ impl ChangeLog {
             .begin_adopt(filter)
             .ok_or("a rebuild runs here; its filter is as new")?;
         let replay = self.created_since(at).await;
-        let (created, last) = match replay {
+        let (mut created, last) = match replay {
             Ok(Some(found)) => found,
             Ok(None) => {
                 gate.abandon_adopt(&filter);
@@ -603,6 +653,29 @@ impl ChangeLog {
                 return Err(e.to_string());
             }
         };
+        // The outbox in SQL holds every create after the scan began, also
+        // those the Redis log never got (a writer that died with its
+        // appends queued).
+        let from_sql = match outbox_at {
+            Some(from) => self.outbox.created_after(from).await,
+            None => {
+                gate.abandon_adopt(&filter);
+                return Err("the epoch predates the change outbox".into());
+            }
+        };
+        match from_sql {
+            Ok(Some(ids)) => created.extend(ids),
+            Ok(None) => {
+                gate.abandon_adopt(&filter);
+                return Err("the change outbox was trimmed past the rebuild's start".into());
+            }
+            Err(e) => {
+                gate.abandon_adopt(&filter);
+                return Err(e.to_string());
+            }
+        }
+        created.sort_unstable();
+        created.dedup();
         if let Some(rows) = rows {
             if let Err(why) = crate::persist::accounts_for(rows, &filter, created.len(), "epoch") {
                 gate.abandon_adopt(&filter);
@@ -745,7 +818,8 @@ impl ChangeLog {
             let mut conn = None;
             let mut backoff = Duration::from_millis(100);
             let mut resumed = false;
-            while Arc::strong_count(&reader.gate) > 1 {
+            let _guard = Gate::follow(&reader.gate);
+            while !Gate::only_followers_left(&reader.gate) {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
@@ -786,7 +860,7 @@ impl ChangeLog {
                             tracing::warn!(%last, %end, "change log no longer holds this instance's position (trimmed or lost): rebuilding the filter");
                             last = end;
                             drop(reader.gate.request_rebuild());
-                            reader.l1.invalidate_all();
+                            reader.invalidate_all_local();
                         }
                         Err(_) => {
                             conn = None;
@@ -808,6 +882,9 @@ impl ChangeLog {
                 match read {
                     Ok(reply) => {
                         backoff = Duration::from_millis(100);
+                        log.counters
+                            .read_ok_ms
+                            .store(crate::model::now_millis(), Ordering::Relaxed);
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {
@@ -822,6 +899,8 @@ impl ChangeLog {
                                         .fetch_add(1, Ordering::Relaxed);
                                     let epoch = entry.get::<u64>("epoch");
                                     let at = entry.get::<String>("at");
+                                    let outbox_at = entry.get::<i64>("outbox");
+                                    let covered = entry.get::<i64>("covered");
                                     let capacity = entry.get::<u64>("capacity");
                                     if let (Some(epoch), Some(at), Some(capacity)) =
                                         (epoch, at, capacity)
@@ -829,7 +908,15 @@ impl ChangeLog {
                                         // Inline: the follower applies nothing
                                         // else until the swap, and the replay
                                         // covers what came before it.
-                                        log.adopt(&reader.gate, epoch, &at, capacity).await;
+                                        log.adopt(
+                                            &reader.gate,
+                                            epoch,
+                                            &at,
+                                            outbox_at,
+                                            covered,
+                                            capacity,
+                                        )
+                                        .await;
                                     } else {
                                         tracing::info!(
                                             "another instance asked for a filter rebuild"
@@ -842,9 +929,12 @@ impl ChangeLog {
                                     log.counters.gaps.fetch_add(1, Ordering::Relaxed);
                                     tracing::warn!("another instance lost change-log entries: rebuilding the filter");
                                     drop(reader.gate.request_rebuild());
-                                    reader.l1.invalidate_all();
+                                    reader.invalidate_all_local();
                                 }
                                 (Some(kind), Some(id)) => {
+                                    // The doorbell: the outbox follower
+                                    // reads SQL now.
+                                    log.outbox.ring();
                                     if kind == "c" {
                                         reader.gate.learn(id);
                                     }

@@ -53,6 +53,22 @@ pub struct SqlConfig {
     /// Statements slower than this are counted by name and logged once,
     /// milliseconds.
     pub slow_query_ms: u64,
+    /// How often an instance reads the change outbox (`bloomgate_changes`)
+    /// when nothing rings the Redis doorbell, milliseconds: the bound on
+    /// propagation while Redis is away.
+    pub outbox_poll_ms: u64,
+    /// How long a missing outbox sequence number (a transaction that took
+    /// it and has not committed) is waited for before it is taken as
+    /// rolled back, milliseconds; a write slower than half of this
+    /// records its change again.
+    pub outbox_gap_ms: u64,
+    /// Outbox entries older than this are deleted, seconds; an instance
+    /// whose position was deleted rebuilds its filter.
+    pub outbox_retention_secs: u64,
+    /// An instance that has read neither the outbox nor the Redis change
+    /// log for this long stops answering 404 on its filter's word alone
+    /// (it may have missed creates), milliseconds.
+    pub out_of_step_ms: u64,
 }
 
 impl Default for SqlConfig {
@@ -64,6 +80,10 @@ impl Default for SqlConfig {
             max_concurrent_loads: 32,
             queue_timeout_ms: 100,
             slow_query_ms: 200,
+            outbox_poll_ms: 100,
+            outbox_gap_ms: 10_000,
+            outbox_retention_secs: 86_400,
+            out_of_step_ms: 3_000,
         }
     }
 }
@@ -433,6 +453,15 @@ impl Config {
                 "bloom_retry_min_ms must be at least 1 and bloom_retry_max_ms at least bloom_retry_min_ms",
             ));
         }
+        if self.sql.out_of_step_ms < 2 * self.sql.outbox_poll_ms {
+            return Err(invalid(
+                "sql.out_of_step_ms",
+                format!(
+                    "must be at least twice sql.outbox_poll_ms ({}), got {}",
+                    self.sql.outbox_poll_ms, self.sql.out_of_step_ms
+                ),
+            ));
+        }
         if c.l1_capacity == 0 {
             return Err(invalid("cache.l1_capacity", "must be at least 1"));
         }
@@ -459,6 +488,10 @@ impl Config {
             ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),
             ("sql.queue_timeout_ms", self.sql.queue_timeout_ms),
             ("sql.slow_query_ms", self.sql.slow_query_ms),
+            ("sql.outbox_poll_ms", self.sql.outbox_poll_ms),
+            ("sql.outbox_gap_ms", self.sql.outbox_gap_ms),
+            ("sql.outbox_retention_secs", self.sql.outbox_retention_secs),
+            ("sql.out_of_step_ms", self.sql.out_of_step_ms),
             (
                 "cache.redis_breaker_failures",
                 u64::from(c.redis_breaker_failures),

@@ -47,6 +47,9 @@ pub enum Verdict {
     Pass,
     /// No filter to ask (not built yet, or disabled): continue (fail-open).
     Open,
+    /// The filter said no, but this instance is out of step with the
+    /// change feed (it may have missed creates): continue, as if open.
+    Unvouched,
 }
 
 /// The outcome of one rebuild.
@@ -321,6 +324,46 @@ struct Requests {
     worker: bool,
 }
 
+/// A test hook: a function a test may set, called at one place in the
+/// gate (nothing in production sets one).
+#[derive(Default)]
+pub struct Hook(Mutex<Option<Box<dyn Fn() + Send + Sync>>>);
+
+impl Hook {
+    /// Sets the function to call.
+    pub fn set(&self, f: impl Fn() + Send + Sync + 'static) {
+        *lock(&self.0) = Some(Box::new(f));
+    }
+
+    fn call(&self) {
+        if let Some(f) = lock(&self.0).as_ref() {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if lock(&self.0).is_some() {
+            "Hook(set)"
+        } else {
+            "Hook(none)"
+        })
+    }
+}
+
+/// A follower's registration (see [`Gate::follow`]).
+#[derive(Debug)]
+pub struct FollowerGuard(std::sync::Weak<Gate>);
+
+impl Drop for FollowerGuard {
+    fn drop(&mut self) {
+        if let Some(g) = self.0.upgrade() {
+            g.followers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The gate. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Gate {
@@ -343,6 +386,22 @@ pub struct Gate {
     /// Test hook: where a rebuild stops after its scan, before publishing.
     #[doc(hidden)]
     pub after_scan: PausePoint,
+    /// Serialises the two-slot writes (an insert into `building`, then
+    /// `current`) with the swaps of those slots, so no insert can fall
+    /// between a filter being published and the slot it was built in
+    /// being cleared. Creates and followed changes take it, never reads.
+    slots: Mutex<()>,
+    /// Test hook, called inside [`Gate::finish_adopt`] between publishing
+    /// the adopted filter and clearing `building`.
+    #[doc(hidden)]
+    pub adopt_hook: Hook,
+    /// False while this instance cannot read the change feed: then a "no"
+    /// is not answered 404 (see [`Verdict::Unvouched`]).
+    in_step: AtomicBool,
+    unvouched: Counter,
+    /// Background tasks that hold the gate for as long as the service
+    /// lives (the change followers): see [`Gate::only_followers_left`].
+    followers: AtomicU64,
     passed_missing: Counter,
     /// The next rebuild sizes for at least this many items.
     min_capacity: AtomicU64,
@@ -432,6 +491,11 @@ impl Gate {
             last_rebuild_ms: AtomicU64::new(0),
             deleted_since_build: AtomicU64::new(0),
             after_scan: PausePoint::default(),
+            slots: Mutex::new(()),
+            adopt_hook: Hook::default(),
+            in_step: AtomicBool::new(true),
+            unvouched: Counter::default(),
+            followers: AtomicU64::new(0),
             passed_missing: Counter::default(),
             min_capacity: AtomicU64::new(0),
             alarm: Mutex::new(None),
@@ -488,6 +552,7 @@ impl Gate {
             return None;
         }
         let filter = Arc::new(filter);
+        let _slots = lock(&self.slots);
         // Only into an empty slot: never over a rebuild's filter.
         let prev = self
             .building
@@ -498,20 +563,32 @@ impl Gate {
     /// Drops an adoption [`Gate::begin_adopt`] started (nothing published).
     pub fn abandon_adopt(&self, filter: &Arc<GateFilter>) {
         let ours = Some(Arc::clone(filter));
+        let _slots = lock(&self.slots);
         drop(self.building.compare_and_swap(&ours, None));
     }
 
     /// Publishes the filter [`Gate::begin_adopt`] started, sized for
     /// `capacity`, once the caller has replayed what it lacked; false (and
-    /// nothing published) when a rebuild took over meanwhile.
+    /// nothing published) when a rebuild took over meanwhile. As a rebuild
+    /// does: `current` first, then `building` cleared, under the slots
+    /// lock, so every insert reaches the filter that ends up published.
     pub fn finish_adopt(&self, filter: &Arc<GateFilter>, capacity: u64) -> bool {
-        let ours = Some(Arc::clone(filter));
-        let prev = self.building.compare_and_swap(&ours, None);
-        if !prev.as_ref().is_some_and(|p| Arc::ptr_eq(p, filter)) {
+        let _slots = lock(&self.slots);
+        if !self
+            .building
+            .load()
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, filter))
+        {
             return false;
         }
         self.capacity.store(capacity, Ordering::Relaxed);
-        self.current.store(ours);
+        self.current.store(Some(Arc::clone(filter)));
+        self.adopt_hook.call();
+        drop(
+            self.building
+                .compare_and_swap(&Some(Arc::clone(filter)), None),
+        );
         self.adoptions.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -564,10 +641,49 @@ impl Gate {
             return Verdict::Open;
         }
         match self.current.load().as_deref() {
-            Some(f) if !f.contains(id) => Verdict::Reject,
+            Some(f) if !f.contains(id) => {
+                if self.in_step.load(Ordering::Relaxed) {
+                    Verdict::Reject
+                } else {
+                    Verdict::Unvouched
+                }
+            }
             Some(_) => Verdict::Pass,
             None => Verdict::Open,
         }
+    }
+
+    /// Says whether this instance can read the change feed: while it
+    /// cannot, its filter's "no" is not turned into a 404. Returns true
+    /// when that changed.
+    pub fn set_in_step(&self, in_step: bool) -> bool {
+        self.in_step.swap(in_step, Ordering::Relaxed) != in_step
+    }
+
+    /// Registers a follower task that holds `gate` (through its reader)
+    /// until [`Gate::only_followers_left`]; the guard unregisters it.
+    pub fn follow(gate: &Arc<Self>) -> FollowerGuard {
+        gate.followers.fetch_add(1, Ordering::Relaxed);
+        FollowerGuard(Arc::downgrade(gate))
+    }
+
+    /// True once nothing but follower tasks holds `gate`: the service
+    /// was dropped and they should stop.
+    #[must_use]
+    pub fn only_followers_left(gate: &Arc<Self>) -> bool {
+        Arc::strong_count(gate) as u64 <= gate.followers.load(Ordering::Relaxed)
+    }
+
+    /// False while this instance is out of step with the change feed.
+    #[must_use]
+    pub fn in_step(&self) -> bool {
+        self.in_step.load(Ordering::Relaxed)
+    }
+
+    /// Filter "no"s passed on because the instance was out of step.
+    #[must_use]
+    pub fn unvouched(&self) -> u64 {
+        self.unvouched.get()
     }
 
     /// Counts a final verdict: rejected, or passed (a disabled gate
@@ -579,22 +695,31 @@ impl Gate {
             Verdict::Pass => self.passed.incr(),
             Verdict::Open if self.config.enabled => self.passed.incr(),
             Verdict::Open => {}
+            Verdict::Unvouched => {
+                self.passed.incr();
+                self.unvouched.incr();
+            }
         }
     }
 
     /// Adds a new id, to the filter being built first, then the published
     /// one; raises the capacity alarm when the filter fills past its size.
     pub fn insert(self: &Arc<Self>, id: i64) {
-        if let Some(f) = self.building.load().as_deref() {
-            f.insert(id);
-        }
-        let current = self.current.load();
-        if let Some(f) = current.as_deref() {
-            f.insert(id);
-            let (items, capacity) = (f.as_filter().items(), self.capacity.load(Ordering::Relaxed));
-            if items > capacity {
-                self.raise(Alarm::PastCapacity { items, capacity });
+        let past = {
+            let _slots = lock(&self.slots);
+            if let Some(f) = self.building.load().as_deref() {
+                f.insert(id);
             }
+            let current = self.current.load();
+            current.as_deref().and_then(|f| {
+                f.insert(id);
+                let (items, capacity) =
+                    (f.as_filter().items(), self.capacity.load(Ordering::Relaxed));
+                (items > capacity).then_some(Alarm::PastCapacity { items, capacity })
+            })
+        };
+        if let Some(alarm) = past {
+            self.raise(alarm);
         }
     }
 
@@ -602,6 +727,7 @@ impl Gate {
     /// to a filter being built, to the published one only if it does not
     /// already answer "maybe" (so replays do not inflate the item count).
     pub fn learn(self: &Arc<Self>, id: i64) {
+        let _slots = lock(&self.slots);
         if let Some(f) = self.building.load().as_deref() {
             f.insert(id);
         }
@@ -619,6 +745,7 @@ impl Gate {
         // A scan rebuild's filter gets the row from its scan (the commit
         // came first); only an adopted one (no scan) needs it here, and
         // skipping the other keeps `added` from counting it twice.
+        let _slots = lock(&self.slots);
         let building = (!self.is_rebuilding()).then_some(&self.building);
         for slot in building.into_iter().chain([&self.current]) {
             if let Some(f) = slot.load().as_deref() {
@@ -858,7 +985,10 @@ impl Gate {
     async fn rebuild_once(&self) -> Result<RebuildReport, RebuildError> {
         self.rebuilding.store(true, Ordering::Relaxed);
         let result = self.scan_and_publish().await;
-        self.building.store(None);
+        {
+            let _slots = lock(&self.slots);
+            self.building.store(None);
+        }
         self.rebuilding.store(false, Ordering::Relaxed);
         if let Err(e) = &result {
             tracing::warn!(error = %e, "filter rebuild failed; the previous filter stays in use");
@@ -893,7 +1023,10 @@ impl Gate {
             GateFilter::with_fpr(layout, capacity, fpp)
                 .map_err(|e| RebuildError::Filter(Arc::new(e)))?,
         );
-        self.building.store(Some(Arc::clone(&filter)));
+        {
+            let _slots = lock(&self.slots);
+            self.building.store(Some(Arc::clone(&filter)));
+        }
         let deleted_before = self.deleted_since_build.load(Ordering::Relaxed);
         let added = self
             .store

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod openapi;
+pub mod outbox;
 #[doc(hidden)]
 pub mod pause;
 pub mod persist;
@@ -121,6 +122,19 @@ pub async fn prepare(
     let mut restored = false;
     // The change log's last entry before the start-up scan.
     let mut start_position = None;
+    // Where the outbox follower starts: before the scan (or the snapshot's
+    // or epoch's own position), so every create after it is followed.
+    let outbox = &state.outbox;
+    let mut outbox_from = match outbox.start_position().await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "change outbox unreadable at start; following from its beginning");
+            0
+        }
+    };
+    // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
+    // a snapshot or an epoch covers those up to its own position.
+    let mut covered = outbox.max_seq().await.unwrap_or(0);
     if let Some(changes) = &state.changes {
         // A marker: every position this instance follows from or saves in
         // a snapshot is at or after it, so it always names an entry whose
@@ -134,9 +148,11 @@ pub async fn prepare(
                 .restore(&state.reader.gate, &state.reader.store)
                 .await
             {
-                Ok(last) => {
+                Ok((last, at, c)) => {
                     restored = true;
                     from = Some(last);
+                    outbox_from = at;
+                    covered = c;
                 }
                 Err(why) => tracing::warn!(%why, "filter snapshot not used; building from SQL"),
             }
@@ -148,9 +164,11 @@ pub async fn prepare(
                 .adopt_latest(&state.reader.gate, c.bloom_fpp, &state.reader.store)
                 .await
             {
-                Ok(last) => {
+                Ok((last, at, c)) => {
                     restored = true;
                     from = Some(last);
+                    outbox_from = at;
+                    covered = c;
                 }
                 Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
             }
@@ -172,6 +190,15 @@ pub async fn prepare(
         }
         changes.spawn_follower(from, &state.reader);
     }
+    outbox.spawn_follower(
+        outbox_from,
+        covered,
+        &state.reader,
+        state
+            .changes
+            .as_ref()
+            .map(|c| std::sync::Arc::clone(&c.counters.read_ok_ms)),
+    );
     if let Some(persist) = &state.persist {
         persist.spawn_saver(
             &state.reader.gate,
@@ -195,7 +222,8 @@ pub async fn prepare(
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.
             if let Some((log, at)) = share {
-                log.publish_first(&gate, &at, seeded).await;
+                log.publish_first(&gate, &at, (outbox_from, covered), seeded)
+                    .await;
             }
         })));
     }

@@ -208,6 +208,13 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_filter_last_rebuild_timestamp_seconds", Kind::Gauge, "Unix time the last successful rebuild finished."),
     ("bloomgate_filter_alarm", Kind::Gauge, "1 while the named capacity alarm is in force."),
     ("bloomgate_filter_alarms_total", Kind::Counter, "Capacity alarms raised (once per crossing)."),
+    ("bloomgate_changes_in_step", Kind::Gauge, "1 while this instance reads the change feed (SQL outbox or Redis log) within sql.out_of_step_ms; 0 while its filter's no is not trusted."),
+    ("bloomgate_filter_unvouched_total", Kind::Counter, "Filter rejections passed on because the instance was out of step."),
+    ("bloomgate_outbox_applied_total", Kind::Counter, "Change-outbox entries from other instances applied here."),
+    ("bloomgate_outbox_poll_failures_total", Kind::Counter, "Failed reads of the change outbox."),
+    ("bloomgate_outbox_out_of_step_total", Kind::Counter, "Times this instance went out of step with the change feed."),
+    ("bloomgate_outbox_open_gaps", Kind::Gauge, "Outbox sequence numbers not seen yet (transactions not committed yet)."),
+    ("bloomgate_outbox_last_read_timestamp_seconds", Kind::Gauge, "When the change outbox was last read."),
     ("bloomgate_l1_lookups_total", Kind::Counter, "In-process cache lookups by result."),
     ("bloomgate_l1_entries", Kind::Gauge, "Entries in the in-process cache."),
     ("bloomgate_redis_lookups_total", Kind::Counter, "Redis lookups by result."),
@@ -499,6 +506,39 @@ pub async fn export(state: &crate::state::AppState) -> String {
         );
     }
     m.counter("bloomgate_filter_alarms_total", vec![], g.alarms_raised);
+    let o = &state.outbox.counters;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    m.gauge(
+        "bloomgate_changes_in_step",
+        vec![],
+        f64::from(u8::from(r.gate.in_step())),
+    );
+    m.counter(
+        "bloomgate_filter_unvouched_total",
+        vec![],
+        r.gate.unvouched(),
+    );
+    m.counter("bloomgate_outbox_applied_total", vec![], get(&o.applied));
+    m.counter(
+        "bloomgate_outbox_poll_failures_total",
+        vec![],
+        get(&o.poll_failures),
+    );
+    m.counter(
+        "bloomgate_outbox_out_of_step_total",
+        vec![],
+        get(&o.out_of_step),
+    );
+    m.gauge(
+        "bloomgate_outbox_open_gaps",
+        vec![],
+        state.outbox.open_gaps() as f64,
+    );
+    m.gauge(
+        "bloomgate_outbox_last_read_timestamp_seconds",
+        vec![],
+        state.outbox.last_ok_ms() as f64 / 1e3,
+    );
     let l1 = &r.l1_counters;
     for (result, c) in [
         ("hit", &l1.hits),

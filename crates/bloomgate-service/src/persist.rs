@@ -10,11 +10,14 @@
 //! or when SQL holds more SKUs than the file's items plus the creates
 //! replayed (rows written behind the log's back, as `bloomgate seed` does).
 //!
-//! Why the snapshot plus the replay holds every SKU: the position saved is
-//! the last entry the follower had applied *before* the filter was copied,
-//! and the filter only grows; an instance's own creates enter its filter
-//! before they are appended to the log. So every id created up to the
-//! position is in the file, and every id created after it is in the replay.
+//! Why the snapshot plus the replay holds every SKU: the positions saved
+//! are the last change-log entry and the change-outbox watermark the
+//! followers had applied *before* the filter was copied, and the filter
+//! only grows; the outbox follower applies every create up to its
+//! watermark (its own too) before the watermark moves. So every id created
+//! up to the position is in the file, and every id created after it is in
+//! the replay, which reads the outbox in SQL (complete by construction)
+//! as well as the Redis log.
 //! Without a change log (no Redis) nothing could be replayed, so the
 //! configuration refuses a snapshot path without `redis_url`.
 
@@ -31,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
 use crate::gate::{Gate, GateFilter};
+use crate::outbox::Outbox;
 
 /// The metadata file's format version.
 const VERSION: u32 = 1;
@@ -41,6 +45,13 @@ struct Meta {
     version: u32,
     /// The change-log entry the snapshot is complete up to.
     position: String,
+    /// The outbox watermark the snapshot is complete up to (absent in
+    /// files written before the outbox: such a file is not used).
+    #[serde(default)]
+    outbox: Option<i64>,
+    /// Rebuild requests in the outbox up to here are held by the file.
+    #[serde(default)]
+    covered: i64,
     /// Items the filter was sized for.
     capacity: u64,
     layout: BloomLayout,
@@ -58,6 +69,7 @@ pub struct Persist {
     layout: BloomLayout,
     fpp: f64,
     changes: ChangeLog,
+    outbox: Outbox,
 }
 
 fn meta_path(path: &Path) -> PathBuf {
@@ -102,12 +114,19 @@ impl Persist {
     /// Snapshots at `path` for filters of `layout` at `fpp`, positioned in
     /// `changes`.
     #[must_use]
-    pub fn new(path: PathBuf, layout: BloomLayout, fpp: f64, changes: ChangeLog) -> Self {
+    pub fn new(
+        path: PathBuf,
+        layout: BloomLayout,
+        fpp: f64,
+        changes: ChangeLog,
+        outbox: Outbox,
+    ) -> Self {
         Self {
             path,
             layout,
             fpp,
             changes,
+            outbox,
         }
     }
 
@@ -119,6 +138,8 @@ impl Persist {
         // The position first, then the copy: the copy holds at least what
         // was applied up to the position.
         let position = self.changes.applied();
+        let outbox = Some(self.outbox.watermark());
+        let covered = self.outbox.rebuilds_covered();
         let Some(filter) = gate.published() else {
             return Ok(false);
         };
@@ -129,6 +150,8 @@ impl Persist {
             let meta = Meta {
                 version: VERSION,
                 position,
+                outbox,
+                covered,
                 capacity,
                 layout,
                 fpp,
@@ -144,9 +167,11 @@ impl Persist {
         .map_err(std::io::Error::other)?
     }
 
-    /// Loads the snapshot, replays the change log after it and publishes
-    /// the result in `gate`. Returns the last change-log entry replayed
-    /// (where the follower goes on), or why the snapshot was not used.
+    /// Loads the snapshot, replays the creates after it (from the change
+    /// outbox in SQL, and from the Redis change log) and publishes the
+    /// result in `gate`. Returns the last change-log entry replayed and the
+    /// outbox position the snapshot is complete up to (where the followers
+    /// go on), or why the snapshot was not used.
     ///
     /// # Errors
     /// A sentence for the log: the instance then scans SQL as usual.
@@ -154,7 +179,7 @@ impl Persist {
         &self,
         gate: &Gate,
         store: &crate::store::SkuStore,
-    ) -> Result<String, String> {
+    ) -> Result<(String, i64, i64), String> {
         let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
         let (filter, meta) = tokio::task::spawn_blocking(move || load(&path, layout, fpp))
             .await
@@ -169,6 +194,22 @@ impl Persist {
             }
             Err(e) => return Err(format!("reading the change log: {e}")),
         };
+        let outbox_at = meta
+            .outbox
+            .ok_or("the snapshot predates the change outbox (no outbox position)")?;
+        let from_sql = match self.outbox.created_after(outbox_at).await {
+            Ok(Some(ids)) => ids,
+            Ok(None) => {
+                return Err(format!(
+                    "the change outbox was trimmed past the snapshot's position {outbox_at}"
+                ))
+            }
+            Err(e) => return Err(format!("reading the change outbox: {e}")),
+        };
+        let mut created = created;
+        created.extend(from_sql);
+        created.sort_unstable();
+        created.dedup();
         let rows = store.count().await.map_err(|e| e.to_string())?;
         accounts_for(rows, &filter, created.len(), "snapshot")?;
         for &id in &created {
@@ -180,10 +221,11 @@ impl Persist {
         tracing::info!(
             path = %self.path.display(),
             position = %meta.position,
+            outbox = outbox_at,
             replayed = created.len(),
             "bloom filter restored from its snapshot; no SQL scan"
         );
-        Ok(last)
+        Ok((last, outbox_at, meta.covered))
     }
 
     /// Saves after every rebuild (checked each second) and every `every`,

@@ -403,6 +403,20 @@ impl ShieldedReader {
         self.l1.invalidate(&id);
     }
 
+    /// [`ShieldedReader::invalidate_local`] for every id at once (this
+    /// instance may have missed writes): each shard's write counter is
+    /// bumped and its loads in flight detached under its lock, then L1 is
+    /// emptied, so a load that read SQL before this call cannot store its
+    /// (possibly older) row into L1 after it.
+    pub fn invalidate_all_local(&self) {
+        for s in self.shards.iter() {
+            let mut shard = lock(s);
+            shard.writes += 1;
+            shard.flights.clear();
+        }
+        self.l1.invalidate_all();
+    }
+
     /// Notes the shards' write counters and leases the Redis keys of `ids`
     /// that hold nothing, before a warm reads their rows from SQL. When
     /// Redis fails, the warm goes on for L1 alone.

@@ -221,7 +221,7 @@ pub async fn warm(
 enum WarmRebuild {
     /// This instance rebuilds; with a change log it shares the result
     /// (`at`: the stream's last entry before the scan).
-    Build(crate::gate::RebuildTicket, Option<String>),
+    Build(crate::gate::RebuildTicket, Option<(String, (i64, i64))>),
     /// Another instance holds the shared-rebuild lock: adopt its epoch,
     /// newer than this one.
     Adopt(u64),
@@ -246,7 +246,12 @@ async fn start_rebuild(state: &AppState) -> WarmRebuild {
     // The position first, then the request: the scan starts after both,
     // so the ids created after `at` are the only ones it may miss, and
     // the adopting instances replay exactly those.
-    let at = log.last_id().await.ok();
+    let watermark = state.outbox.watermark();
+    let covered = state.outbox.max_seq().await;
+    let at = match (log.last_id().await, covered) {
+        (Ok(at), Ok(covered)) => Some((at, (watermark, covered))),
+        _ => None,
+    };
     // The rebuild runs in the gate's worker: if this client goes away, it
     // still completes and is published.
     WarmRebuild::Build(gate.request_rebuild(), at)
@@ -262,8 +267,11 @@ async fn finish_rebuild(
             let mut epoch = None;
             if let Some(log) = &state.changes {
                 match (&report, at) {
-                    (Ok(_), Some(at)) => {
-                        epoch = log.publish_built(&state.reader.gate, &at).await.ok();
+                    (Ok(_), Some((at, outbox_at))) => {
+                        epoch = log
+                            .publish_built(&state.reader.gate, &at, outbox_at)
+                            .await
+                            .ok();
                     }
                     // Could not note the position, or the build failed:
                     // every instance rebuilds from SQL by itself.
@@ -317,6 +325,26 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
         }
         None => json!({ "enabled": false }),
     };
+    let outbox = {
+        let o = &state.outbox.counters;
+        json!({
+            "in_step": r.gate.in_step(),
+            "unvouched": r.gate.unvouched(),
+            "watermark": state.outbox.watermark(),
+            "open_gaps": state.outbox.open_gaps(),
+            "last_read_ms": state.outbox.last_ok_ms(),
+            "applied": o.applied.load(Ordering::Relaxed),
+            "polls": o.polls.load(Ordering::Relaxed),
+            "poll_failures": o.poll_failures.load(Ordering::Relaxed),
+            "gaps": o.gaps.load(Ordering::Relaxed),
+            "gaps_filled": o.gaps_filled.load(Ordering::Relaxed),
+            "gaps_expired": o.gaps_expired.load(Ordering::Relaxed),
+            "rebuilds": o.rebuilds.load(Ordering::Relaxed),
+            "out_of_step": o.out_of_step.load(Ordering::Relaxed),
+            "trimmed": o.trimmed.load(Ordering::Relaxed),
+            "rerecorded": sql.rerecorded.load(Ordering::Relaxed),
+        })
+    };
     Ok(Json(json!({
         "bloom": r.gate.stats(),
         "now_ms": crate::model::now_millis(),
@@ -330,6 +358,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "entries": r.l1.entry_count(),
         },
         "redis": redis,
+        "outbox": outbox,
         "changes": state.changes.as_ref().map(|l| {
             let c = &l.counters;
             json!({
@@ -364,6 +393,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "timeouts": sql.timeouts.load(Ordering::Relaxed),
             "errors": sql.errors.load(Ordering::Relaxed),
             "id_scans": sql.id_scans.load(Ordering::Relaxed),
+            "background_statements": sql.background.load(Ordering::Relaxed),
             "slow": sql.slow_by_statement(),
             "bulkhead_in_use": r.bulkhead.in_use(),
             "bulkhead_rejected": r.bulkhead.rejected.get(),

@@ -28,6 +28,8 @@ pub struct AppState {
     pub target_fpr: f64,
     /// The filter snapshot, when `cache.bloom_snapshot_path` is set.
     pub persist: Option<crate::persist::Persist>,
+    /// The change outbox in SQL, which every instance follows.
+    pub outbox: crate::outbox::Outbox,
 }
 
 /// Why the service could not start.
@@ -64,6 +66,7 @@ impl AppState {
     pub async fn connect(config: &Config) -> Result<Self, StartError> {
         config.validate()?;
         let store = SkuStore::connect_with(&config.database_url, &config.sql).await?;
+        let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql);
         let c = &config.cache;
         let (redis, changes) = match &config.redis_url {
             Some(url) => (
@@ -74,6 +77,7 @@ impl AppState {
                         &c.redis_prefix,
                         c.change_log_max_len,
                         Duration::from_millis(c.redis_timeout_ms),
+                        outbox.clone(),
                     )
                     .await?,
                 ),
@@ -131,10 +135,12 @@ impl AppState {
                     c.bloom_layout,
                     c.bloom_fpp,
                     log.clone(),
+                    outbox.clone(),
                 )),
                 _ => None,
             },
             changes,
+            outbox,
         })
     }
 }

@@ -25,7 +25,7 @@ pub struct StoreError {
     pub source: sqlx::Error,
 }
 
-fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+pub(crate) fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError { op, source }
 }
 
@@ -40,20 +40,57 @@ pub enum Backend {
     Postgres,
 }
 
-/// Migrations, applied in order and recorded in `bloomgate_migrations`.
-/// The DDL is portable across the three backends.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE IF NOT EXISTS skus (\
-        id BIGINT NOT NULL PRIMARY KEY, \
-        name VARCHAR(255) NOT NULL, \
-        original_price BIGINT NOT NULL, \
-        seckill_price BIGINT NOT NULL, \
-        stock BIGINT NOT NULL, \
-        seckill_start BIGINT NOT NULL, \
-        seckill_end BIGINT NOT NULL, \
-        updated_at BIGINT NOT NULL)",
-)];
+/// Migrations, applied in order and recorded in `bloomgate_migrations`:
+/// the SKU table (portable DDL), then the change outbox (whose
+/// auto-increment column each backend spells its own way) and its state
+/// row.
+fn migrations(backend: Backend) -> Vec<(i64, String)> {
+    let seq = match backend {
+        Backend::Sqlite => "seq INTEGER PRIMARY KEY AUTOINCREMENT",
+        Backend::MySql => "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+        Backend::Postgres => "seq BIGSERIAL PRIMARY KEY",
+    };
+    vec![
+        (
+            1,
+            "CREATE TABLE IF NOT EXISTS skus (\
+                id BIGINT NOT NULL PRIMARY KEY, \
+                name VARCHAR(255) NOT NULL, \
+                original_price BIGINT NOT NULL, \
+                seckill_price BIGINT NOT NULL, \
+                stock BIGINT NOT NULL, \
+                seckill_start BIGINT NOT NULL, \
+                seckill_end BIGINT NOT NULL, \
+                updated_at BIGINT NOT NULL)"
+                .into(),
+        ),
+        (
+            2,
+            format!(
+                "CREATE TABLE IF NOT EXISTS bloomgate_changes ({seq}, \
+                    resource VARCHAR(64) NOT NULL, \
+                    item_key VARCHAR(255) NOT NULL, \
+                    kind VARCHAR(1) NOT NULL, \
+                    origin VARCHAR(32) NOT NULL, \
+                    at BIGINT NOT NULL)"
+            ),
+        ),
+        (
+            3,
+            "CREATE TABLE IF NOT EXISTS bloomgate_outbox_state (\
+                name VARCHAR(64) NOT NULL PRIMARY KEY, \
+                value BIGINT NOT NULL)"
+                .into(),
+        ),
+        (
+            4,
+            "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trimmed_through', 0)".into(),
+        ),
+    ]
+}
+
+/// The resource every SKU change is recorded under in the outbox.
+pub const SKU_RESOURCE: &str = "skus";
 
 const COLUMNS: &str =
     "id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at";
@@ -73,6 +110,11 @@ pub struct StoreCounters {
     pub id_scans: AtomicU64,
     /// Statements that failed (timeouts and unique-key collisions apart).
     pub errors: AtomicU64,
+    /// Writes that committed so late that their change was recorded again.
+    pub rerecorded: AtomicU64,
+    /// Statements the change-outbox follower sent (reads and trims): the
+    /// service's own background load on SQL, apart from `queries`.
+    pub background: AtomicU64,
     /// Statements slower than `sql.slow_query_ms`, by statement.
     pub slow: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -92,7 +134,7 @@ impl StoreCounters {
 /// an I/O `TimedOut` error (and is counted). A statement slower than
 /// `slow` is counted by name, and logged the first time only.
 #[derive(Debug, Clone)]
-struct StatementLimit {
+pub(crate) struct StatementLimit {
     timeout: Duration,
     slow: Duration,
     counters: Arc<StoreCounters>,
@@ -122,7 +164,7 @@ impl StatementLimit {
 }
 
 /// `.within(&limit)` on any sqlx future: the statement timeout.
-trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
+pub(crate) trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
     async fn within(
         self,
         limit: &StatementLimit,
@@ -158,11 +200,20 @@ impl<T, F: Future<Output = Result<T, sqlx::Error>>> Within<T> for F {}
 /// The SKU table.
 #[derive(Debug, Clone)]
 pub struct SkuStore {
-    pool: AnyPool,
+    pub(crate) pool: AnyPool,
     backend: Backend,
-    limit: StatementLimit,
+    pub(crate) limit: StatementLimit,
+    /// This process's name in the outbox's `origin` column.
+    origin: Arc<str>,
+    /// A write that takes longer than this between recording its change
+    /// and committing records it again (see `crate::outbox`).
+    pub(crate) rerecord_after: Duration,
     /// Query counters, shared by clones.
     pub counters: Arc<StoreCounters>,
+    /// Test hook: where a write waits after recording its change, before
+    /// its transaction commits (keyed by the SKU id).
+    #[doc(hidden)]
+    pub before_commit: Arc<crate::pause::PausePoint>,
 }
 
 impl SkuStore {
@@ -211,10 +262,20 @@ impl SkuStore {
                 slow: Duration::from_millis(c.slow_query_ms),
                 counters: Arc::clone(&counters),
             },
+            origin: format!("{:016x}", fastrand::u64(..)).into(),
+            rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
+            before_commit: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// This process's name in the outbox (its own entries are skipped by
+    /// its follower).
+    #[must_use]
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// The dialect in use.
@@ -224,7 +285,7 @@ impl SkuStore {
     }
 
     /// Placeholder `n` (1-based) in this dialect.
-    fn ph(&self, n: usize) -> String {
+    pub(crate) fn ph(&self, n: usize) -> String {
         match self.backend {
             Backend::Postgres => format!("${n}"),
             _ => "?".into(),
@@ -253,15 +314,20 @@ impl SkuStore {
             .map(|r| r.try_get::<i64, _>(0))
             .collect::<Result<_, _>>()
             .map_err(err("migrate"))?;
-        for &(version, ddl) in MIGRATIONS {
+        for (version, ddl) in migrations(self.backend) {
             if applied.contains(&version) {
                 continue;
             }
-            sqlx::query(ddl)
+            let res = sqlx::query(&ddl)
                 .execute(&self.pool)
                 .within(&self.limit, "migrate")
-                .await
-                .map_err(err("migrate"))?;
+                .await;
+            // Two instances migrating at once: a seeding insert collides.
+            if let Err(e) = res {
+                if !is_unique_violation(&e) {
+                    return Err(err("migrate")(e));
+                }
+            }
             let q = format!(
                 "INSERT INTO bloomgate_migrations (version, applied_at) VALUES ({}, {})",
                 self.ph(1),
@@ -408,21 +474,115 @@ impl SkuStore {
         }
     }
 
-    /// Inserts a new SKU. Returns false when the id is taken.
+    /// Inserts a new SKU and records it in the outbox, in one transaction.
+    /// Returns false (and records nothing) when the id is taken.
     ///
     /// # Errors
     /// [`StoreError`].
     pub async fn insert(&self, sku: &Sku) -> Result<bool, StoreError> {
         let q = format!("INSERT INTO skus ({COLUMNS}) VALUES ({})", self.phs(1, 8));
-        match bind_sku(sqlx::query(&q), sku)
-            .execute(&self.pool)
-            .within(&self.limit, "insert")
+        match self
+            .write_recorded(bind_sku(sqlx::query(&q), sku), "insert", sku.id, 'c')
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if is_unique_violation(&e) => Ok(false),
-            Err(e) => Err(err("insert")(e)),
+            Err(e) if is_unique_violation(&e.source) => Ok(false),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
+    /// in one transaction; returns the rows `write` affected (nothing is
+    /// recorded, and the transaction rolls back, when that is zero). A
+    /// transaction that took longer than `rerecord_after` between taking
+    /// its outbox sequence number and committing records the change again
+    /// in a short transaction of its own, so a follower that gave that
+    /// number up as a gap (see `crate::outbox`) still sees it.
+    async fn write_recorded<'q>(
+        &self,
+        write: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+        op: &'static str,
+        id: i64,
+        kind: char,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .within(&self.limit, "begin")
+            .await
+            .map_err(err(op))?;
+        let affected = write
+            .execute(&mut *tx)
+            .within(&self.limit, op)
+            .await
+            .map_err(err(op))?
+            .rows_affected();
+        if affected == 0 {
+            tx.rollback().await.map_err(err(op))?;
+            return Ok(0);
+        }
+        let recorded = Instant::now();
+        self.record_in(&mut tx, &id.to_string(), kind).await?;
+        self.before_commit.pass(id).await;
+        tx.commit()
+            .within(&self.limit, "commit")
+            .await
+            .map_err(err(op))?;
+        if recorded.elapsed() > self.rerecord_after {
+            tracing::warn!(
+                id,
+                took_ms = recorded.elapsed().as_millis() as u64,
+                "a write committed late; recording its change again"
+            );
+            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+            self.record(&id.to_string(), kind).await?;
+        }
+        Ok(affected)
+    }
+
+    /// One outbox entry inside `tx`.
+    async fn record_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        key: &str,
+        kind: char,
+    ) -> Result<(), StoreError> {
+        let q = format!(
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({})",
+            self.phs(1, 5)
+        );
+        sqlx::query(&q)
+            .bind(SKU_RESOURCE)
+            .bind(key.to_string())
+            .bind(kind.to_string())
+            .bind(self.origin.to_string())
+            .bind(crate::model::now_millis() as i64)
+            .execute(&mut **tx)
+            .within(&self.limit, "record change")
+            .await
+            .map_err(err("record change"))?;
+        Ok(())
+    }
+
+    /// One outbox entry in a transaction of its own: `kind` `r` asks
+    /// every instance to rebuild its filter (rows were written that no
+    /// entry names, as `bloomgate seed` does).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn record(&self, key: &str, kind: char) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .within(&self.limit, "begin")
+            .await
+            .map_err(err("record change"))?;
+        self.record_in(&mut tx, key, kind).await?;
+        tx.commit()
+            .within(&self.limit, "commit")
+            .await
+            .map_err(err("record change"))?;
+        Ok(())
     }
 
     /// The next id after the largest one in use, or `None` when the largest
@@ -442,7 +602,8 @@ impl SkuStore {
             .checked_add(1))
     }
 
-    /// Replaces a SKU's fields. Returns false when no such id.
+    /// Replaces a SKU's fields and records the change in the outbox, in one
+    /// transaction. Returns false when no such id.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -451,7 +612,7 @@ impl SkuStore {
             "UPDATE skus SET name = {}, original_price = {}, seckill_price = {}, stock = {}, seckill_start = {}, seckill_end = {}, updated_at = {} WHERE id = {}",
             self.ph(1), self.ph(2), self.ph(3), self.ph(4), self.ph(5), self.ph(6), self.ph(7), self.ph(8)
         );
-        let res = sqlx::query(&q)
+        let write = sqlx::query(&q)
             .bind(sku.name.clone())
             .bind(sku.original_price)
             .bind(sku.seckill_price)
@@ -459,32 +620,26 @@ impl SkuStore {
             .bind(sku.seckill_start)
             .bind(sku.seckill_end)
             .bind(sku.updated_at)
-            .bind(sku.id)
-            .execute(&self.pool)
-            .within(&self.limit, "update")
-            .await
-            .map_err(err("update"))?;
-        Ok(res.rows_affected() > 0)
+            .bind(sku.id);
+        Ok(self.write_recorded(write, "update", sku.id, 'u').await? > 0)
     }
 
-    /// Deletes a SKU. Returns false when no such id.
+    /// Deletes a SKU and records the change in the outbox, in one
+    /// transaction. Returns false when no such id.
     ///
     /// # Errors
     /// [`StoreError`].
     pub async fn delete(&self, id: i64) -> Result<bool, StoreError> {
         let q = format!("DELETE FROM skus WHERE id = {}", self.ph(1));
-        let res = sqlx::query(&q)
-            .bind(id)
-            .execute(&self.pool)
-            .within(&self.limit, "delete")
-            .await
-            .map_err(err("delete"))?;
-        Ok(res.rows_affected() > 0)
+        let write = sqlx::query(&q).bind(id);
+        Ok(self.write_recorded(write, "delete", id, 'd').await? > 0)
     }
 
     /// Inserts the deterministic catalogue SKUs with ids `from..=to` that do
     /// not exist yet, in batches of 500 rows per statement, calling
-    /// `progress` with the number of rows handled after each batch.
+    /// `progress` with the number of rows handled after each batch; then,
+    /// if any row was new, records one outbox entry asking every instance
+    /// to rebuild its filter.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -529,6 +684,10 @@ impl SkuStore {
             inserted += res.rows_affected();
             progress(n as u64);
             start = end + 1;
+        }
+        // Rows no change entry names: every instance is asked to rebuild.
+        if inserted > 0 {
+            self.record("", 'r').await?;
         }
         Ok(inserted)
     }

@@ -1,6 +1,7 @@
-//! Redis failing while instances keep serving (issue 8): a create whose
-//! change-log append fails is queued and appended once Redis answers, so
-//! the other instances learn it without a rebuild; when Redis restarts
+//! Redis failing while instances keep serving (issues 8 and 18): a create
+//! whose change-log append fails is learned from the change outbox in SQL
+//! at once, and its append is queued and sent once Redis answers, so the
+//! other instances learn it without a rebuild; when Redis restarts
 //! empty (no persistence), the followers see their position gone and
 //! rebuild, so nothing created meanwhile is refused. Each test runs its own
 //! redis-server on a free port.
@@ -52,11 +53,16 @@ async fn appends_that_fail_are_queued_and_replayed_and_a_lost_log_means_a_rebuil
         200,
         "A knows its own create"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The change committed with the row in SQL: B learns it from the
+    // outbox while A's append still waits for Redis.
+    eventually(5, "B learns it from the change outbox", || async {
+        b.state.reader.gate.check(5000) != Verdict::Reject
+    })
+    .await;
     assert_eq!(
-        b.state.reader.gate.check(5000),
-        Verdict::Reject,
-        "B cannot know yet"
+        counter(&a.stats().await, &["changes", "pending"]),
+        1,
+        "A's append still waits"
     );
     let _: () = maxmemory("0").query_async(&mut admin).await.unwrap();
     eventually(15, "the queued append reaches B", || async {

@@ -112,7 +112,9 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
         1000
     );
 
-    // Scenario 2: 100 requests for 200100: all rejected in process.
+    // Scenario 2: 100 requests for 200100: all rejected in process. The
+    // change-outbox follower is parked while SQL statements are counted.
+    let quiet = common::quiet_sql(&server).await;
     let sql_before = com_select(&admin).await;
     let redis_before = redis_calls(&mut redis).await;
     for _ in 0..100 {
@@ -149,6 +151,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     assert!(sql_delta <= 5, "{sql_delta} SQL selects");
     assert!(key_delta <= 5, "{key_delta} Redis keys");
     assert_eq!(sql_delta, through, "every pass-through is one SQL select");
+    quiet.resume();
 
     // Existing ids still answer 200 (no false negatives through HTTP).
     for id in [1u64, 2, 1000, 1001, 77_777, 199_999, 200_000] {
@@ -162,6 +165,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     let mut off = common::config(&db, Some(&redis_url), "seed-off");
     off.cache.bloom_enabled = false;
     let server = TestServer::start(off, 0).await;
+    let quiet = common::quiet_sql(&server).await;
     let keys_before = common::redis_keys(&mut redis, "bgtest:seed-off:")
         .await
         .len() as i64;
@@ -177,6 +181,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     eprintln!("filter off: 1000 random ids -> {sql_delta} SQL selects, {key_delta} new Redis keys");
     assert_eq!(sql_delta, 1000);
     assert_eq!(key_delta, 1000, "one __nil__ sentinel per id");
+    quiet.resume();
     let bloom = grep_bloom(&server.stats_text().await);
     assert_eq!(bloom["enabled"], false);
     assert_eq!(bloom["ready"], false);

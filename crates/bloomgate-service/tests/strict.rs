@@ -44,7 +44,8 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
 
     // A SKU committed to SQL and added to the shared filter behind both
     // instances' backs (as a create through a third instance whose change
-    // log entry has not arrived yet).
+    // has not reached them yet: local's outbox follower is parked).
+    let parked = common::quiet_sql(&local).await;
     let sku = catalogue_sku(50_000);
     assert!(strict.state.reader.store.insert(&sku).await.unwrap());
     shared.insert(sku.id).await;
@@ -58,6 +59,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
         404,
         "local refuses it"
     );
+    parked.resume();
     let s = strict.stats().await;
     assert_eq!(counter(&s, &["shared", "overruled"]), 1, "{s}");
     assert_eq!(

@@ -528,3 +528,12 @@ pub fn prom_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64
             (got == want).then(|| value.parse().expect("a number"))
         })
 }
+
+/// Parks `server`'s change-outbox follower before its next read, so no
+/// background statement reaches SQL while a test counts statements; the
+/// returned pause resumes it.
+pub async fn quiet_sql(server: &TestServer) -> std::sync::Arc<bloomgate_service::pause::Pause> {
+    let pause = server.state.outbox.before_poll.arm(0);
+    pause.reached().await;
+    pause
+}

@@ -1,0 +1,619 @@
+//! The change outbox: every create, update and delete writes an entry into
+//! `bloomgate_changes (seq, resource, item_key, kind, origin, at)` in the
+//! same SQL transaction as its row (see `SkuStore::insert`), so a write
+//! that committed has its entry, and one that rolled back (a writer killed
+//! mid-write) has none. Every instance follows the table: it adds the ids
+//! other instances created to its filter and drops updated or deleted ids
+//! from its L1. The Redis change log (`crate::changes`) stays as the
+//! doorbell that makes this immediate; without Redis the follower reads
+//! the table every `sql.outbox_poll_ms`. Nothing an instance must learn
+//! lives only in Redis or in another process's memory.
+//!
+//! **Gaps.** Sequence numbers are taken when a transaction inserts its
+//! entry and become visible when it commits, so seq 10 may appear after
+//! seq 11. The follower keeps a cursor (the largest seq it has read) and
+//! the set of smaller numbers it has not seen yet, each with the time it
+//! was first missed; it reads each of those again on every poll until it
+//! appears, or until it has been missing for `sql.outbox_gap_ms`, when it
+//! is taken as rolled back (or skipped by the sequence). Its *watermark*,
+//! the position it is complete up to, is just below the oldest open gap.
+//! This is correct because a transaction cannot stay uncommitted that long
+//! without noticing: a write that took more than half of
+//! `sql.outbox_gap_ms` between taking its number and committing records
+//! its change again, in a short transaction of its own, before it answers
+//! (a follower first misses a number no earlier than the commit of a larger
+//! one, which comes after the late transaction took its own). At most
+//! [`MAX_GAPS`] numbers are tracked; a jump past that asks for a rebuild.
+//!
+//! **Positions.** A new follower starts at the largest seq whose entry is
+//! older than twice `sql.outbox_gap_ms` (every smaller number was taken
+//! longer ago than any transaction stays open), and re-applies the newer
+//! entries, which is harmless: applying an entry twice changes nothing.
+//! Snapshots and shared rebuilds record the watermark taken before their
+//! filter was copied or scanned, and whoever loads them replays the
+//! creates after it from this table before publishing.
+//!
+//! **Trimming.** Entries older than `sql.outbox_retention_secs` are
+//! deleted, and the largest deleted seq is kept in `bloomgate_outbox_state`
+//! (`trimmed_through`): a follower whose watermark is below it cannot know
+//! what it missed, and rebuilds its filter and empties its L1.
+//!
+//! **Out of step.** An instance that has read neither this table nor the
+//! Redis change log for `sql.out_of_step_ms` cannot vouch for its filter:
+//! the gate stops turning a filter "no" into a 404 (see
+//! `Verdict::Unvouched`) until a read succeeds again, and stats,
+//! `/metrics` and a log line say so.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::Row;
+use tokio::sync::Notify;
+
+use crate::config::SqlConfig;
+use crate::gate::Gate;
+use crate::model::now_millis;
+use crate::pause::PausePoint;
+use crate::reader::ShieldedReader;
+use crate::store::{err, SkuStore, StoreError, Within, SKU_RESOURCE};
+
+/// Entries read per statement.
+const PAGE: usize = 1000;
+/// Open gaps tracked at most; a larger jump asks for a rebuild.
+pub const MAX_GAPS: usize = 100_000;
+/// How often each instance trims the table (more often when the
+/// retention is shorter).
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+
+/// One outbox entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its sequence number.
+    pub seq: i64,
+    /// The SKU id it names (none for a rebuild request).
+    pub key: String,
+    /// `c`, `u`, `d`, or `r` (rebuild).
+    pub kind: String,
+    /// The instance that wrote it.
+    pub origin: String,
+}
+
+/// Counters of the follower.
+#[derive(Debug, Default)]
+pub struct OutboxCounters {
+    /// Entries from other instances applied here.
+    pub applied: AtomicU64,
+    /// Successful reads of the table.
+    pub polls: AtomicU64,
+    /// Failed reads (SQL down or slow).
+    pub poll_failures: AtomicU64,
+    /// Sequence numbers found missing (a gap opened).
+    pub gaps: AtomicU64,
+    /// Gaps that filled in later (a transaction committed out of order).
+    pub gaps_filled: AtomicU64,
+    /// Gaps given up after `sql.outbox_gap_ms` (rolled back).
+    pub gaps_expired: AtomicU64,
+    /// Rebuilds this follower asked for (its position was trimmed, a
+    /// rebuild entry, or a jump past [`MAX_GAPS`]).
+    pub rebuilds: AtomicU64,
+    /// Times this instance went out of step.
+    pub out_of_step: AtomicU64,
+    /// Entries this instance deleted as too old.
+    pub trimmed: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Follow {
+    /// The largest seq read.
+    cursor: i64,
+    /// Rebuild requests up to here are covered by the filter this
+    /// instance started with (see [`Outbox::max_seq`]).
+    rebuilds_covered: i64,
+    /// Smaller numbers not seen yet, with when they were first missed.
+    gaps: BTreeMap<i64, Instant>,
+}
+
+impl Follow {
+    fn watermark(&self) -> i64 {
+        self.gaps.keys().next().map_or(self.cursor, |g| g - 1)
+    }
+}
+
+/// The follower's handle. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    store: SkuStore,
+    poll: Duration,
+    gap_wait: Duration,
+    retention: Duration,
+    out_of_step: Duration,
+    follow: Arc<Mutex<Follow>>,
+    doorbell: Arc<Notify>,
+    /// When a read of the table last succeeded (ms since the epoch).
+    last_ok_ms: Arc<AtomicU64>,
+    running: Arc<AtomicBool>,
+    /// Counters, shared by clones.
+    pub counters: Arc<OutboxCounters>,
+    /// Test hook: where the follower waits before each read.
+    #[doc(hidden)]
+    pub before_poll: Arc<PausePoint>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Outbox {
+    /// The outbox of `store`, with the timings of `c`.
+    #[must_use]
+    pub fn new(store: SkuStore, c: &SqlConfig) -> Self {
+        Self {
+            store,
+            poll: Duration::from_millis(c.outbox_poll_ms),
+            gap_wait: Duration::from_millis(c.outbox_gap_ms),
+            retention: Duration::from_secs(c.outbox_retention_secs),
+            out_of_step: Duration::from_millis(c.out_of_step_ms),
+            follow: Arc::default(),
+            doorbell: Arc::new(Notify::new()),
+            last_ok_ms: Arc::new(AtomicU64::new(now_millis())),
+            running: Arc::default(),
+            counters: Arc::default(),
+            before_poll: Arc::default(),
+        }
+    }
+
+    /// Counts one background statement and names it for the limit.
+    fn bg(&self, name: &'static str) -> &'static str {
+        self.store
+            .counters
+            .background
+            .fetch_add(1, Ordering::Relaxed);
+        name
+    }
+
+    /// Wakes the follower now (another instance announced a change).
+    pub fn ring(&self) {
+        self.doorbell.notify_one();
+    }
+
+    /// The position this instance's filter is complete up to.
+    #[must_use]
+    pub fn watermark(&self) -> i64 {
+        lock(&self.follow).watermark()
+    }
+
+    /// When a read of the table last succeeded, ms since the epoch.
+    #[must_use]
+    pub fn last_ok_ms(&self) -> u64 {
+        self.last_ok_ms.load(Ordering::Relaxed)
+    }
+
+    /// Rebuild requests (`r` entries) up to here are covered by the
+    /// published filter, or by a rebuild that already started.
+    #[must_use]
+    pub fn rebuilds_covered(&self) -> i64 {
+        lock(&self.follow).rebuilds_covered
+    }
+
+    /// Notes that the published filter holds the rows of every rebuild
+    /// request up to `seq` (it was scanned, or adopted from a scan, after
+    /// [`Outbox::max_seq`] returned `seq`).
+    pub fn cover(&self, seq: i64) {
+        let mut f = lock(&self.follow);
+        f.rebuilds_covered = f.rebuilds_covered.max(seq);
+    }
+
+    /// Open gaps.
+    #[must_use]
+    pub fn open_gaps(&self) -> usize {
+        lock(&self.follow).gaps.len()
+    }
+
+    /// Where a new follower may start (see the module docs): the largest
+    /// seq whose entry is older than twice `sql.outbox_gap_ms`, and never
+    /// below what was trimmed.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn start_position(&self) -> Result<i64, StoreError> {
+        let cutoff = now_millis().saturating_sub(2 * self.gap_wait.as_millis() as u64) as i64;
+        let q = format!(
+            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {}",
+            self.store.ph(1)
+        );
+        let row = sqlx::query(&q)
+            .bind(cutoff)
+            .fetch_one(&self.store.pool)
+            .within(&self.store.limit, self.bg("outbox start"))
+            .await
+            .map_err(err("outbox start"))?;
+        let old: i64 = row.try_get(0).map_err(err("outbox start"))?;
+        Ok(old.max(self.trimmed_through().await?))
+    }
+
+    /// The largest visible seq. A filter scanned from SQL after this call
+    /// holds the rows of every rebuild request (`r`) up to it: such a
+    /// request is recorded after its rows commit, and a smaller number was
+    /// taken before this one committed.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn max_seq(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes")
+            .fetch_one(&self.store.pool)
+            .within(&self.store.limit, self.bg("outbox max"))
+            .await
+            .map_err(err("outbox max"))?;
+        row.try_get(0).map_err(err("outbox max"))
+    }
+
+    /// The largest seq deleted as too old.
+    async fn trimmed_through(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "SELECT COALESCE(MAX(value), 0) FROM bloomgate_outbox_state WHERE name = 'trimmed_through'",
+        )
+        .fetch_one(&self.store.pool)
+        .within(&self.store.limit, self.bg("outbox trimmed"))
+        .await
+        .map_err(err("outbox trimmed"))?;
+        row.try_get(0).map_err(err("outbox trimmed"))
+    }
+
+    async fn fetch(&self, sql: &str, binds: &[i64]) -> Result<Vec<Entry>, StoreError> {
+        let mut q = sqlx::query(sql);
+        for b in binds {
+            q = q.bind(*b);
+        }
+        let rows = q
+            .fetch_all(&self.store.pool)
+            .within(&self.store.limit, self.bg("outbox read"))
+            .await
+            .map_err(err("outbox read"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Entry {
+                    seq: r.try_get(0)?,
+                    key: r.try_get(1)?,
+                    kind: r.try_get(2)?,
+                    origin: r.try_get(3)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(err("outbox read"))
+    }
+
+    /// Up to [`PAGE`] entries after `cursor`, in seq order.
+    async fn after(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
+        let q = format!(
+            "SELECT seq, item_key, kind, origin FROM bloomgate_changes \
+             WHERE resource = '{SKU_RESOURCE}' AND seq > {} ORDER BY seq LIMIT {PAGE}",
+            self.store.ph(1)
+        );
+        self.fetch(&q, &[cursor]).await
+    }
+
+    /// The entries among `seqs` that are visible now.
+    async fn among(&self, seqs: &[i64]) -> Result<Vec<Entry>, StoreError> {
+        let mut out = Vec::new();
+        for chunk in seqs.chunks(500) {
+            let q = format!(
+                "SELECT seq, item_key, kind, origin FROM bloomgate_changes \
+                 WHERE resource = '{SKU_RESOURCE}' AND seq IN ({})",
+                (1..=chunk.len())
+                    .map(|i| self.store.ph(i))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            out.extend(self.fetch(&q, chunk).await?);
+        }
+        Ok(out)
+    }
+
+    /// The ids created after `from`, for a filter that is complete up to
+    /// `from` (a snapshot, another instance's rebuild); `None` when entries
+    /// after `from` were trimmed, so what it lacks cannot be known.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn created_after(&self, from: i64) -> Result<Option<Vec<i64>>, StoreError> {
+        if self.trimmed_through().await? > from {
+            return Ok(None);
+        }
+        let mut created = Vec::new();
+        let mut cursor = from;
+        loop {
+            let page = self.after(cursor).await?;
+            for e in &page {
+                if e.kind == "c" {
+                    if let Ok(id) = e.key.parse() {
+                        created.push(id);
+                    }
+                }
+                cursor = e.seq;
+            }
+            if page.len() < PAGE {
+                return Ok(Some(created));
+            }
+        }
+    }
+
+    /// Follows the table from `from`, applying other instances' changes to
+    /// `reader`, and keeps the gate's in-step flag (also fed by the Redis
+    /// change log's reads, through `redis_ok_ms`) until the service is
+    /// dropped. Starts once per handle.
+    /// Rebuild requests up to `covered` are not acted on: the filter this
+    /// instance starts with holds their rows (a scan after
+    /// [`Outbox::max_seq`], or a snapshot or epoch complete up to it).
+    pub fn spawn_follower(
+        &self,
+        from: i64,
+        covered: i64,
+        reader: &ShieldedReader,
+        redis_ok_ms: Option<Arc<AtomicU64>>,
+    ) {
+        if self.running.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut f = lock(&self.follow);
+            f.cursor = from;
+            f.rebuilds_covered = covered;
+        }
+        self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
+        let gate = Arc::downgrade(&reader.gate);
+        let (outbox, reader) = (self.clone(), reader.clone());
+        tokio::spawn(async move {
+            let mut failing = false;
+            let mut trimmed_at = Instant::now();
+            let mut first = true;
+            let _guard = Gate::follow(&reader.gate);
+            while !Gate::only_followers_left(&reader.gate) {
+                if !std::mem::take(&mut first) {
+                    tokio::select! {
+                        () = tokio::time::sleep(outbox.poll) => {}
+                        () = outbox.doorbell.notified() => {}
+                    }
+                }
+                outbox.before_poll.pass(0).await;
+                match outbox.poll_once(&reader).await {
+                    Ok(()) => {
+                        outbox.last_ok_ms.store(now_millis(), Ordering::Relaxed);
+                        outbox.counters.polls.fetch_add(1, Ordering::Relaxed);
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("change outbox readable again; caught up");
+                        }
+                    }
+                    Err(e) => {
+                        outbox
+                            .counters
+                            .poll_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(error = %e, "change outbox unreadable; retrying");
+                        }
+                    }
+                }
+                if trimmed_at.elapsed() >= TRIM_EVERY.min(outbox.retention) {
+                    trimmed_at = Instant::now();
+                    if let Err(e) = outbox.trim().await {
+                        tracing::warn!(error = %e, "trimming the change outbox failed");
+                    }
+                }
+            }
+        });
+        let outbox = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(outbox.poll).await;
+                let Some(gate) = gate.upgrade() else {
+                    return;
+                };
+                let redis = redis_ok_ms
+                    .as_ref()
+                    .map_or(0, |r| r.load(Ordering::Relaxed));
+                let newest = outbox.last_ok_ms().max(redis);
+                let in_step =
+                    now_millis().saturating_sub(newest) <= outbox.out_of_step.as_millis() as u64;
+                if gate.set_in_step(in_step) {
+                    if in_step {
+                        tracing::info!(
+                            "in step with the change feed again: the filter's no is a 404 again"
+                        );
+                    } else {
+                        outbox.counters.out_of_step.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(
+                            out_of_step_ms = outbox.out_of_step.as_millis() as u64,
+                            "out of step: neither the change outbox nor the Redis change log could be read; the filter's no no longer answers 404"
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// Reads everything after the cursor and the open gaps, and applies it.
+    async fn poll_once(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
+        if self.watermark() < self.trimmed_through().await? {
+            // Entries this instance never read are gone: rebuild, and go
+            // on from a fresh start position (what is newer is re-read).
+            let from = self.start_position().await?;
+            tracing::warn!(
+                from,
+                "change outbox trimmed past this instance's position: rebuilding the filter"
+            );
+            {
+                let mut f = lock(&self.follow);
+                f.cursor = from;
+                f.gaps.clear();
+            }
+            self.rebuild(reader);
+        }
+        loop {
+            let cursor = lock(&self.follow).cursor;
+            let page = self.after(cursor).await?;
+            // Applied first, then the position moves: whoever reads the
+            // watermark (a snapshot, a shared rebuild) may rely on every
+            // create up to it being in the filter.
+            for e in &page {
+                self.apply(e, reader);
+            }
+            let mut jumped = false;
+            {
+                let mut f = lock(&self.follow);
+                let now = Instant::now();
+                for e in &page {
+                    let missing = e.seq - f.cursor - 1;
+                    if missing > 0 {
+                        if f.gaps.len() as i64 + missing > MAX_GAPS as i64 {
+                            jumped = true;
+                        } else {
+                            for g in f.cursor + 1..e.seq {
+                                f.gaps.insert(g, now);
+                            }
+                            self.counters
+                                .gaps
+                                .fetch_add(missing as u64, Ordering::Relaxed);
+                        }
+                    }
+                    f.cursor = f.cursor.max(e.seq);
+                }
+            }
+            if jumped {
+                tracing::warn!(
+                    "change outbox jumped past {MAX_GAPS} unseen numbers: rebuilding the filter"
+                );
+                self.rebuild(reader);
+            }
+            if page.len() < PAGE {
+                break;
+            }
+        }
+        let open: Vec<i64> = lock(&self.follow).gaps.keys().copied().collect();
+        if !open.is_empty() {
+            let found = self.among(&open).await?;
+            for e in &found {
+                self.apply(e, reader);
+            }
+            {
+                let mut f = lock(&self.follow);
+                for e in &found {
+                    if f.gaps.remove(&e.seq).is_some() {
+                        self.counters.gaps_filled.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let before = f.gaps.len();
+                let wait = self.gap_wait;
+                f.gaps.retain(|_, seen| seen.elapsed() < wait);
+                self.counters
+                    .gaps_expired
+                    .fetch_add((before - f.gaps.len()) as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&self, e: &Entry, reader: &ShieldedReader) {
+        let own = e.origin == self.store.origin();
+        // An own create is learned too (a no-op unless it is still between
+        // its commit and its insert here): past the watermark, every
+        // create is in the filter, whoever made it.
+        if own && e.kind != "c" {
+            return;
+        }
+        if e.kind == "r" {
+            if e.seq <= lock(&self.follow).rebuilds_covered {
+                return;
+            }
+            tracing::info!(
+                seq = e.seq,
+                "change outbox: rows were written that no entry names; rebuilding the filter"
+            );
+            self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
+            let ticket = reader.gate.request_rebuild();
+            reader.invalidate_all_local();
+            // Its scan starts after this request, so after the entry
+            // committed: once it succeeds, the filter holds those rows.
+            let (outbox, seq) = (self.clone(), e.seq);
+            tokio::spawn(async move {
+                if ticket.wait().await.is_ok() {
+                    outbox.cover(seq);
+                }
+            });
+            return;
+        }
+        let Ok(id) = e.key.parse::<i64>() else {
+            tracing::warn!(seq = e.seq, key = %e.key, "change outbox: an entry with a key that is not a SKU id; skipped");
+            return;
+        };
+        if e.kind == "c" {
+            reader.gate.learn(id);
+        }
+        if own {
+            return;
+        }
+        reader.invalidate_local(id);
+        self.counters.applied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn rebuild(&self, reader: &ShieldedReader) {
+        self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
+        drop(reader.gate.request_rebuild());
+        reader.invalidate_all_local();
+    }
+
+    /// Deletes entries older than the retention and notes the largest
+    /// deleted seq.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn trim(&self) -> Result<u64, StoreError> {
+        let cutoff = now_millis().saturating_sub(self.retention.as_millis() as u64) as i64;
+        let ph = |n| self.store.ph(n);
+        let row = sqlx::query(&format!(
+            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {}",
+            ph(1)
+        ))
+        .bind(cutoff)
+        .fetch_one(&self.store.pool)
+        .within(&self.store.limit, self.bg("outbox trim"))
+        .await
+        .map_err(err("outbox trim"))?;
+        let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
+        if through == 0 {
+            return Ok(0);
+        }
+        // The mark first: a follower that reads it and then finds its
+        // entries gone has rebuilt already, never the reverse.
+        sqlx::query(&format!(
+            "UPDATE bloomgate_outbox_state SET value = {} WHERE name = 'trimmed_through' AND value < {}",
+            ph(1),
+            ph(2)
+        ))
+        .bind(through)
+        .bind(through)
+        .execute(&self.store.pool)
+        .within(&self.store.limit, self.bg("outbox trim"))
+        .await
+        .map_err(err("outbox trim"))?;
+        let deleted = sqlx::query(&format!(
+            "DELETE FROM bloomgate_changes WHERE seq <= {}",
+            ph(1)
+        ))
+        .bind(through)
+        .execute(&self.store.pool)
+        .within(&self.store.limit, self.bg("outbox trim"))
+        .await
+        .map_err(err("outbox trim"))?
+        .rows_affected();
+        self.counters.trimmed.fetch_add(deleted, Ordering::Relaxed);
+        Ok(deleted)
+    }
+
+    /// Whether the follower was started.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+}
