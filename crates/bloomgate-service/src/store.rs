@@ -50,6 +50,15 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
         Backend::MySql => "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
         Backend::Postgres => "seq BIGSERIAL PRIMARY KEY",
     };
+    // Start positions and trimming look entries up by age: MySQL takes the
+    // index inside CREATE TABLE, the others in a statement of their own.
+    let (at_index, index_ddl) = match backend {
+        Backend::MySql => (", INDEX bloomgate_changes_at (at)", "SELECT 1"),
+        _ => (
+            "",
+            "CREATE INDEX IF NOT EXISTS bloomgate_changes_at ON bloomgate_changes (at)",
+        ),
+    };
     vec![
         (
             1,
@@ -72,7 +81,7 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
                     item_key VARCHAR(255) NOT NULL, \
                     kind VARCHAR(1) NOT NULL, \
                     origin VARCHAR(32) NOT NULL, \
-                    at BIGINT NOT NULL)"
+                    at BIGINT NOT NULL{at_index})"
             ),
         ),
         (
@@ -86,6 +95,7 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
             4,
             "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trimmed_through', 0)".into(),
         ),
+        (5, index_ddl.into()),
     ]
 }
 
