@@ -414,7 +414,7 @@ impl Config {
         if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {
             return Err(invalid(
                 "cache.bloom_snapshot_path",
-                "needs redis_url: without the change log nothing created after the snapshot could be replayed",
+                "needs redis_url: the snapshot records its position in the Redis change log as well as in the outbox",
             ));
         }
         if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
@@ -451,6 +451,15 @@ impl Config {
             return Err(invalid(
                 "cache.bloom_retry_max_ms",
                 "bloom_retry_min_ms must be at least 1 and bloom_retry_max_ms at least bloom_retry_min_ms",
+            ));
+        }
+        if self.sql.outbox_retention_secs.saturating_mul(1000) < 4 * self.sql.outbox_gap_ms {
+            return Err(invalid(
+                "sql.outbox_retention_secs",
+                format!(
+                    "must be at least four times sql.outbox_gap_ms ({} ms), so nothing still uncommitted is trimmed, got {} s",
+                    self.sql.outbox_gap_ms, self.sql.outbox_retention_secs
+                ),
             ));
         }
         if self.sql.out_of_step_ms < 2 * self.sql.outbox_poll_ms {

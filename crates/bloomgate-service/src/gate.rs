@@ -399,6 +399,10 @@ pub struct Gate {
     /// is not answered 404 (see [`Verdict::Unvouched`]).
     in_step: AtomicBool,
     unvouched: Counter,
+    /// Rebuilds this instance needs before its filter's "no" is trusted
+    /// again (it may have missed creates): while any is owed, rejections
+    /// are [`Verdict::Unvouched`].
+    owed_rebuilds: AtomicU64,
     /// Background tasks that hold the gate for as long as the service
     /// lives (the change followers): see [`Gate::only_followers_left`].
     followers: AtomicU64,
@@ -496,6 +500,7 @@ impl Gate {
             in_step: AtomicBool::new(true),
             unvouched: Counter::default(),
             followers: AtomicU64::new(0),
+            owed_rebuilds: AtomicU64::new(0),
             passed_missing: Counter::default(),
             min_capacity: AtomicU64::new(0),
             alarm: Mutex::new(None),
@@ -642,7 +647,9 @@ impl Gate {
         }
         match self.current.load().as_deref() {
             Some(f) if !f.contains(id) => {
-                if self.in_step.load(Ordering::Relaxed) {
+                if self.in_step.load(Ordering::Relaxed)
+                    && self.owed_rebuilds.load(Ordering::Relaxed) == 0
+                {
                     Verdict::Reject
                 } else {
                     Verdict::Unvouched
@@ -672,6 +679,41 @@ impl Gate {
     #[must_use]
     pub fn only_followers_left(gate: &Arc<Self>) -> bool {
         Arc::strong_count(gate) as u64 <= gate.followers.load(Ordering::Relaxed)
+    }
+
+    /// Asks for a rebuild this instance needs because it may have missed
+    /// creates (its change-feed position was lost, rows were written that
+    /// no entry names): until one succeeds, a filter "no" is
+    /// [`Verdict::Unvouched`]; a failed rebuild is retried with backoff.
+    /// Calls `done` once a rebuild succeeded.
+    pub fn rebuild_owed(self: &Arc<Self>, done: impl FnOnce() + Send + 'static) {
+        self.owed_rebuilds.fetch_add(1, Ordering::Relaxed);
+        let gate = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let Some(g) = gate.upgrade() else { return };
+                let ticket = g.request_rebuild();
+                drop(g);
+                let ok = ticket.wait().await.is_ok();
+                let Some(g) = gate.upgrade() else { return };
+                if ok {
+                    g.owed_rebuilds.fetch_sub(1, Ordering::Relaxed);
+                    done();
+                    return;
+                }
+                drop(g);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    /// True while a rebuild asked for by [`Gate::rebuild_owed`] has not
+    /// succeeded yet (the filter may lack creates).
+    #[must_use]
+    pub fn rebuild_is_owed(&self) -> bool {
+        self.owed_rebuilds.load(Ordering::Relaxed) > 0
     }
 
     /// False while this instance is out of step with the change feed.

@@ -190,15 +190,7 @@ pub async fn prepare(
         }
         changes.spawn_follower(from, &state.reader);
     }
-    outbox.spawn_follower(
-        outbox_from,
-        covered,
-        &state.reader,
-        state
-            .changes
-            .as_ref()
-            .map(|c| std::sync::Arc::clone(&c.counters.read_ok_ms)),
-    );
+    outbox.spawn_follower(outbox_from, covered, &state.reader);
     if let Some(persist) = &state.persist {
         persist.spawn_saver(
             &state.reader.gate,

@@ -26,7 +26,8 @@
 //! [`MAX_GAPS`] numbers are tracked; a jump past that asks for a rebuild.
 //!
 //! **Positions.** A new follower starts at the largest seq whose entry is
-//! older than twice `sql.outbox_gap_ms` (every smaller number was taken
+//! older than twice `sql.outbox_gap_ms` (ages by the database's clock,
+//! which every instance shares) (every smaller number was taken
 //! longer ago than any transaction stays open), and re-applies the newer
 //! entries, which is harmless: applying an entry twice changes nothing.
 //! Snapshots and shared rebuilds record the watermark taken before their
@@ -38,11 +39,13 @@
 //! (`trimmed_through`): a follower whose watermark is below it cannot know
 //! what it missed, and rebuilds its filter and empties its L1.
 //!
-//! **Out of step.** An instance that has read neither this table nor the
-//! Redis change log for `sql.out_of_step_ms` cannot vouch for its filter:
-//! the gate stops turning a filter "no" into a 404 (see
-//! `Verdict::Unvouched`) until a read succeeds again, and stats,
-//! `/metrics` and a log line say so.
+//! **Out of step.** An instance that has not read this table for
+//! `sql.out_of_step_ms` cannot vouch for its filter (the Redis log does not
+//! count: it is the incomplete feed): it empties L1 and the gate stops
+//! turning a filter "no" into a 404 (see `Verdict::Unvouched`) until a read
+//! succeeds again, and stats, `/metrics` and a log line say so. The same
+//! holds while a rebuild this follower asked for because it may have
+//! missed creates has not succeeded (`Gate::rebuild_owed`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,6 +81,9 @@ pub struct Entry {
     pub kind: String,
     /// The instance that wrote it.
     pub origin: String,
+    /// The resource it belongs to (other resources' entries are read, so
+    /// their numbers are no gaps, and skipped).
+    pub resource: String,
 }
 
 /// Counters of the follower.
@@ -218,13 +224,14 @@ impl Outbox {
     /// # Errors
     /// [`StoreError`].
     pub async fn start_position(&self) -> Result<i64, StoreError> {
-        let cutoff = now_millis().saturating_sub(2 * self.gap_wait.as_millis() as u64) as i64;
+        let age = 2 * self.gap_wait.as_millis() as i64;
         let q = format!(
-            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {}",
+            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {} - {}",
+            self.store.now_ms_sql(),
             self.store.ph(1)
         );
         let row = sqlx::query(&q)
-            .bind(cutoff)
+            .bind(age)
             .fetch_one(&self.store.pool)
             .within(&self.store.limit, self.bg("outbox start"))
             .await
@@ -278,6 +285,7 @@ impl Outbox {
                     key: r.try_get(1)?,
                     kind: r.try_get(2)?,
                     origin: r.try_get(3)?,
+                    resource: r.try_get(4)?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -287,8 +295,8 @@ impl Outbox {
     /// Up to [`PAGE`] entries after `cursor`, in seq order.
     async fn after(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
         let q = format!(
-            "SELECT seq, item_key, kind, origin FROM bloomgate_changes \
-             WHERE resource = '{SKU_RESOURCE}' AND seq > {} ORDER BY seq LIMIT {PAGE}",
+            "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
+             WHERE seq > {} ORDER BY seq LIMIT {PAGE}",
             self.store.ph(1)
         );
         self.fetch(&q, &[cursor]).await
@@ -299,8 +307,8 @@ impl Outbox {
         let mut out = Vec::new();
         for chunk in seqs.chunks(500) {
             let q = format!(
-                "SELECT seq, item_key, kind, origin FROM bloomgate_changes \
-                 WHERE resource = '{SKU_RESOURCE}' AND seq IN ({})",
+                "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
+                 WHERE seq IN ({})",
                 (1..=chunk.len())
                     .map(|i| self.store.ph(i))
                     .collect::<Vec<_>>()
@@ -334,25 +342,24 @@ impl Outbox {
                 cursor = e.seq;
             }
             if page.len() < PAGE {
+                // A trim between the check above and these reads would
+                // have deleted some of them: check again.
+                if self.trimmed_through().await? > from {
+                    return Ok(None);
+                }
                 return Ok(Some(created));
             }
         }
     }
 
     /// Follows the table from `from`, applying other instances' changes to
-    /// `reader`, and keeps the gate's in-step flag (also fed by the Redis
-    /// change log's reads, through `redis_ok_ms`) until the service is
-    /// dropped. Starts once per handle.
+    /// `reader`, and keeps the gate's in-step flag (true while the outbox
+    /// was read within `sql.out_of_step_ms`) until the service is dropped.
+    /// Starts once per handle.
     /// Rebuild requests up to `covered` are not acted on: the filter this
     /// instance starts with holds their rows (a scan after
     /// [`Outbox::max_seq`], or a snapshot or epoch complete up to it).
-    pub fn spawn_follower(
-        &self,
-        from: i64,
-        covered: i64,
-        reader: &ShieldedReader,
-        redis_ok_ms: Option<Arc<AtomicU64>>,
-    ) {
+    pub fn spawn_follower(&self, from: i64, covered: i64, reader: &ShieldedReader) {
         if self.running.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -362,9 +369,9 @@ impl Outbox {
             f.rebuilds_covered = covered;
         }
         self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
-        let gate = Arc::downgrade(&reader.gate);
-        let (outbox, reader) = (self.clone(), reader.clone());
+        let (outbox, follower_reader) = (self.clone(), reader.clone());
         tokio::spawn(async move {
+            let reader = follower_reader;
             let mut failing = false;
             let mut trimmed_at = Instant::now();
             let mut first = true;
@@ -403,29 +410,28 @@ impl Outbox {
                 }
             }
         });
-        let outbox = self.clone();
+        let (outbox, reader) = (self.clone(), reader.clone());
         tokio::spawn(async move {
-            loop {
+            let _guard = Gate::follow(&reader.gate);
+            while !Gate::only_followers_left(&reader.gate) {
                 tokio::time::sleep(outbox.poll).await;
-                let Some(gate) = gate.upgrade() else {
-                    return;
-                };
-                let redis = redis_ok_ms
-                    .as_ref()
-                    .map_or(0, |r| r.load(Ordering::Relaxed));
-                let newest = outbox.last_ok_ms().max(redis);
-                let in_step =
-                    now_millis().saturating_sub(newest) <= outbox.out_of_step.as_millis() as u64;
-                if gate.set_in_step(in_step) {
+                // Only the outbox is complete (the Redis log misses what a
+                // writer that died with its appends queued never sent), so
+                // only reading it vouches for the filter.
+                let in_step = now_millis().saturating_sub(outbox.last_ok_ms())
+                    <= outbox.out_of_step.as_millis() as u64;
+                if reader.gate.set_in_step(in_step) {
                     if in_step {
                         tracing::info!(
-                            "in step with the change feed again: the filter's no is a 404 again"
+                            "in step with the change outbox again: the filter's no is a 404 again"
                         );
                     } else {
+                        // Cached "not found"s may be as stale as the filter.
+                        reader.invalidate_all_local();
                         outbox.counters.out_of_step.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(
                             out_of_step_ms = outbox.out_of_step.as_millis() as u64,
-                            "out of step: neither the change outbox nor the Redis change log could be read; the filter's no no longer answers 404"
+                            "out of step: the change outbox could not be read; the filter's no no longer answers 404"
                         );
                     }
                 }
@@ -448,7 +454,7 @@ impl Outbox {
                 f.cursor = from;
                 f.gaps.clear();
             }
-            self.rebuild(reader);
+            self.rebuild(reader, None);
         }
         loop {
             let cursor = lock(&self.follow).cursor;
@@ -484,7 +490,7 @@ impl Outbox {
                 tracing::warn!(
                     "change outbox jumped past {MAX_GAPS} unseen numbers: rebuilding the filter"
                 );
-                self.rebuild(reader);
+                self.rebuild(reader, None);
             }
             if page.len() < PAGE {
                 break;
@@ -492,6 +498,10 @@ impl Outbox {
         }
         let open: Vec<i64> = lock(&self.follow).gaps.keys().copied().collect();
         if !open.is_empty() {
+            // Expiry is judged against the time before the re-read: a gap
+            // is given up only if it was still missing a whole wait after
+            // it was first missed.
+            let reread_at = Instant::now();
             let found = self.among(&open).await?;
             for e in &found {
                 self.apply(e, reader);
@@ -505,7 +515,8 @@ impl Outbox {
                 }
                 let before = f.gaps.len();
                 let wait = self.gap_wait;
-                f.gaps.retain(|_, seen| seen.elapsed() < wait);
+                f.gaps
+                    .retain(|_, seen| reread_at.saturating_duration_since(*seen) < wait);
                 self.counters
                     .gaps_expired
                     .fetch_add((before - f.gaps.len()) as u64, Ordering::Relaxed);
@@ -515,6 +526,9 @@ impl Outbox {
     }
 
     fn apply(&self, e: &Entry, reader: &ShieldedReader) {
+        if e.resource != SKU_RESOURCE {
+            return;
+        }
         let own = e.origin == self.store.origin();
         // An own create is learned too (a no-op unless it is still between
         // its commit and its insert here): past the watermark, every
@@ -530,17 +544,9 @@ impl Outbox {
                 seq = e.seq,
                 "change outbox: rows were written that no entry names; rebuilding the filter"
             );
-            self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
-            let ticket = reader.gate.request_rebuild();
-            reader.invalidate_all_local();
             // Its scan starts after this request, so after the entry
             // committed: once it succeeds, the filter holds those rows.
-            let (outbox, seq) = (self.clone(), e.seq);
-            tokio::spawn(async move {
-                if ticket.wait().await.is_ok() {
-                    outbox.cover(seq);
-                }
-            });
+            self.rebuild(reader, Some(e.seq));
             return;
         }
         let Ok(id) = e.key.parse::<i64>() else {
@@ -557,10 +563,18 @@ impl Outbox {
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn rebuild(&self, reader: &ShieldedReader) {
-        self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
-        drop(reader.gate.request_rebuild());
+    /// This instance may have missed creates: its filter's "no" is not
+    /// trusted until a rebuild succeeds (retried until one does), and L1
+    /// is emptied through the shards.
+    fn rebuild(&self, reader: &ShieldedReader, covers: Option<i64>) {
+        let outbox = self.clone();
+        reader.gate.rebuild_owed(move || {
+            if let Some(seq) = covers {
+                outbox.cover(seq);
+            }
+        });
         reader.invalidate_all_local();
+        self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Deletes entries older than the retention and notes the largest
@@ -569,19 +583,27 @@ impl Outbox {
     /// # Errors
     /// [`StoreError`].
     pub async fn trim(&self) -> Result<u64, StoreError> {
-        let cutoff = now_millis().saturating_sub(self.retention.as_millis() as u64) as i64;
+        let age = self.retention.as_millis() as i64;
         let ph = |n| self.store.ph(n);
         let row = sqlx::query(&format!(
-            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {}",
+            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {} - {}",
+            self.store.now_ms_sql(),
             ph(1)
         ))
-        .bind(cutoff)
+        .bind(age)
         .fetch_one(&self.store.pool)
         .within(&self.store.limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?;
         let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
         if through == 0 {
+            return Ok(0);
+        }
+        // The newest entry always stays, so the sequence never restarts
+        // below a follower's cursor (MySQL before 8.0 resets an empty
+        // table's auto-increment at restart).
+        let through = through.min(self.max_seq().await? - 1);
+        if through <= 0 {
             return Ok(0);
         }
         // The mark first: a follower that reads it and then finds its

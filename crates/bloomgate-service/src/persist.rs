@@ -137,6 +137,11 @@ impl Persist {
     pub async fn save(&self, gate: &Gate) -> std::io::Result<bool> {
         // The position first, then the copy: the copy holds at least what
         // was applied up to the position.
+        // A filter that may lack creates (a rebuild is owed) is not saved:
+        // its positions would vouch for what it does not hold.
+        if gate.rebuild_is_owed() {
+            return Ok(false);
+        }
         let position = self.changes.applied();
         let outbox = Some(self.outbox.watermark());
         let covered = self.outbox.rebuilds_covered();

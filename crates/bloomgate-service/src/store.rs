@@ -294,6 +294,17 @@ impl SkuStore {
         self.backend
     }
 
+    /// The database's clock in milliseconds since the epoch, as SQL: the
+    /// outbox's `at` comes from the one clock every instance shares, so
+    /// instances' clocks may disagree without moving a start position.
+    pub(crate) const fn now_ms_sql(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+            Backend::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+            Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
     /// Placeholder `n` (1-based) in this dialect.
     pub(crate) fn ph(&self, n: usize) -> String {
         match self.backend {
@@ -545,7 +556,20 @@ impl SkuStore {
                 "a write committed late; recording its change again"
             );
             self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
-            self.record(&id.to_string(), kind).await?;
+            // The row committed: the write succeeded whatever happens here.
+            // The entry is retried until it lands (the followers may have
+            // given the first number up).
+            if let Err(e) = self.record(&id.to_string(), kind).await {
+                tracing::warn!(id, error = %e, "re-recording a late write failed; retrying in the background");
+                let store = self.clone();
+                tokio::spawn(async move {
+                    let mut backoff = Duration::from_millis(100);
+                    while store.record(&id.to_string(), kind).await.is_err() {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                });
+            }
         }
         Ok(affected)
     }
@@ -558,15 +582,15 @@ impl SkuStore {
         kind: char,
     ) -> Result<(), StoreError> {
         let q = format!(
-            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({})",
-            self.phs(1, 5)
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
+            self.phs(1, 4),
+            self.now_ms_sql()
         );
         sqlx::query(&q)
             .bind(SKU_RESOURCE)
             .bind(key.to_string())
             .bind(kind.to_string())
             .bind(self.origin.to_string())
-            .bind(crate::model::now_millis() as i64)
             .execute(&mut **tx)
             .within(&self.limit, "record change")
             .await
@@ -647,9 +671,9 @@ impl SkuStore {
 
     /// Inserts the deterministic catalogue SKUs with ids `from..=to` that do
     /// not exist yet, in batches of 500 rows per statement, calling
-    /// `progress` with the number of rows handled after each batch; then,
-    /// if any row was new, records one outbox entry asking every instance
-    /// to rebuild its filter.
+    /// `progress` with the number of rows handled after each batch. Each
+    /// batch that inserted rows records, in its transaction, an outbox
+    /// entry asking every instance to rebuild its filter.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -686,18 +710,30 @@ impl SkuStore {
             for id in start..=end {
                 query = bind_sku(query, &crate::model::catalogue_sku(id));
             }
+            // Each batch asks every instance to rebuild in its own
+            // transaction, so a seed that dies part-way leaves no row that
+            // no entry accounts for.
+            let mut tx = self
+                .pool
+                .begin()
+                .within(&self.limit, "begin")
+                .await
+                .map_err(err("seed"))?;
             let res = query
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .within(&self.limit, "seed")
+                .await
+                .map_err(err("seed"))?;
+            if res.rows_affected() > 0 {
+                self.record_in(&mut tx, "", 'r').await?;
+            }
+            tx.commit()
+                .within(&self.limit, "commit")
                 .await
                 .map_err(err("seed"))?;
             inserted += res.rows_affected();
             progress(n as u64);
             start = end + 1;
-        }
-        // Rows no change entry names: every instance is asked to rebuild.
-        if inserted > 0 {
-            self.record("", 'r').await?;
         }
         Ok(inserted)
     }
