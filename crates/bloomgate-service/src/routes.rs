@@ -436,7 +436,13 @@ pub async fn create_sku(
             })?,
         };
         let candidate = input.clone().into_sku(id, now_secs());
-        if store.insert(&candidate).await? {
+        // The id enters the filter inside the transaction, before the
+        // commit makes the row visible anywhere.
+        let gate = &state.reader.gate;
+        if store
+            .insert_then(&candidate, || gate.insert(candidate.id))
+            .await?
+        {
             sku = Some(candidate);
             break;
         }
@@ -445,10 +451,8 @@ pub async fn create_sku(
         }
     }
     let sku = sku.ok_or_else(|| AppError::Conflict("could not allocate an id; retry".into()))?;
-    // The id enters the filter before the response, and any cached
-    // "not found" for it (in Redis or L1, or being loaded) is dropped, so
-    // the next read loads it from SQL.
-    state.reader.gate.insert(sku.id);
+    // Any cached "not found" for it (in Redis or L1, or being loaded) is
+    // dropped, so the next read loads it from SQL.
     if let Some(shared) = &state.reader.shared {
         shared.insert(sku.id).await;
     }

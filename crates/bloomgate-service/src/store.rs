@@ -501,9 +501,32 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn insert(&self, sku: &Sku) -> Result<bool, StoreError> {
+        self.insert_then(sku, || {}).await
+    }
+
+    /// As [`SkuStore::insert`], calling `before_commit` after the row and
+    /// its entry are written and before the transaction commits: the
+    /// create route adds the id to the filter there, so the filter holds
+    /// it before any instance can see the row (a commit that then fails
+    /// leaves a harmless "maybe"; one that succeeds finds the id in place,
+    /// and the outbox follower's own learn of it changes nothing).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn insert_then(
+        &self,
+        sku: &Sku,
+        before_commit: impl FnOnce() + Send,
+    ) -> Result<bool, StoreError> {
         let q = format!("INSERT INTO skus ({COLUMNS}) VALUES ({})", self.phs(1, 8));
         match self
-            .write_recorded(bind_sku(sqlx::query(&q), sku), "insert", sku.id, 'c')
+            .write_recorded(
+                bind_sku(sqlx::query(&q), sku),
+                "insert",
+                sku.id,
+                'c',
+                before_commit,
+            )
             .await
         {
             Ok(_) => Ok(true),
@@ -525,6 +548,7 @@ impl SkuStore {
         op: &'static str,
         id: i64,
         kind: char,
+        before_commit: impl FnOnce() + Send,
     ) -> Result<u64, StoreError> {
         let mut tx = self
             .pool
@@ -544,6 +568,7 @@ impl SkuStore {
         }
         let recorded = Instant::now();
         self.record_in(&mut tx, &id.to_string(), kind).await?;
+        before_commit();
         self.before_commit.pass(id).await;
         tx.commit()
             .within(&self.limit, "commit")
@@ -655,7 +680,10 @@ impl SkuStore {
             .bind(sku.seckill_end)
             .bind(sku.updated_at)
             .bind(sku.id);
-        Ok(self.write_recorded(write, "update", sku.id, 'u').await? > 0)
+        Ok(self
+            .write_recorded(write, "update", sku.id, 'u', || {})
+            .await?
+            > 0)
     }
 
     /// Deletes a SKU and records the change in the outbox, in one
@@ -666,7 +694,7 @@ impl SkuStore {
     pub async fn delete(&self, id: i64) -> Result<bool, StoreError> {
         let q = format!("DELETE FROM skus WHERE id = {}", self.ph(1));
         let write = sqlx::query(&q).bind(id);
-        Ok(self.write_recorded(write, "delete", id, 'd').await? > 0)
+        Ok(self.write_recorded(write, "delete", id, 'd', || {}).await? > 0)
     }
 
     /// Inserts the deterministic catalogue SKUs with ids `from..=to` that do
