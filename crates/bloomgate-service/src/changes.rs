@@ -99,8 +99,6 @@ pub struct ChangeCounters {
     pub rebuilds_led: AtomicU64,
     /// Other instances' rebuilds adopted here (no SQL scan).
     pub rebuilds_adopted: AtomicU64,
-    /// When the follower last read the stream (ms since the epoch).
-    pub read_ok_ms: Arc<AtomicU64>,
     /// Warms with `rebuild_bloom` that found another instance's shared
     /// rebuild running and waited for its epoch instead of scanning.
     pub rebuilds_joined: AtomicU64,
@@ -882,9 +880,6 @@ impl ChangeLog {
                 match read {
                     Ok(reply) => {
                         backoff = Duration::from_millis(100);
-                        log.counters
-                            .read_ok_ms
-                            .store(crate::model::now_millis(), Ordering::Relaxed);
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {

@@ -632,10 +632,4 @@ impl Outbox {
         self.counters.trimmed.fetch_add(deleted, Ordering::Relaxed);
         Ok(deleted)
     }
-
-    /// Whether the follower was started.
-    #[must_use]
-    pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::Relaxed)
-    }
 }
