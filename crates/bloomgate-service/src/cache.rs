@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use bloomgate_redis::Conn;
 use moka::sync::Cache;
-use redis::aio::ConnectionManager;
+
+use crate::redis_link::{query_each, RedisTarget};
 
 use crate::config::CacheConfig;
 use crate::model::Sku;
@@ -280,7 +282,7 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 /// Every command runs under a timeout and a circuit breaker (failsafe).
 #[derive(Clone)]
 pub struct RedisTier {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     value_ttl: u64,
     nil_ttl: u64,
@@ -315,14 +317,11 @@ impl RedisTier {
     ///
     /// # Errors
     /// The client's error when the URL is bad or the server unreachable.
-    pub async fn connect(url: &str, c: &CacheConfig) -> redis::RedisResult<Self> {
+    pub async fn connect(target: &RedisTarget, c: &CacheConfig) -> redis::RedisResult<Self> {
         let timeout = Duration::from_millis(c.redis_timeout_ms);
-        let client = redis::Client::open(url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout.max(Duration::from_millis(200)))
-            .set_response_timeout(timeout)
-            .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = target
+            .connect(timeout.max(Duration::from_millis(200)), timeout)
+            .await?;
         let watch = BreakerWatch::default();
         let policy = failsafe::failure_policy::consecutive_failures(
             c.redis_breaker_failures,
@@ -490,18 +489,21 @@ impl RedisTier {
     /// # Errors
     /// [`CacheError`] (counted).
     pub async fn lease_many(&self, ids: &[i64]) -> Result<Vec<Option<Lease>>, CacheError> {
-        let mut conn = self.conn.clone();
         let leases: Vec<Lease> = ids.iter().map(|_| Lease::new()).collect();
-        let mut pipe = redis::pipe();
-        for (id, lease) in ids.iter().zip(&leases) {
-            pipe.cmd("EVAL")
-                .arg(LEASE_IF_EMPTY)
-                .arg(1)
-                .arg(self.key(*id))
-                .arg(&lease.token)
-                .arg(LEASE_MS);
-        }
-        let got: Vec<i64> = self.guarded(pipe.query_async(&mut conn)).await?;
+        let cmds = ids
+            .iter()
+            .zip(&leases)
+            .map(|(id, lease)| {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(LEASE_IF_EMPTY)
+                    .arg(1)
+                    .arg(self.key(*id))
+                    .arg(&lease.token)
+                    .arg(LEASE_MS);
+                cmd
+            })
+            .collect();
+        let got: Vec<i64> = self.guarded(query_each(&self.conn, cmds)).await?;
         let owed = self.guard.owed();
         Ok(leases
             .into_iter()
@@ -517,19 +519,21 @@ impl RedisTier {
     /// # Errors
     /// [`CacheError`] (counted).
     pub async fn fill_many(&self, items: &[(&Lease, &Sku)]) -> Result<u64, CacheError> {
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        for (lease, sku) in items {
-            let (value, ttl) = self.value_of(Some(sku));
-            pipe.cmd("EVAL")
-                .arg(FILL_IF_LEASED)
-                .arg(1)
-                .arg(self.key(sku.id))
-                .arg(&lease.token)
-                .arg(value)
-                .arg(ttl);
-        }
-        let filled: Vec<i64> = self.guarded(pipe.query_async(&mut conn)).await?;
+        let cmds = items
+            .iter()
+            .map(|(lease, sku)| {
+                let (value, ttl) = self.value_of(Some(sku));
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(FILL_IF_LEASED)
+                    .arg(1)
+                    .arg(self.key(sku.id))
+                    .arg(&lease.token)
+                    .arg(value)
+                    .arg(ttl);
+                cmd
+            })
+            .collect();
+        let filled: Vec<i64> = self.guarded(query_each(&self.conn, cmds)).await?;
         let written = filled.iter().filter(|&&f| f == 1).count() as u64;
         self.counters
             .fills_refused
@@ -583,7 +587,7 @@ impl RedisTier {
 /// there are any, until the tier is dropped.
 async fn deliver_owed(
     guard: Weak<Guard>,
-    mut conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     counters: Arc<RedisCounters>,
 ) {
@@ -598,12 +602,16 @@ async fn deliver_owed(
         }
         // Read every reply (no `ignore()`), so success means Redis ran
         // every DEL, not only that the pipeline was written.
-        let mut pipe = redis::pipe();
-        for id in &owed {
-            pipe.cmd("DEL").arg(format!("{prefix}sku:{id}"));
-        }
+        let dels = owed
+            .iter()
+            .map(|id| {
+                let mut cmd = redis::cmd("DEL");
+                cmd.arg(format!("{prefix}sku:{id}"));
+                cmd
+            })
+            .collect();
         let sent: Result<Vec<i64>, CacheError> =
-            guard.run(&counters, pipe.query_async(&mut conn)).await;
+            guard.run(&counters, query_each(&conn, dels)).await;
         if sent.is_ok() {
             let mut set = guard.owed();
             for id in &owed {

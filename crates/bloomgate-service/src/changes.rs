@@ -21,22 +21,27 @@
 //! for every instance. The instance it reaches takes the lock
 //! `{prefix}bloom:rebuild:lock` (`SET NX PX`), notes the stream's last
 //! entry, rebuilds, writes its filter (the library's snapshot format,
-//! checksummed) to `{prefix}bloom:epoch:{n}` under a fresh epoch number
-//! (`INCR {prefix}bloom:epoch`), deletes the previous epoch's key and
+//! checksummed) under a fresh epoch number (`INCR {prefix}bloom:epoch`),
+//! in strings of at most `cache.bloom_segment_bytes` each
+//! (`{prefix}bloom:epoch:{n}:seg:{i}`, spread over a cluster's nodes)
+//! named by `{prefix}bloom:epoch:{n}:meta`, deletes the previous epoch's keys and
 //! appends `{kind: b, epoch, at, capacity}`. Every other instance's
 //! follower loads that epoch, verifies it, adds the ids created since
 //! `at` from the stream and swaps it in: no SQL scan. A warm that reaches
 //! another instance while the lock is held waits for that epoch instead
-//! of starting a second rebuild. Whatever fails (no lock, a filter over
-//! Redis's 512 MB string limit, a key gone, a checksum that does not
-//! verify) falls back to each instance rebuilding from SQL.
+//! of starting a second rebuild. Whatever fails (no lock, a segment gone,
+//! a checksum that does not verify) falls back to each instance
+//! rebuilding from SQL.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bloomgate_redis::Conn;
 use redis::streams::{StreamRangeReply, StreamReadReply};
 use tokio::sync::watch;
+
+use crate::redis_link::{query_each, RedisTarget};
 
 use crate::gate::Gate;
 use crate::reader::ShieldedReader;
@@ -46,9 +51,11 @@ const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
 /// How long an epoch's filter stays in Redis (the next epoch deletes it
 /// sooner).
 const EPOCH_TTL_SECS: u64 = 3600;
-/// Redis's largest string: a larger filter is not shared (instances then
-/// rebuild from SQL each).
-const MAX_EPOCH_BYTES: usize = 512 << 20;
+
+/// The key of an epoch's `i`th segment.
+fn epoch_segment(counter: &str, epoch: u64, i: usize) -> String {
+    format!("{counter}:{epoch}:seg:{i}")
+}
 
 /// Releases the shared-rebuild lock only if this instance still holds it.
 const RELEASE: &str = r"
@@ -123,12 +130,14 @@ pub const MAX_PENDING: usize = 1_000_000;
 /// The shared change log. Cheap to clone.
 #[derive(Clone)]
 pub struct ChangeLog {
-    client: redis::Client,
-    conn: redis::aio::ConnectionManager,
+    target: RedisTarget,
+    conn: Conn,
     key: String,
     prefix: String,
     max_len: u64,
     timeout: Duration,
+    /// An epoch's filter is stored in strings of at most this many bytes.
+    segment_bytes: u64,
     instance: String,
     /// The newest epoch this instance built or adopted.
     epoch: Arc<watch::Sender<u64>>,
@@ -157,25 +166,24 @@ impl ChangeLog {
     /// # Errors
     /// The client's error for a bad URL or an unreachable server.
     pub async fn connect(
-        url: &str,
+        target: &RedisTarget,
         prefix: &str,
         max_len: u64,
         timeout: Duration,
+        segment_bytes: u64,
         outbox: crate::outbox::Outbox,
     ) -> redis::RedisResult<Self> {
-        let client = redis::Client::open(url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout.max(Duration::from_millis(200)))
-            .set_response_timeout(timeout)
-            .set_number_of_retries(1);
-        let conn = redis::aio::ConnectionManager::new_with_config(client.clone(), config).await?;
+        let conn = target
+            .connect(timeout.max(Duration::from_millis(200)), timeout)
+            .await?;
         Ok(Self {
-            client,
+            target: target.clone(),
             conn,
             key: format!("{prefix}changes"),
             prefix: prefix.to_string(),
             max_len,
             timeout,
+            segment_bytes: segment_bytes.max(1),
             instance: format!("{:016x}", fastrand::u64(..)),
             epoch: Arc::new(watch::channel(0).0),
             applied: Arc::new(std::sync::Mutex::new("0-0".into())),
@@ -331,12 +339,12 @@ impl ChangeLog {
 
     /// A connection for moving whole filters: the shared one answers
     /// within `redis_timeout_ms`, too short for megabytes.
-    async fn bulk_conn(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(self.timeout.max(Duration::from_millis(200)))
-            .set_response_timeout(Duration::from_secs(60));
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
+    async fn bulk_conn(&self) -> redis::RedisResult<Conn> {
+        self.target
+            .connect(
+                self.timeout.max(Duration::from_millis(200)),
+                Duration::from_secs(60),
+            )
             .await
     }
 
@@ -508,12 +516,6 @@ impl ChangeLog {
         let bytes = tokio::task::spawn_blocking(move || crate::persist::encode(&filter))
             .await
             .map_err(|e| e.to_string())?;
-        if bytes.len() > MAX_EPOCH_BYTES {
-            return Err(format!(
-                "the filter has {} bytes, more than a Redis string holds",
-                bytes.len()
-            ));
-        }
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let counter = format!("{}bloom:epoch", self.prefix);
         let epoch: u64 = redis::cmd("INCR")
@@ -521,16 +523,28 @@ impl ChangeLog {
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
+        // The segments first, one string each (a cluster spreads them over
+        // its nodes), then the meta that names them: an epoch whose meta
+        // exists has every segment written.
+        let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let _: () = redis::cmd("SET")
+                .arg(epoch_segment(&counter, epoch, i))
+                .arg(*chunk)
+                .arg("EX")
+                .arg(EPOCH_TTL_SECS)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let meta = format!("{counter}:{epoch}:meta");
         let _: () = redis::pipe()
-            .cmd("SET")
-            .arg(format!("{counter}:{epoch}"))
-            .arg(bytes)
-            .arg("EX")
-            .arg(EPOCH_TTL_SECS)
-            .ignore()
             .cmd("HSET")
             .arg(&meta)
+            .arg("segments")
+            .arg(chunks.len())
+            .arg("bytes")
+            .arg(bytes.len())
             .arg("at")
             .arg(at)
             .arg("outbox")
@@ -552,11 +566,7 @@ impl ChangeLog {
             .await
             .map_err(|e| e.to_string())?;
         if epoch > 1 {
-            let _: redis::RedisResult<i64> = redis::cmd("DEL")
-                .arg(format!("{counter}:{}", epoch - 1))
-                .arg(format!("{counter}:{}:meta", epoch - 1))
-                .query_async(&mut conn)
-                .await;
+            self.delete_epoch(&conn, &counter, epoch - 1).await;
         }
         if !announce {
             return Ok(epoch);
@@ -620,13 +630,7 @@ impl ChangeLog {
         capacity: u64,
         rows: Option<u64>,
     ) -> Result<(usize, String), String> {
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
-        let bytes: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(format!("{}bloom:epoch:{epoch}", self.prefix))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let bytes = bytes.ok_or("the epoch's filter is gone (a newer one replaced it)")?;
+        let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
         let filter = tokio::task::spawn_blocking(move || crate::persist::decode(layout, &bytes))
             .await
@@ -687,6 +691,67 @@ impl ChangeLog {
             return Err("a rebuild took over; its filter is as new".into());
         }
         Ok((created.len(), last))
+    }
+
+    /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).
+    fn segment_len(&self) -> usize {
+        usize::try_from(self.segment_bytes.min(bloomgate_redis::MAX_SEGMENT_BYTES))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Deletes an older epoch's meta, then its segments (best effort:
+    /// they expire anyway).
+    async fn delete_epoch(&self, conn: &Conn, counter: &str, epoch: u64) {
+        let meta = format!("{counter}:{epoch}:meta");
+        let segments: redis::RedisResult<Option<usize>> = redis::cmd("HGET")
+            .arg(&meta)
+            .arg("segments")
+            .query_async(&mut conn.clone())
+            .await;
+        let mut dels = vec![{
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(&meta);
+            cmd
+        }];
+        for i in 0..segments.ok().flatten().unwrap_or(0) {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(epoch_segment(counter, epoch, i));
+            dels.push(cmd);
+        }
+        let _: redis::RedisResult<Vec<i64>> = query_each(conn, dels).await;
+    }
+
+    /// An epoch's filter bytes, from its segments.
+    async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, String> {
+        let gone = || "the epoch's filter is gone (a newer one replaced it)".to_string();
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let counter = format!("{}bloom:epoch", self.prefix);
+        let (segments, len): (Option<usize>, Option<usize>) = redis::cmd("HMGET")
+            .arg(format!("{counter}:{epoch}:meta"))
+            .arg("segments")
+            .arg("bytes")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (Some(segments), Some(len)) = (segments, len) else {
+            return Err(gone());
+        };
+        let mut bytes = Vec::with_capacity(len);
+        for i in 0..segments {
+            let part: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(epoch_segment(&counter, epoch, i))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            bytes.extend(part.ok_or_else(gone)?);
+        }
+        if bytes.len() != len {
+            return Err(format!(
+                "epoch {epoch} holds {} of its {len} bytes",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
     }
 
     /// Appends a marker entry (no SKU): a position every instance started
@@ -821,12 +886,12 @@ impl ChangeLog {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
-                        let config = redis::AsyncConnectionConfig::new()
-                            .set_connection_timeout(log.timeout.max(Duration::from_millis(200)))
-                            .set_response_timeout(Duration::from_secs(5));
                         match log
-                            .client
-                            .get_multiplexed_async_connection_with_config(&config)
+                            .target
+                            .connect(
+                                log.timeout.max(Duration::from_millis(200)),
+                                Duration::from_secs(5),
+                            )
                             .await
                         {
                             Ok(c) => conn.insert(c),

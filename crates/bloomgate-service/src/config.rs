@@ -22,8 +22,14 @@ pub struct Config {
     pub listen: SocketAddr,
     /// SQL database URL: `sqlite://…`, `mysql://…` or `postgres://…`.
     pub database_url: String,
-    /// Redis URL; without one the service runs filter + L1 + SQL.
+    /// Redis URL; without one (and without `redis_cluster`) the service
+    /// runs filter + L1 + SQL.
     pub redis_url: Option<String>,
+    /// A Redis Cluster instead of one server: some of its nodes
+    /// (`redis://host:port` each; the environment's
+    /// `BLOOMGATE_REDIS_CLUSTER` separates them with commas). Every Redis
+    /// use then goes through the cluster client.
+    pub redis_cluster: Vec<String>,
     /// Bearer token for the admin endpoints (warm, SKU writes).
     pub admin_token: Option<String>,
     /// How many SKUs to generate when the database is empty at start (0: none).
@@ -228,6 +234,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: DEFAULT_DATABASE_URL.into(),
             redis_url: None,
+            redis_cluster: Vec::new(),
             admin_token: None,
             seed_if_empty: 200_000,
             cache: CacheConfig::default(),
@@ -358,7 +365,15 @@ impl Config {
         for (name, raw) in env {
             if let Some(rest) = name.strip_prefix("BLOOMGATE_") {
                 let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-                let value = if path
+                let value = if path.len() == 1 && path[0] == "redis_cluster" {
+                    toml::Value::Array(
+                        raw.split(',')
+                            .map(str::trim)
+                            .filter(|n| !n.is_empty())
+                            .map(|n| toml::Value::String(n.into()))
+                            .collect(),
+                    )
+                } else if path
                     .last()
                     .is_some_and(|k| STRING_KEYS.contains(&k.as_str()))
                 {
@@ -386,10 +401,10 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cache;
-        if c.bloom_mode != BloomMode::Local && self.redis_url.is_none() {
+        if c.bloom_mode != BloomMode::Local && self.redis().is_none() {
             return Err(invalid(
                 "cache.bloom_mode",
-                "strict and redis keep a shared filter in Redis: set redis_url",
+                "strict and redis keep a shared filter in Redis: set redis_url or redis_cluster",
             ));
         }
         if c.bloom_segment_bytes == 0
@@ -411,10 +426,10 @@ impl Config {
                 "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
-        if c.bloom_snapshot_path.is_some() && self.redis_url.is_none() {
+        if c.bloom_snapshot_path.is_some() && self.redis().is_none() {
             return Err(invalid(
                 "cache.bloom_snapshot_path",
-                "needs redis_url: the snapshot records its position in the Redis change log as well as in the outbox",
+                "needs redis_url or redis_cluster: the snapshot records its position in the Redis change log as well as in the outbox",
             ));
         }
         if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
@@ -544,6 +559,20 @@ impl Config {
                 return Err(invalid("redis_url", "must start with redis://"));
             }
         }
+        if self.redis_url.is_some() && !self.redis_cluster.is_empty() {
+            return Err(invalid(
+                "redis_cluster",
+                "set either redis_url (one server) or redis_cluster (a cluster's nodes), not both",
+            ));
+        }
+        for node in &self.redis_cluster {
+            if !(node.starts_with("redis://") || node.starts_with("rediss://")) {
+                return Err(invalid(
+                    "redis_cluster",
+                    format!("each node must start with redis:// (got `{node}`)"),
+                ));
+            }
+        }
         if self.admin_token.as_deref() == Some("") {
             return Err(invalid("admin_token", "must not be empty"));
         }
@@ -557,6 +586,20 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// Where Redis is, if anywhere: `redis_cluster` when it names nodes,
+    /// else `redis_url`.
+    #[must_use]
+    pub fn redis(&self) -> Option<crate::redis_link::RedisTarget> {
+        use crate::redis_link::RedisTarget;
+        if self.redis_cluster.is_empty() {
+            self.redis_url.clone().map(RedisTarget::Server)
+        } else {
+            Some(RedisTarget::Cluster(self.redis_cluster.clone()))
+        }
     }
 }
 

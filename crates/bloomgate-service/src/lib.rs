@@ -25,6 +25,7 @@ pub mod outbox;
 pub mod pause;
 pub mod persist;
 pub mod reader;
+pub mod redis_link;
 pub mod routes;
 pub mod shared;
 pub mod state;

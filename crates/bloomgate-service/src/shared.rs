@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloomgate_redis::RedisBloom;
+use bloomgate_redis::{Conn, RedisBloom};
+
+use crate::redis_link::RedisTarget;
 
 use crate::store::SkuStore;
 
@@ -37,7 +39,7 @@ pub struct SharedCounters {
 #[derive(Clone)]
 pub struct SharedFilter {
     bloom: RedisBloom,
-    conn: redis::aio::ConnectionManager,
+    conn: Conn,
     key: String,
     expected: u64,
     fpp: f64,
@@ -75,7 +77,7 @@ impl SharedFilter {
     /// (other instances configured with another `bloom_expected` or
     /// `bloom_fpp`) under the key.
     pub async fn connect(
-        url: &str,
+        target: &RedisTarget,
         prefix: &str,
         expected: u64,
         fpp: f64,
@@ -89,9 +91,13 @@ impl SharedFilter {
             source,
             hint,
         };
-        let client =
-            redis::Client::open(url).map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
-        let conn = redis::aio::ConnectionManager::new(client)
+        // Checks and inserts carry their own `timeout`; the connection's
+        // own bound is longer, for filling whole segments.
+        let conn = target
+            .connect(
+                timeout.max(Duration::from_millis(200)),
+                timeout.max(Duration::from_secs(10)),
+            )
             .await
             .map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
         let (bloom, created) =

@@ -68,15 +68,17 @@ impl AppState {
         let store = SkuStore::connect_with(&config.database_url, &config.sql).await?;
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql);
         let c = &config.cache;
-        let (redis, changes) = match &config.redis_url {
-            Some(url) => (
-                Some(RedisTier::connect(url, c).await?),
+        let target = config.redis();
+        let (redis, changes) = match &target {
+            Some(target) => (
+                Some(RedisTier::connect(target, c).await?),
                 Some(
                     crate::changes::ChangeLog::connect(
-                        url,
+                        target,
                         &c.redis_prefix,
                         c.change_log_max_len,
                         Duration::from_millis(c.redis_timeout_ms),
+                        c.bloom_segment_bytes,
                         outbox.clone(),
                     )
                     .await?,
@@ -107,11 +109,10 @@ impl AppState {
         );
         let mut reader = ShieldedReader::new(Arc::new(gate), l1, redis, store.clone(), bulkhead);
         reader.shared_only = c.bloom_mode == crate::config::BloomMode::Redis;
-        if let (BloomMode::Strict | BloomMode::Redis, Some(url)) = (c.bloom_mode, &config.redis_url)
-        {
+        if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (c.bloom_mode, &target) {
             reader.shared = Some(
                 crate::shared::SharedFilter::connect(
-                    url,
+                    target,
                     &c.redis_prefix,
                     c.bloom_expected,
                     c.bloom_fpp,

@@ -118,6 +118,20 @@ fn invalid_values_name_the_key() {
             "cache.redis_prefix",
         ),
         (&[("BLOOMGATE_LISTEN", "0.0.0.0:8080")], "admin_token"),
+        (
+            &[
+                ("BLOOMGATE_REDIS_URL", "redis://127.0.0.1/"),
+                ("BLOOMGATE_REDIS_CLUSTER", "redis://127.0.0.1:7001"),
+            ],
+            "redis_cluster",
+        ),
+        (
+            &[(
+                "BLOOMGATE_REDIS_CLUSTER",
+                "redis://127.0.0.1:7001,127.0.0.1:7002",
+            )],
+            "redis_cluster",
+        ),
     ];
     for (vars, key) in cases {
         let e = Config::load_from(None, env(vars)).unwrap_err();
@@ -148,6 +162,34 @@ fn invalid_values_name_the_key() {
         Config::load_from(Some(std::path::Path::new("/no/such/file.toml")), env(&[])),
         Err(ConfigError::Read { .. })
     ));
+}
+
+#[test]
+fn redis_cluster_nodes_come_from_a_list_or_a_comma_separated_variable() {
+    use bloomgate_service::redis_link::RedisTarget;
+    let nodes: Vec<String> = (7001..=7003)
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let from_env =
+        Config::load_from(None, env(&[("BLOOMGATE_REDIS_CLUSTER", &nodes.join(", "))])).unwrap();
+    assert_eq!(from_env.redis(), Some(RedisTarget::Cluster(nodes.clone())));
+    let file = toml_file(&format!(
+        "redis_cluster = [{}]\n[cache]\nbloom_mode = \"strict\"\n",
+        nodes
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let from_file = Config::load_from(Some(file.path()), env(&[])).unwrap();
+    assert_eq!(from_file.redis(), Some(RedisTarget::Cluster(nodes)));
+    // One server as before; nothing without either.
+    let single = Config::load_from(None, env(&[("REDIS_URL", "redis://127.0.0.1/")])).unwrap();
+    assert_eq!(
+        single.redis(),
+        Some(RedisTarget::Server("redis://127.0.0.1/".into()))
+    );
+    assert_eq!(Config::load_from(None, env(&[])).unwrap().redis(), None);
 }
 
 #[test]

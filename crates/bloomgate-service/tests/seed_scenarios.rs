@@ -105,7 +105,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
     // The warm's 1,000 SKUs (the change log's stream, and the rebuilt
     // filter shared as epoch 1, with its metadata and counter, apart).
     assert!(
-        keys.iter().any(|k| k.ends_with(":bloom:epoch:1")),
+        keys.iter().any(|k| k.ends_with(":bloom:epoch:1:seg:0")),
         "{keys:?}"
     );
     assert_eq!(

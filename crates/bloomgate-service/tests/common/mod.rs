@@ -371,31 +371,61 @@ impl OwnServer {
 
     /// A Redis server with no persistence on a free port.
     pub async fn redis() -> Self {
+        Self::redis_on(free_port(), &[]).await
+    }
+
+    /// A Redis with no persistence on `port`, with `extra` arguments.
+    async fn redis_on(port: u16, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir.path().display().to_string(),
+        ]
+        .iter()
+        .map(|a| (*a).to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| (*a).to_string()));
         let mut s = Self {
             port,
             program: "redis-server".into(),
-            args: [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                &dir.path().display().to_string(),
-            ]
-            .iter()
-            .map(|a| (*a).to_string())
-            .collect(),
+            args,
             child: None,
             _dir: dir,
         };
         s.start().await;
         s
+    }
+
+    /// A Redis Cluster node (no persistence; its `nodes.conf` kept in
+    /// its own directory, so a restart rejoins the cluster empty) on a
+    /// free port whose bus port (+10000) is free too.
+    async fn redis_cluster_node(taken: &[u16]) -> Self {
+        let port = loop {
+            let p = free_port();
+            if p < 55_000
+                && !taken.contains(&p)
+                && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+            {
+                break p;
+            }
+        };
+        let cluster = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        Self::redis_on(port, &cluster).await
     }
 
     /// A MariaDB server with a fresh data directory on a free port, root
@@ -536,4 +566,103 @@ pub async fn quiet_sql(server: &TestServer) -> std::sync::Arc<bloomgate_service:
     let pause = server.state.outbox.before_poll.arm(0);
     pause.reached().await;
     pause
+}
+
+/// A three-master Redis Cluster of the test's own (no replicas), its
+/// nodes on loopback ports; killed when dropped.
+pub struct OwnCluster {
+    pub nodes: Vec<OwnServer>,
+}
+
+impl OwnCluster {
+    /// Starts three nodes, joins them with `redis-cli --cluster create`
+    /// and waits until every node reports `cluster_state:ok`.
+    pub async fn start() -> Self {
+        let mut nodes: Vec<OwnServer> = Vec::new();
+        for _ in 0..3 {
+            let taken: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+            nodes.push(OwnServer::redis_cluster_node(&taken).await);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok().await;
+        cluster
+    }
+
+    /// Waits until every node says `cluster_state:ok`.
+    pub async fn wait_ok(&self) {
+        for n in &self.nodes {
+            eventually(30, "cluster_state:ok", || async {
+                self.cli(n.port, &["cluster", "info"])
+                    .contains("cluster_state:ok")
+            })
+            .await;
+        }
+    }
+
+    /// `redis-cli -p port args…`'s output.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The seed node URLs, for `redis_cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .collect()
+    }
+
+    /// The index of the node that serves `key`'s slot.
+    pub fn node_of(&self, key: &str) -> usize {
+        let slot: u16 = self
+            .cli(self.nodes[0].port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("a slot");
+        let shards = self.cli(self.nodes[0].port, &["cluster", "slots"]);
+        // `CLUSTER SLOTS` lists `start end ip port id` per range.
+        let words: Vec<&str> = shards.lines().map(str::trim).collect();
+        for w in words.windows(4) {
+            let (Ok(lo), Ok(hi)) = (w[0].parse::<u16>(), w[1].parse::<u16>()) else {
+                continue;
+            };
+            if (lo..=hi).contains(&slot) && w[2] == "127.0.0.1" {
+                let port: u16 = w[3].parse().expect("a port");
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port == port)
+                    .expect("a node");
+            }
+        }
+        panic!("no node serves slot {slot}: {shards}");
+    }
+
+    /// Keys on node `i` (`DBSIZE`).
+    pub fn keys_on(&self, i: usize) -> u64 {
+        self.cli(self.nodes[i].port, &["dbsize"])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
 }
