@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Whole-service benchmarks for BENCHMARKS.md (not part of the tests):
-#  1. wrk on loopback against one server: the fixed-JSON ceiling (/api/ping),
-#     an L1 hit (/api/seckill/42) and a filter rejection (/api/seckill/200100).
+#  1. wrk on loopback, side by side in one run: the anchors (a bare axum app
+#     with a fixed JSON body; nginx's fixed response when nginx is installed)
+#     against the service's filter rejection, L1 hit, Redis hit and SQL load
+#     (scripts/http_anchors.py; ROUNDS, DURATION and DEEP=0 tune it).
 #  2. a 100,000-request random-id attack (ids 1..10^7) against MariaDB + Redis,
 #     with the filter on and off, counting SQL selects (MariaDB Com_select)
 #     and Redis keys added.
-# Usage: scripts/service_bench.sh   (needs wrk, MariaDB and Redis on localhost)
+# Usage: scripts/service_bench.sh   (needs wrk, MariaDB and Redis on localhost;
+# nginx-light for the nginx row)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # BIN=path measures another build (an older commit, side by side).
@@ -13,6 +16,8 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p bloomgate-cli
   BIN=target/release/bloomgate
 fi
+cargo build --release -q -p bloomgate-service --example bare_axum
+BARE=target/release/examples/bare_axum
 TMP=$(mktemp -d)
 PORT=18080
 DURATION=${DURATION:-10}
@@ -30,18 +35,9 @@ start() { # env assignments...
 }
 stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; PID=; }
 
-rps() { wrk -t2 -c64 -d"${DURATION}s" "http://127.0.0.1:$PORT$1" | awk '/Requests\/sec/ {print $2}'; }
 
-echo "== wrk, SQLite, no Redis, ${DURATION}s each, 2 threads, 64 connections"
-start DATABASE_URL="sqlite://$TMP/skus.db"
-curl -s -o /dev/null "localhost:$PORT/api/seckill/42"
-ceiling=$(rps /api/ping)
-l1=$(rps /api/seckill/42)
-reject=$(rps /api/seckill/200100)
-stop
-echo "ping (ceiling)      $ceiling req/s"
-echo "L1 hit              $l1 req/s  ($(python3 -c "print(f'{$l1/$ceiling:.2f}')") of ceiling)"
-echo "filter rejection    $reject req/s  ($(python3 -c "print(f'{$reject/$ceiling:.2f}')") of ceiling)"
+echo "== HTTP paths against a bare axum app and nginx (scripts/http_anchors.py)"
+python3 scripts/http_anchors.py "$BIN" "$BARE"
 
 [ "${WRK_ONLY:-}" = 1 ] && exit 0
 echo "== 100,000-request random-id attack, MariaDB + Redis"

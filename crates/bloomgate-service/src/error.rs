@@ -86,6 +86,30 @@ impl From<crate::store::StoreError> for AppError {
     }
 }
 
+/// The read route's 404, `{"error":"not_found","message":"sku {id} not
+/// found"}` as [`AppError::NotFound`] renders it, written in one buffer:
+/// under a random-id attack it is most of what the service answers.
+#[must_use]
+pub fn sku_not_found(id: i64) -> Response {
+    const HEAD: &str = r#"{"error":"not_found","message":"sku "#;
+    const TAIL: &str = r#" not found"}"#;
+    let mut digits = itoa::Buffer::new();
+    let id = digits.format(id);
+    let mut body = Vec::with_capacity(HEAD.len() + id.len() + TAIL.len());
+    body.extend_from_slice(HEAD.as_bytes());
+    body.extend_from_slice(id.as_bytes());
+    body.extend_from_slice(TAIL.as_bytes());
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
 /// The JSON error body every failure answers with, for `status`.
 #[must_use]
 pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
@@ -97,4 +121,27 @@ pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response
         }),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sku_not_found, AppError};
+    use axum::response::IntoResponse;
+
+    async fn parts(res: axum::response::Response) -> (u16, String, Vec<u8>) {
+        let status = res.status().as_u16();
+        let kind = res.headers()["content-type"].to_str().unwrap().to_owned();
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, kind, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn the_fast_404_is_byte_for_byte_the_error_it_stands_for() {
+        for id in [1, 42, 200_100, i64::MAX] {
+            let slow = AppError::NotFound(format!("sku {id} not found")).into_response();
+            assert_eq!(parts(sku_not_found(id)).await, parts(slow).await, "{id}");
+        }
+    }
 }

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod changes;
 pub mod config;
 pub mod dashboard;
+pub mod edge;
 pub mod error;
 pub mod gate;
 pub mod input;
@@ -32,7 +33,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,8 +64,22 @@ pub async fn run(
         shutdown.await;
         let _ = stopping_tx.send(());
     };
-    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    // The peer address is an extension on every request, which costs an
+    // allocation each: only the per-client rate limit needs it.
+    let per_client = state.http.rate_limit_per_sec > 0;
+    let app = router(state);
+    let served = async move {
+        if per_client {
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+        } else {
+            axum::serve(listener, app.into_make_service())
+                .with_graceful_shutdown(signal)
+                .await
+        }
+    };
     let bound = async move {
         if stopping_rx.await.is_ok() {
             tokio::time::sleep(grace).await;
@@ -73,7 +88,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        served = server.into_future() => served,
+        served = served => served,
         () = bound => {
             tracing::warn!(grace_secs = grace.as_secs(), "requests still in flight after the shutdown grace period; closing them");
             Ok(())

@@ -11,16 +11,10 @@
 //! globally), so several instances in one process keep apart.
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
-use std::time::Instant;
 
 use ::metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
-use axum::extract::MatchedPath;
-use axum::http::{Request, Response};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
@@ -78,6 +72,10 @@ impl Counter {
     }
 }
 
+thread_local! {
+    static NOTED: Cell<Option<Outcome>> = const { Cell::new(None) };
+}
+
 /// The outcome label of a response, set by handlers that know better than
 /// the status (the read route: `filter_rejected`, `l1_hit`, …). Without
 /// one, a response is `ok` (below 400), `client_error` (4xx) or `error`.
@@ -119,13 +117,27 @@ impl Outcome {
     /// A 5xx.
     pub const ERROR: Self = Self(9);
 
+    /// Notes this outcome for the request being answered: the handler
+    /// calls it just before it returns (after its last `.await`), and
+    /// [`crate::edge`] takes it when the route's future is ready, in the
+    /// same poll on the same thread. An extension on the response would
+    /// cost an allocation per request.
+    pub fn note(self) {
+        NOTED.set(Some(self));
+    }
+
+    /// Takes the noted outcome (and clears it).
+    pub(crate) fn take_noted() -> Option<Self> {
+        NOTED.take()
+    }
+
     /// The label.
     #[must_use]
     pub const fn label(self) -> &'static str {
         Self::LABELS[self.0]
     }
 
-    fn of_status(status: u16) -> Self {
+    pub(crate) fn of_status(status: u16) -> Self {
         match status {
             500.. => Self::ERROR,
             400.. => Self::CLIENT_ERROR,
@@ -327,7 +339,9 @@ impl ServiceMetrics {
 
     /// The slot of `route`: a lock-free scan of the routes seen so far; a
     /// new route takes the next slot (under a lock, once).
-    fn route(&self, route: &str) -> usize {
+    /// The index of `route`'s series (added on first sight; past
+    /// `MAX_ROUTES`, the unmatched series).
+    pub(crate) fn route_index(&self, route: &str) -> usize {
         let find = || {
             self.routes
                 .iter()
@@ -353,7 +367,8 @@ impl ServiceMetrics {
         }
     }
 
-    fn record(&self, route: usize, outcome: Outcome, status: u16, seconds: f64) {
+    /// Counts one request of series `route`.
+    pub(crate) fn record(&self, route: usize, outcome: Outcome, status: u16, seconds: f64) {
         let Some(r) = self.routes.get(route).and_then(OnceLock::get) else {
             return;
         };
@@ -373,11 +388,6 @@ impl ServiceMetrics {
                 )
             })
             .record(seconds);
-    }
-
-    /// Counts one request as [`RecordRequestsLayer`] does.
-    pub fn record_request(&self, route: &str, outcome: Outcome, status: u16, seconds: f64) {
-        self.record(self.route(route), outcome, status, seconds);
     }
 
     /// Requests so far by (route, outcome, status), without empty series.
@@ -620,92 +630,6 @@ pub async fn export(state: &crate::state::AppState) -> String {
     m.render()
 }
 
-/// `tower` layer counting every request in [`ServiceMetrics`] by route,
-/// outcome and status, with its latency.
-#[derive(Debug, Clone)]
-pub struct RecordRequestsLayer(pub Arc<ServiceMetrics>);
-
-impl<S> tower::Layer<S> for RecordRequestsLayer {
-    type Service = RecordRequests<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        RecordRequests {
-            inner,
-            metrics: Arc::clone(&self.0),
-        }
-    }
-}
-
-/// See [`RecordRequestsLayer`].
-#[derive(Debug, Clone)]
-pub struct RecordRequests<S> {
-    inner: S,
-    metrics: Arc<ServiceMetrics>,
-}
-
-impl<S, B, R> tower::Service<Request<B>> for RecordRequests<S>
-where
-    S: tower::Service<Request<B>, Response = Response<R>>,
-{
-    type Response = Response<R>;
-    type Error = S::Error;
-    type Future = Recorded<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let route = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or(0, |p| self.metrics.route(p.as_str()));
-        Recorded {
-            inner: self.inner.call(req),
-            route,
-            started: Instant::now(),
-            metrics: Arc::clone(&self.metrics),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The response future of [`RecordRequests`].
-    pub struct Recorded<F> {
-        #[pin]
-        inner: F,
-        route: usize,
-        started: Instant,
-        metrics: Arc<ServiceMetrics>,
-    }
-}
-
-impl<F, R, E> Future for Recorded<F>
-where
-    F: Future<Output = Result<Response<R>, E>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let out = std::task::ready!(this.inner.poll(cx));
-        if let Ok(res) = &out {
-            let status = res.status();
-            let outcome = res
-                .extensions()
-                .get::<Outcome>()
-                .copied()
-                .unwrap_or_else(|| Outcome::of_status(status.as_u16()));
-            this.metrics.record(
-                *this.route,
-                outcome,
-                status.as_u16(),
-                this.started.elapsed().as_secs_f64(),
-            );
-        }
-        Poll::Ready(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{Counter, Outcome, ServiceMetrics, MAX_ROUTES, UNMATCHED};
@@ -714,9 +638,9 @@ mod tests {
     fn labels_stay_bounded_whatever_arrives() {
         let m = ServiceMetrics::new();
         for i in 0..(MAX_ROUTES as u64 + 8) {
-            m.record_request(&format!("/r{i}"), Outcome::OK, 200, 0.001);
+            m.record(m.route_index(&format!("/r{i}")), Outcome::OK, 200, 0.001);
         }
-        m.record_request("/r0", Outcome::of_status(418), 418, 0.001);
+        m.record(m.route_index("/r0"), Outcome::of_status(418), 418, 0.001);
         let all = m.requests();
         let routes: std::collections::BTreeSet<&str> = all.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(routes.len(), MAX_ROUTES);

@@ -7,44 +7,44 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use tower::util::MapResponseLayer;
-use tower::ServiceBuilder;
-use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
-
 use crate::admin::authorize;
 use crate::changes::ChangeKind;
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
-use crate::metrics::{Outcome, RecordRequestsLayer};
+use crate::metrics::Outcome;
 use crate::model::{now_secs, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
 /// The service's routes over `state`, with the body limit, a request
-/// timeout (tower-http), the optional per-client rate limit on the read
+/// timeout (`edge`), the optional per-client rate limit on the read
 /// route, and JSON for every error.
 pub fn router(state: AppState) -> Router {
     let mut read = Router::new().route(SECKILL_ROUTE, get(sku_detail));
     if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
         read = read.layer(limit);
     }
+    // The routes that read a body, under the body limit (a layer that
+    // costs the others an extension per request for nothing).
+    let with_bodies = Router::new()
+        .route("/api/cache/warm", post(warm))
+        .route("/api/skus", post(create_sku))
+        .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
+        .layer(DefaultBodyLimit::max(state.http.body_limit_bytes));
     Router::new()
         .merge(read)
-        .route("/api/cache/warm", post(warm))
+        .merge(with_bodies)
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::dashboard::page))
-        .route("/api/skus", post(create_sku))
-        .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
         .route("/api/ping", get(ping))
         .route("/healthz", get(ping))
         .route("/openapi.json", get(crate::openapi::serve))
@@ -56,28 +56,14 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        // One stack, applied once: each `Router::layer` call would box and
-        // clone every route's service again on every request.
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::x_request_id(
-                    crate::telemetry::NextRequestId::default(),
-                ))
-                .layer(
-                    TraceLayer::new_for_http()
-                        .make_span_with(crate::telemetry::request_span)
-                        .on_request(())
-                        .on_response(crate::telemetry::on_response),
-                )
-                .layer(RecordRequestsLayer(Arc::clone(&state.metrics)))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(MapResponseLayer::new(crate::json_errors::json_errors))
-                .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    std::time::Duration::from_millis(state.http.request_timeout_ms),
-                ))
-                .layer(DefaultBodyLimit::max(state.http.body_limit_bytes)),
-        )
+        // One layer for what every request needs (id, span, counters,
+        // JSON errors, timeout: see `edge`), applied once: each
+        // `Router::layer` call would box and clone every route's service
+        // again on every request.
+        .layer(crate::edge::EdgeLayer::new(
+            Arc::clone(&state.metrics),
+            std::time::Duration::from_millis(state.http.request_timeout_ms),
+        ))
         .with_state(Arc::new(state))
 }
 
@@ -119,14 +105,16 @@ pub async fn sku_detail(
     let answer = state.reader.lookup(id).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::telemetry::record_outcome(id, outcome.label());
-    let mut res = match answer {
-        Ok(Lookup::Found(cached, _)) => {
-            ([(CONTENT_TYPE, "application/json")], cached.json.clone()).into_response()
-        }
-        Ok(Lookup::Missing(_)) => AppError::NotFound(format!("sku {id} not found")).into_response(),
+    let res = match answer {
+        Ok(Lookup::Found(cached, _)) => (
+            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            cached.json.clone(),
+        )
+            .into_response(),
+        Ok(Lookup::Missing(_)) => crate::error::sku_not_found(id),
         Err(e) => e.into_response(),
     };
-    res.extensions_mut().insert(outcome);
+    outcome.note();
     Ok(res)
 }
 

@@ -1,57 +1,26 @@
 //! Request tracing: every request runs in a span with its method, route,
-//! request id, SKU id, outcome, status and duration (tower-http's
-//! `TraceLayer`), and carries an `x-request-id`: the client's, or a new
+//! request id, SKU id, outcome, status and duration (opened by
+//! [`crate::edge`]), and carries an `x-request-id`: the client's, or a new
 //! one, echoed on the response.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::MatchedPath;
 use axum::http::{HeaderValue, Request, Response};
-use tower_http::request_id::{MakeRequestId, RequestId};
 use tracing::Span;
 
 /// The request-id header.
-pub const REQUEST_ID: &str = "x-request-id";
-
-/// Makes ids `bg-<process>-<n>`: unique per process, cheap.
-#[derive(Debug, Clone)]
-pub struct NextRequestId {
-    prefix: String,
-    next: std::sync::Arc<AtomicU64>,
-}
-
-impl Default for NextRequestId {
-    fn default() -> Self {
-        Self {
-            prefix: format!("bg-{:08x}", fastrand::u32(..)),
-            next: std::sync::Arc::default(),
-        }
-    }
-}
-
-impl MakeRequestId for NextRequestId {
-    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{}-{n}", self.prefix))
-            .ok()
-            .map(RequestId::new)
-    }
-}
+pub const REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
 
 /// The span of one request; `sku_id` and `outcome` are filled in by the
 /// handler, `status` and `latency_ms` when the response leaves.
-pub fn request_span(req: &Request<Body>) -> Span {
+pub fn request_span(req: &Request<Body>, id: &HeaderValue) -> Span {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or("(unmatched)", MatchedPath::as_str);
-    let id = req
-        .headers()
-        .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let id = id.to_str().unwrap_or("");
     tracing::info_span!(
         "request",
         method = %req.method(),

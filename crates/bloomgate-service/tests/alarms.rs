@@ -73,8 +73,9 @@ async fn a_catalogue_grown_past_capacity_raises_one_alarm_and_is_rebuilt_under_t
         stats.expected_fpr
     );
     // Creates during the rebuild go to both filters and may be counted
-    // twice (`added` counts inserts).
-    assert!((1150..1160).contains(&stats.added), "{}", stats.added);
+    // twice (`added` counts inserts): at most the 150 made after the
+    // crossing started it, however many landed while it ran.
+    assert!((1150..=1300).contains(&stats.added), "{}", stats.added);
     for id in [1, 801, 1001, 1150] {
         assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 200);
     }

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The service's HTTP paths against the limit of this machine, in one run.
+
+Anchors: a bare axum app answering a fixed JSON body
+(crates/bloomgate-service/examples/bare_axum.rs) and, when it is installed,
+nginx returning a fixed body (2 workers). The service's filter rejection and
+L1 hit (SQLite, no Redis), then its deeper levels: Redis hits and SQL loads
+(MariaDB, an L1 of one entry, random existing ids), all side by side.
+
+Every target gets `wrk -t2 -c64` for DURATION seconds, targets alternating,
+ROUNDS rounds; the table shows the median req/s, the ratio of medians to the
+bare axum app, the median of the per-round ratios, the p99 latency and the
+server's own CPU time per request (/proc utime+stime over the run).
+
+Usage: scripts/http_anchors.py BIN BARE_AXUM   (from scripts/service_bench.sh)
+Environment: ROUNDS (7), DURATION (3), DEEP=0 to skip Redis and SQL.
+"""
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROUNDS = int(os.environ.get("ROUNDS", "7"))
+DURATION = int(os.environ.get("DURATION", "3"))
+DEEP = os.environ.get("DEEP", "1") != "0"
+BIN, BARE = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp()
+PROCS = []
+
+RANDOM_IDS = """
+math.randomseed(7)
+request = function()
+  return wrk.format(nil, "/api/seckill/" .. math.random(1, 200000))
+end
+"""
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.read().decode()
+    except Exception as e:  # noqa: BLE001 - polled until it answers
+        return getattr(e, "read", lambda: b"")().decode() if hasattr(e, "read") else ""
+
+
+def wait(url, needle, secs=120):
+    until = time.time() + secs
+    while time.time() < until:
+        if needle in get(url):
+            return
+        time.sleep(0.2)
+    sys.exit(f"{url} did not answer with {needle!r}")
+
+
+def spawn(args, env=None, log="server.log"):
+    out = open(os.path.join(TMP, log), "w")
+    p = subprocess.Popen(args, env={**os.environ, **(env or {})}, stdout=out, stderr=out)
+    PROCS.append(p)
+    return p
+
+
+def serve(port, env):
+    env = {
+        **env,
+        "BLOOMGATE_LISTEN": f"127.0.0.1:{port}",
+        "RUST_LOG": "warn",
+    }
+    p = spawn([BIN, "serve"], env, f"serve-{port}.log")
+    wait(f"http://127.0.0.1:{port}/api/cache/stats", '"ready":true')
+    return p
+
+
+def cpu_ticks(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def wrk(port, path, pid, script=None):
+    args = ["wrk", "-t2", "-c64", f"-d{DURATION}s", "--latency"]
+    if script:
+        args += ["-s", script]
+    before = cpu_ticks(pid)
+    out = subprocess.run(args + [f"http://127.0.0.1:{port}{path}"],
+                         capture_output=True, text=True, check=True).stdout
+    ticks = cpu_ticks(pid) - before
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[p99.group(2)]
+    hz = os.sysconf("SC_CLK_TCK")
+    return rps, float(p99.group(1)) * scale, ticks / hz * 1e6 / max(requests, 1)
+
+
+def table(title, targets, runs):
+    print(f"\n{title}: wrk -t2 -c64, {DURATION}s each, {ROUNDS} rounds alternating")
+    print("| target | req/s (median) | × bare axum | median of round ratios | p99 ms | server CPU µs/request |")
+    print("|---|---|---|---|---|---|")
+    base = statistics.median(r[0] for r in runs["bare axum"])
+    for name, _ in targets:
+        r = runs[name]
+        rps = statistics.median(x[0] for x in r)
+        ratios = [x[0] / b[0] for x, b in zip(r, runs["bare axum"])]
+        print(f"| {name} | {rps:,.0f} | {rps / base:.2f} | {statistics.median(ratios):.2f} "
+              f"| {statistics.median(x[1] for x in r):.2f} | {statistics.median(x[2] for x in r):.1f} |")
+
+
+def measure(title, targets):
+    runs = {name: [] for name, _ in targets}
+    for _ in range(ROUNDS):
+        for name, (port, path, pid, script) in targets:
+            runs[name].append(wrk(port, path, pid, script))
+    table(title, targets, runs)
+
+
+def main():
+    model = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    for line in model.splitlines():
+        if re.match(r"(Model name|L1d|L2|L3)", line):
+            print(re.sub(r"\s+", " ", line))
+    bare = spawn([BARE, "127.0.0.1:18081"], log="bare.log")
+    wait("http://127.0.0.1:18081/api/seckill/1", "not_found")
+    anchors = [("bare axum", (18081, "/api/seckill/200100", bare.pid, None))]
+    if shutil.which("nginx"):
+        conf = os.path.join(TMP, "nginx.conf")
+        os.makedirs(os.path.join(TMP, "logs"), exist_ok=True)
+        with open(conf, "w") as f:
+            f.write(f"""worker_processes 2; daemon off; error_log {TMP}/logs/error.log warn;
+pid {TMP}/nginx.pid; events {{ worker_connections 1024; }}
+http {{ access_log off; server {{ listen 127.0.0.1:18082;
+  location / {{ default_type application/json; return 200 '{{"code":404,"error":"not_found"}}'; }} }} }}
+""")
+        ngx = spawn(["nginx", "-c", conf, "-p", TMP], log="nginx.log")
+        wait("http://127.0.0.1:18082/", "not_found")
+        # The workers do the work: count the master's children.
+        time.sleep(0.3)
+        workers = subprocess.run(["pgrep", "-P", str(ngx.pid)], capture_output=True,
+                                 text=True).stdout.split()
+        anchors.append(("nginx (fixed body, 2 workers)", (18082, "/", int(workers[0]), None)))
+        print("(nginx's CPU column counts one of its two workers)")
+    else:
+        print("(nginx not installed: apt-get install nginx-light for its row)")
+
+    sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"})
+    get("http://127.0.0.1:18080/api/seckill/42")
+    measure("Filter rejection and L1 hit (SQLite, no Redis)", anchors + [
+        ("bloomgate /api/ping", (18080, "/api/ping", sqlite.pid, None)),
+        ("bloomgate filter rejection", (18080, "/api/seckill/200100", sqlite.pid, None)),
+        ("bloomgate L1 hit", (18080, "/api/seckill/42", sqlite.pid, None)),
+    ])
+    sqlite.terminate()
+    sqlite.wait()
+    if not DEEP:
+        return
+    script = os.path.join(TMP, "random.lua")
+    with open(script, "w") as f:
+        f.write(RANDOM_IDS)
+    subprocess.run(["mariadb", "-uroot", "-e",
+                    "DROP DATABASE IF EXISTS bg_anchors; CREATE DATABASE bg_anchors"], check=True)
+    db = "mysql://root@127.0.0.1:3306/bg_anchors"
+    prefix = "bganchors:"
+    keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{prefix}*"],
+                          capture_output=True, text=True).stdout.split()
+    for i in range(0, len(keys), 1000):
+        subprocess.run(["redis-cli", "del", *keys[i:i + 1000]], capture_output=True)
+    redis = serve(18083, {"DATABASE_URL": db, "REDIS_URL": "redis://127.0.0.1:6379/",
+                          "BLOOMGATE_CACHE__REDIS_PREFIX": prefix,
+                          "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
+    req = urllib.request.Request("http://127.0.0.1:18083/api/cache/warm", method="POST",
+                                 data=b'{"limit":200000}',
+                                 headers={"content-type": "application/json"})
+    urllib.request.urlopen(req, timeout=600).read()
+    sql = serve(18084, {"DATABASE_URL": db, "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
+    measure("Deeper levels (MariaDB, an L1 of one entry, random ids of 200,000)", anchors + [
+        ("bloomgate Redis hit", (18083, "/", redis.pid, script)),
+        ("bloomgate SQL load", (18084, "/", sql.pid, script)),
+    ])
+
+
+try:
+    main()
+finally:
+    for p in PROCS:
+        p.terminate()
+    for p in PROCS:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    shutil.rmtree(TMP, ignore_errors=True)
