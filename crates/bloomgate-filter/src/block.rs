@@ -452,20 +452,97 @@ impl Blocks256 for [[u64; 4]] {
     }
 }
 
-/// Filters of at most this many 256-bit blocks (512 KiB, an L2 cache) run
-/// their batch calls as a plain loop ([`batch_loop`]): their blocks are in
-/// cache, and the prefetch window's bookkeeping cost more than it saved.
-/// Probes: 2.7 against 2.1 ns a key at 10^4 and 10^5 keys; above the
-/// threshold the window wins (2.8 against 3.0 ns at 4·10^5 keys, 2.9
-/// against 3.2 at 10^6), and both beat the single-query loop at every size
-/// measured (`equal_work` from 10^4 to 10^7 keys). Plain inserts: a batch
-/// took 0.61–0.69 of a single insert's time at 10^4 keys through the
-/// window, 0.38–0.42 through the plain loop.
-pub(crate) const DIRECT_MAX_BLOCKS: u64 = (512 << 10) / 32;
+/// The per-core L2 cache this filter's batch calls plan for, in bytes,
+/// as the CPU reports it: `cpuid` leaf `0x8000_0006` on x86-64 (AMD and
+/// Intel both fill it), else Linux's `/sys/devices/system/cpu/cpu0/cache`,
+/// else 512 KiB. The environment variable `BLOOMGATE_L2_CACHE_BYTES`
+/// overrides what the CPU says (a virtual machine that reports a cache it
+/// does not have, or a benchmark of both loops). Read once per process.
+///
+/// ```
+/// let l2 = bloomgate_filter::l2_cache_bytes();
+/// assert!(l2 >= 1 << 10, "{l2}");
+/// ```
+#[must_use]
+pub fn l2_cache_bytes() -> u64 {
+    static L2: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *L2.get_or_init(|| {
+        if let Ok(forced) = std::env::var("BLOOMGATE_L2_CACHE_BYTES") {
+            if let Ok(b) = forced.parse() {
+                return b;
+            }
+        }
+        l2_from_cpuid()
+            .or_else(l2_from_sysfs)
+            .unwrap_or(DEFAULT_L2_BYTES)
+    })
+}
+
+/// When the CPU says nothing.
+const DEFAULT_L2_BYTES: u64 = 512 << 10;
+
+#[cfg(target_arch = "x86_64")]
+fn l2_from_cpuid() -> Option<u64> {
+    use std::arch::x86_64::__cpuid;
+    // SAFETY: `cpuid` exists on every x86-64 CPU; leaf 0x8000_0000 says
+    // which extended leaves do, so 0x8000_0006 is asked only when present.
+    #[allow(unused_unsafe)]
+    let ecx = unsafe {
+        let max = __cpuid(0x8000_0000).eax;
+        (max >= 0x8000_0006).then(|| __cpuid(0x8000_0006).ecx)
+    };
+    // ECX[31:16]: the L2 size in KiB.
+    let kib = u64::from(ecx? >> 16);
+    (kib > 0).then_some(kib << 10)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn l2_from_cpuid() -> Option<u64> {
+    None
+}
+
+/// The level-2 data or unified cache of CPU 0 in sysfs (`512K`, `2M`).
+fn l2_from_sysfs() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    for entry in dir.flatten() {
+        let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
+        if read("level")?.trim() != "2" || read("type")?.trim() == "Instruction" {
+            continue;
+        }
+        return parse_cache_size(&read("size")?);
+    }
+    None
+}
+
+/// sysfs's cache size (`512K`, `2M`, `32768K`) in bytes.
+fn parse_cache_size(text: &str) -> Option<u64> {
+    let size = text.trim();
+    let (digits, unit) = size.split_at(size.trim_end_matches(['K', 'M', 'G']).len());
+    let n: u64 = digits.parse().ok()?;
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift).filter(|&b| b > 0)
+}
+
+/// Filters whose blocks fit the L2 cache ([`l2_cache_bytes`]) run their
+/// batch calls as a plain loop ([`batch_loop`]): their blocks are in
+/// cache, and the prefetch window's bookkeeping costs more than it saves.
+/// Larger filters take the window. A constant (512 KiB) chose wrongly on
+/// a CPU with 2 MiB of L2: a 1.3 MB filter took the window and its batch
+/// ran 1.22× the single-query loop (issue 20).
+#[inline]
+pub(crate) fn direct_max_blocks() -> u64 {
+    l2_cache_bytes() / 32
+}
 
 /// The loop of every batch call over `n` keys (first hashes `h1_of(i)`),
 /// visiting key `i` with its block index: for filters of at most
-/// [`DIRECT_MAX_BLOCKS`], a plain loop (in cache a prefetch saves nothing);
+/// [`direct_max_blocks`], a plain loop (in cache a prefetch saves nothing);
 /// above, a rolling window that prefetches each key's block [`BATCH`] keys
 /// before `visit` reaches it, so the misses of a large filter overlap.
 /// `target` is what `visit` writes (answers, plain blocks), lent to
@@ -479,7 +556,7 @@ fn batch_loop<T: ?Sized>(
     prefetch: impl Fn(&T, usize),
     mut visit: impl FnMut(&mut T, usize, usize, u64),
 ) {
-    if blocks <= DIRECT_MAX_BLOCKS {
+    if blocks <= direct_max_blocks() {
         for i in 0..n {
             let h1 = h1_of(i);
             visit(target, i, block_index256(h1, blocks), h1);
@@ -629,4 +706,26 @@ pub(crate) fn insert_batch256(
     insert_batch_with(store, blocks, k, n, h1_of, |b, h1, k| {
         apply(b, &mask256_scalar(h1, k));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        use super::parse_cache_size;
+        assert_eq!(parse_cache_size("512K\n"), Some(512 << 10));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        for bad in ["", "K", "0K", "12X", "-1K", "99999999999999999999G"] {
+            assert_eq!(parse_cache_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_plain_loop_covers_what_fits_the_l2_cache() {
+        let l2 = super::l2_cache_bytes();
+        assert!(l2 >= 1 << 10, "{l2}");
+        assert_eq!(super::direct_max_blocks(), l2 / 32);
+    }
 }

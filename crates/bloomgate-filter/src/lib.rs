@@ -62,6 +62,7 @@ pub mod snapshot;
 mod storage;
 
 pub use bitmap::{Bitmap, Line, LINE_BITS};
+pub use block::l2_cache_bytes;
 pub use blocked::BlockedBloom;
 pub use classic::ClassicBloom;
 pub use concurrent::AtomicBloom;
