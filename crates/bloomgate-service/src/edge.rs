@@ -180,7 +180,10 @@ where
         if let Some(id) = this.id.take() {
             res.headers_mut().insert(REQUEST_ID, id);
         }
-        on_response(&res, latency, this.inner.span());
+        // The request's log line belongs to its span.
+        let span = this.inner.span();
+        let _entered = span.enter();
+        on_response(&res, latency, span);
         Poll::Ready(Ok(res))
     }
 }
