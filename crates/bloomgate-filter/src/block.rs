@@ -468,8 +468,9 @@ pub fn l2_cache_bytes() -> u64 {
     static L2: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *L2.get_or_init(|| {
         if let Ok(forced) = std::env::var("BLOOMGATE_L2_CACHE_BYTES") {
-            if let Ok(b) = forced.parse() {
-                return b;
+            // At least 1 KiB: a smaller "cache" is a typo, not a CPU.
+            if let Ok(b) = forced.parse::<u64>() {
+                return b.max(1 << 10);
             }
         }
         l2_from_cpuid()
@@ -484,9 +485,9 @@ const DEFAULT_L2_BYTES: u64 = 512 << 10;
 #[cfg(target_arch = "x86_64")]
 fn l2_from_cpuid() -> Option<u64> {
     use std::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
     // SAFETY: `cpuid` exists on every x86-64 CPU; leaf 0x8000_0000 says
     // which extended leaves do, so 0x8000_0006 is asked only when present.
-    #[allow(unused_unsafe)]
     let ecx = unsafe {
         let max = __cpuid(0x8000_0000).eax;
         (max >= 0x8000_0006).then(|| __cpuid(0x8000_0006).ecx)

@@ -192,12 +192,14 @@ pub struct CacheConfig {
     /// Longest wait between retries of a failed start-up build, milliseconds.
     pub bloom_retry_max_ms: u64,
     /// Where to keep the filter snapshot for restarts without a SQL scan
-    /// (needs `redis_url`: the change log replays what came after it).
+    /// (needs `redis_url` or `redis_cluster`: the change log replays what
+    /// came after it).
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
     /// Seconds between snapshots (also written after each rebuild and at
     /// shutdown).
     pub bloom_snapshot_every_secs: u64,
-    /// `local`, `strict` or `redis` (the last two need `redis_url`).
+    /// `local`, `strict` or `redis` (the last two need `redis_url` or
+    /// `redis_cluster`).
     pub bloom_mode: BloomMode,
     /// Bytes per Redis string of the shared filter (`strict`): a larger
     /// filter is split into segments, which a Redis Cluster spreads over

@@ -337,10 +337,9 @@ impl ServiceMetrics {
         )
     }
 
-    /// The slot of `route`: a lock-free scan of the routes seen so far; a
-    /// new route takes the next slot (under a lock, once).
-    /// The index of `route`'s series (added on first sight; past
-    /// `MAX_ROUTES`, the unmatched series).
+    /// The index of `route`'s series: a lock-free scan of the routes seen
+    /// so far; a new route takes the next slot (under a lock, once); past
+    /// `MAX_ROUTES`, the unmatched series.
     pub(crate) fn route_index(&self, route: &str) -> usize {
         let find = || {
             self.routes

@@ -19,7 +19,8 @@
 //! the replay, which reads the outbox in SQL (complete by construction)
 //! as well as the Redis log.
 //! Without a change log (no Redis) nothing could be replayed, so the
-//! configuration refuses a snapshot path without `redis_url`.
+//! configuration refuses a snapshot path without `redis_url` or
+//! `redis_cluster`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

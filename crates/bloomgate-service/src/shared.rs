@@ -131,13 +131,23 @@ impl SharedFilter {
 
     /// Adds every id in SQL (after creating the filter, or seeding SQL).
     pub(crate) async fn fill(&self) {
+        let (batches, scanned) = self.scan().await;
+        self.add_all(&batches, scanned).await;
+    }
+
+    /// Every id in SQL, in batches.
+    async fn scan(&self) -> (Vec<Vec<i64>>, Result<u64, crate::store::StoreError>) {
         let mut batches = Vec::new();
         let scanned = self
             .store
             .for_each_id_batch(10_000, |ids| batches.push(ids.to_vec()))
             .await;
+        (batches, scanned)
+    }
+
+    async fn add_all(&self, batches: &[Vec<i64>], scanned: Result<u64, crate::store::StoreError>) {
         let mut added = 0;
-        for ids in &batches {
+        for ids in batches {
             match self.bloom.insert_many(ids).await {
                 Ok(()) => added += ids.len(),
                 Err(e) => {
@@ -157,6 +167,10 @@ impl SharedFilter {
     /// true (maybe); a lost bit string is refilled in the background.
     pub async fn maybe_contains(&self, id: i64) -> bool {
         self.counters.checks.fetch_add(1, Ordering::Relaxed);
+        if self.refilling.load(Ordering::Acquire) {
+            // Part of the filter is gone or being refilled: only "maybe".
+            return true;
+        }
         match tokio::time::timeout(self.timeout, self.bloom.contains(&id)).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(bloomgate_redis::Error::Meta { reason, .. })) => {
@@ -190,6 +204,11 @@ impl SharedFilter {
         tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
         let this = self.clone();
         tokio::spawn(async move {
+            // Scan SQL while the lost segments are still missing (checks on
+            // them fail, so they answer "maybe" on every instance), then
+            // allocate them and add the ids at once: a reallocated segment
+            // is all zeros, a definite "no", until the ids are back in it.
+            let (batches, scanned) = this.scan().await;
             match RedisBloom::create_or_open_segmented(
                 this.conn.clone(),
                 &this.key,
@@ -201,7 +220,7 @@ impl SharedFilter {
             .await
             {
                 Ok((_, true)) => {
-                    this.fill().await;
+                    this.add_all(&batches, scanned).await;
                     this.counters.refills.fetch_add(1, Ordering::Relaxed);
                 }
                 // Another instance recreated it and fills it.
