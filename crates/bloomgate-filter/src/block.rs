@@ -729,4 +729,15 @@ mod tests {
         assert!(l2 >= 1 << 10, "{l2}");
         assert_eq!(super::direct_max_blocks(), l2 / 32);
     }
+
+    #[test]
+    fn cpuid_and_sysfs_report_the_same_l2_where_both_answer() {
+        // Within a factor of 4 (a hybrid CPU's cores differ; CPU 0's sysfs
+        // entry need not be the core this test runs on): a unit slip
+        // (KiB read as bytes) is a factor of 1,024.
+        if let (Some(cpuid), Some(sysfs)) = (super::l2_from_cpuid(), super::l2_from_sysfs()) {
+            let ratio = cpuid.max(sysfs) as f64 / cpuid.min(sysfs) as f64;
+            assert!(ratio <= 4.0, "cpuid {cpuid} B, sysfs {sysfs} B");
+        }
+    }
 }

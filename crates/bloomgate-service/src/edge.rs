@@ -110,11 +110,13 @@ where
             Some(given) => given.clone(),
             None => self.shared.next_id(),
         };
-        let route = req
+        // One lookup of the matched route for the counters and the span.
+        let matched = req
             .extensions()
             .get::<MatchedPath>()
-            .map_or(0, |p| self.shared.metrics.route_index(p.as_str()));
-        let span = request_span(&req, &id);
+            .map(MatchedPath::as_str);
+        let route = matched.map_or(0, |p| self.shared.metrics.route_index(p));
+        let span = request_span(&req, matched, &id);
         EdgeFuture {
             inner: self.inner.call(req).instrument(span),
             sleep: None,

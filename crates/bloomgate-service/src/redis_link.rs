@@ -57,12 +57,6 @@ impl RedisTarget {
             }
         }
     }
-
-    /// True for a cluster.
-    #[must_use]
-    pub const fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
-    }
 }
 
 /// Runs commands that each name one key, replies in order: one pipeline

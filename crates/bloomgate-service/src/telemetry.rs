@@ -6,26 +6,22 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::MatchedPath;
 use axum::http::{HeaderValue, Request, Response};
 use tracing::Span;
 
 /// The request-id header.
 pub const REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
 
-/// The span of one request; `sku_id` and `outcome` are filled in by the
-/// handler, `status` and `latency_ms` when the response leaves.
-pub fn request_span(req: &Request<Body>, id: &HeaderValue) -> Span {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("(unmatched)", MatchedPath::as_str);
-    let id = id.to_str().unwrap_or("");
+/// The span of one request (`route`: the matched pattern, if any);
+/// `sku_id` and `outcome` are filled in by the handler, `status` and
+/// `latency_ms` when the response leaves. The fields are only read when
+/// the span is enabled.
+pub fn request_span(req: &Request<Body>, route: Option<&str>, id: &HeaderValue) -> Span {
     tracing::info_span!(
         "request",
         method = %req.method(),
-        route,
-        request_id = id,
+        route = route.unwrap_or("(unmatched)"),
+        request_id = id.to_str().unwrap_or(""),
         sku_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
         status = tracing::field::Empty,

@@ -8,19 +8,8 @@
 mod common;
 
 use bloomgate_service::config::BloomMode;
-use common::{counter, eventually, sku_body, OwnCluster, TestServer};
+use common::{counter, eventually, OwnCluster, TestServer};
 use reqwest::Method;
-
-async fn create(server: &TestServer, id: i64) -> u16 {
-    server
-        .send(
-            Method::POST,
-            "/api/skus",
-            Some(&sku_body(Some(id), "cluster", 100)),
-        )
-        .await
-        .0
-}
 
 /// Every id answers 200 on every server (none refused with a 404).
 async fn all_found(servers: &[&TestServer], ids: &[i64], within: u64) {
@@ -69,7 +58,7 @@ async fn the_fleet_runs_on_a_redis_cluster_and_survives_a_node_restarted_empty()
     // Creates, an update and a delete through A reach B and C.
     let ids: Vec<i64> = (50_001..=50_020).collect();
     for &id in &ids {
-        assert_eq!(create(&a, id).await, 201);
+        assert_eq!(a.create(id, "cluster").await, 201);
     }
     all_found(&fleet, &ids, 5).await;
     for s in [&b, &c] {
@@ -155,7 +144,7 @@ async fn the_fleet_runs_on_a_redis_cluster_and_survives_a_node_restarted_empty()
     let mut during = Vec::new();
     for id in 60_001..=60_010 {
         assert_eq!(
-            create(&a, id).await,
+            a.create(id, "cluster").await,
             201,
             "SQL takes writes with a node down"
         );
@@ -167,7 +156,7 @@ async fn the_fleet_runs_on_a_redis_cluster_and_survives_a_node_restarted_empty()
     assert_eq!(cluster.keys_on(victim), 0, "restarted empty");
     let mut after = Vec::new();
     for id in 60_011..=60_020 {
-        assert_eq!(create(&a, id).await, 201);
+        assert_eq!(a.create(id, "cluster").await, 201);
         after.push(id);
     }
     let every: Vec<i64> = ids[2..]

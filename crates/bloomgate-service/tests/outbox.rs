@@ -14,17 +14,6 @@ use common::{counter, eventually, sku_body, OwnServer, TestServer};
 use reqwest::Method;
 use sqlx::Row;
 
-async fn create(server: &TestServer, id: i64) -> u16 {
-    server
-        .send(
-            Method::POST,
-            "/api/skus",
-            Some(&sku_body(Some(id), "outbox", 100)),
-        )
-        .await
-        .0
-}
-
 /// `(item_key, kind, origin)` of every outbox entry, in seq order.
 async fn entries(url: &str) -> Vec<(String, String, String)> {
     sqlx::any::install_default_drivers();
@@ -45,8 +34,8 @@ async fn writes_record_their_changes(url: &str, prefix: &str) {
     let a = TestServer::start(common::config(url, None, prefix), 10).await;
     let origin = a.state.reader.store.origin().to_string();
     let before = entries(url).await.len();
-    assert_eq!(create(&a, 500).await, 201);
-    assert_eq!(create(&a, 500).await, 409, "a duplicate is refused");
+    assert_eq!(a.create(500, "outbox").await, 201);
+    assert_eq!(a.create(500, "outbox").await, 409, "a duplicate is refused");
     assert_eq!(a.put_sku(500, "renamed", 7).await.0, 200);
     assert_eq!(a.put_sku(9_999, "nobody", 7).await.0, 404);
     assert_eq!(a.send(Method::DELETE, "/api/skus/500", None).await.0, 200);
@@ -93,7 +82,11 @@ async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
             .as_u16()
     });
     pause.reached().await;
-    assert_eq!(create(&a, 1002).await, 201, "the later write commits first");
+    assert_eq!(
+        a.create(1002, "outbox").await,
+        201,
+        "the later write commits first"
+    );
     eventually(10, "B learns the later write", || async {
         b.get("/api/seckill/1002").await.0 == 200
     })
@@ -169,7 +162,7 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
 
     let mut delays = Vec::new();
     for id in 10_001..=10_040 {
-        assert_eq!(create(&a, id).await, 201);
+        assert_eq!(a.create(id, "outbox").await, 201);
         let answered = Instant::now();
         for other in [&b, &c] {
             loop {
@@ -213,7 +206,7 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
     // Redis back, empty: every create still found, new ones too.
     redis.start().await;
     for id in 10_041..=10_050 {
-        assert_eq!(create(&a, id).await, 201);
+        assert_eq!(a.create(id, "outbox").await, 201);
     }
     for other in [&b, &c] {
         for id in 10_001..=10_050 {
@@ -249,7 +242,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     let parked = b.state.outbox.before_poll.arm(0);
     parked.reached().await;
     redis.stop().await;
-    assert_eq!(create(&a, 7777).await, 201);
+    assert_eq!(a.create(7777, "outbox").await, 201);
     assert!(
         !b.state.reader.gate.published().unwrap().contains(7777),
         "B missed it"
@@ -421,10 +414,10 @@ async fn a_follower_whose_position_was_trimmed_rebuilds() {
     let b = TestServer::start(config, 0).await;
     let parked = b.state.outbox.before_poll.arm(0);
     parked.reached().await;
-    assert_eq!(create(&a, 3333).await, 201);
+    assert_eq!(a.create(3333, "outbox").await, 201);
     // Trimming keeps the newest entry: one more after it.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(create(&a, 3334).await, 201);
+    assert_eq!(a.create(3334, "outbox").await, 201);
     eventually(10, "A trims the entry", || async {
         entries(&url).await.iter().all(|(key, _, _)| key != "3333")
     })

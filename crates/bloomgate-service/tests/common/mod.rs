@@ -236,6 +236,17 @@ impl TestServer {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// `POST /api/skus` of SKU `id` named `name`; the status.
+    pub async fn create(&self, id: i64, name: &str) -> u16 {
+        self.send(
+            reqwest::Method::POST,
+            "/api/skus",
+            Some(&sku_body(Some(id), name, 100)),
+        )
+        .await
+        .0
+    }
+
     /// `PUT /api/skus/{id}` with a SKU body of `name` and `price`.
     pub async fn put_sku(&self, id: i64, name: &str, price: i64) -> (u16, serde_json::Value) {
         self.send(
