@@ -506,11 +506,16 @@ fn l2_from_cpuid() -> Option<u64> {
 fn l2_from_sysfs() -> Option<u64> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     for entry in dir.flatten() {
+        // `index0`…`indexN`, and files (`uevent`) that are none: skipped.
         let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
-        if read("level")?.trim() != "2" || read("type")?.trim() == "Instruction" {
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+        else {
+            continue;
+        };
+        if level.trim() != "2" || kind.trim() == "Instruction" {
             continue;
         }
-        return parse_cache_size(&read("size")?);
+        return parse_cache_size(&size);
     }
     None
 }
