@@ -22,35 +22,56 @@ use crate::redis_link::{query_each, RedisTarget};
 use crate::config::CacheConfig;
 use crate::model::Sku;
 
+/// The namespace of SKU keys: `{prefix}sku:{id}`.
+pub const SKU_NAMESPACE: &str = "sku:";
+
+/// The namespace of a resource's keys: `{prefix}r:{name}:{key}`.
+#[must_use]
+pub fn resource_namespace(name: &str) -> String {
+    format!("r:{name}:")
+}
+
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
 
-/// A SKU with its JSON encoding, made once when it enters L1, so an L1 hit
+/// A row with its JSON encoding, made once when it enters L1, so an L1 hit
 /// answers without serialising anything.
 #[derive(Debug)]
-pub struct CachedSku {
+pub struct Cached<T> {
     /// The record.
-    pub sku: Sku,
+    pub row: T,
     /// Its JSON, as the API returns it.
     pub json: axum::body::Bytes,
 }
 
-impl CachedSku {
-    /// Encodes `sku` once.
+impl<T: serde::Serialize> Cached<T> {
+    /// Encodes `row` once.
     #[must_use]
-    pub fn new(sku: Sku) -> Arc<Self> {
-        let json = serde_json::to_vec(&sku).unwrap_or_default().into();
-        Arc::new(Self { sku, json })
+    pub fn new(row: T) -> Arc<Self> {
+        let json = serde_json::to_vec(&row).unwrap_or_default().into();
+        Arc::new(Self { row, json })
     }
 }
 
-/// What the read path caches per id: the SKU, or a confirmed "not found".
-#[derive(Debug, Clone)]
-pub enum Entry {
-    /// The SKU exists.
-    Found(Arc<CachedSku>),
-    /// SQL said no such id.
+/// A SKU with its JSON.
+pub type CachedSku = Cached<Sku>;
+
+/// What the read path caches per key: the row, or a confirmed "not found".
+#[derive(Debug)]
+pub enum Entry<T = Sku> {
+    /// The row exists.
+    Found(Arc<Cached<T>>),
+    /// The source said no such key.
     Missing,
+}
+
+impl<T> Clone for Entry<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Found(c) => Self::Found(Arc::clone(c)),
+            Self::Missing => Self::Missing,
+        }
+    }
 }
 
 struct EntryExpiry {
@@ -58,8 +79,8 @@ struct EntryExpiry {
     missing: Duration,
 }
 
-impl moka::Expiry<i64, Entry> for EntryExpiry {
-    fn expire_after_create(&self, _: &i64, value: &Entry, _: Instant) -> Option<Duration> {
+impl<K, T> moka::Expiry<K, Entry<T>> for EntryExpiry {
+    fn expire_after_create(&self, _: &K, value: &Entry<T>, _: Instant) -> Option<Duration> {
         Some(match value {
             Entry::Found(_) => self.found,
             Entry::Missing => self.missing,
@@ -67,9 +88,13 @@ impl moka::Expiry<i64, Entry> for EntryExpiry {
     }
 }
 
-/// The in-process L1 cache: bounded, short-lived, holding found SKUs and
+/// The in-process L1 cache: bounded, short-lived, holding found rows and
 /// recent "not found" answers (with a shorter lifetime).
-pub fn new_l1(capacity: u64, found_ttl: Duration, missing_ttl: Duration) -> Cache<i64, Entry> {
+pub fn new_l1<K, T>(capacity: u64, found_ttl: Duration, missing_ttl: Duration) -> Cache<K, Entry<T>>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+{
     Cache::builder()
         .max_capacity(capacity)
         .expire_after(EntryExpiry {
@@ -79,11 +104,11 @@ pub fn new_l1(capacity: u64, found_ttl: Duration, missing_ttl: Duration) -> Cach
         .build()
 }
 
-/// What Redis holds for an id.
+/// What Redis holds for a key.
 #[derive(Debug, Clone)]
-pub enum RedisLookup {
-    /// A SKU value.
-    Hit(Sku),
+pub enum RedisLookup<T = Sku> {
+    /// A value.
+    Hit(T),
     /// The null sentinel.
     Nil,
     /// Nothing usable: with `Some(lease)` this reader may fill the key; with
@@ -216,13 +241,14 @@ struct Guard {
     timeout: Duration,
     breaker: Breaker,
     watch: BreakerWatch,
-    /// Ids whose `DEL` after a write failed or was not sent: Redis may hold
-    /// an older state for them, so they bypass Redis until the `DEL` lands.
-    owed: Mutex<HashSet<i64>>,
+    /// Keys whose `DEL` after a write failed or was not sent: Redis may
+    /// hold an older state for them, so they bypass Redis until the `DEL`
+    /// lands.
+    owed: Mutex<HashSet<String>>,
 }
 
 impl Guard {
-    fn owed(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         // A set of ids stays consistent under a panic elsewhere.
         self.owed.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -278,12 +304,15 @@ const LEASE_IF_EMPTY: &str = r"
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 ";
 
-/// The Redis tier: SKU JSON, `__nil__` or a lease under `{prefix}sku:{id}`.
-/// Every command runs under a timeout and a circuit breaker (failsafe).
+/// The Redis tier: row JSON, `__nil__` or a lease under
+/// `{prefix}{namespace}{key}` (`{prefix}sku:{id}` for SKUs). Every command
+/// runs under a timeout and a circuit breaker (failsafe), shared by every
+/// namespace ([`RedisTier::namespaced`]).
 #[derive(Clone)]
 pub struct RedisTier {
     conn: Conn,
     prefix: String,
+    namespace: Arc<str>,
     value_ttl: u64,
     nil_ttl: u64,
     lookup_or_lease: Arc<redis::Script>,
@@ -337,6 +366,7 @@ impl RedisTier {
         let tier = Self {
             conn,
             prefix: c.redis_prefix.clone(),
+            namespace: Arc::from(SKU_NAMESPACE),
             value_ttl: c.redis_ttl_secs,
             nil_ttl: c.redis_nil_ttl_secs,
             lookup_or_lease: Arc::new(redis::Script::new(LOOKUP_OR_LEASE)),
@@ -352,10 +382,20 @@ impl RedisTier {
         tokio::spawn(deliver_owed(
             Arc::downgrade(&tier.guard),
             tier.conn.clone(),
-            tier.prefix.clone(),
             Arc::clone(&tier.counters),
         ));
         Ok(tier)
+    }
+
+    /// The same connection, breaker and owed invalidations, for keys under
+    /// `{prefix}{namespace}`, with counters of its own.
+    #[must_use]
+    pub fn namespaced(&self, namespace: &str) -> Self {
+        Self {
+            namespace: Arc::from(namespace),
+            counters: Arc::default(),
+            ..self.clone()
+        }
     }
 
     async fn guarded<T>(
@@ -387,10 +427,10 @@ impl RedisTier {
         self.guard.owed().len()
     }
 
-    /// The key of an id.
+    /// The Redis key of a row's key.
     #[must_use]
-    pub fn key(&self, id: i64) -> String {
-        format!("{}sku:{id}", self.prefix)
+    pub fn key(&self, id: impl std::fmt::Display) -> String {
+        format!("{}{}{id}", self.prefix, self.namespace)
     }
 
     /// Looks an id up; on a miss, takes a lease on its key in the same step.
@@ -399,12 +439,15 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`] (counted).
-    pub async fn lookup(&self, id: i64) -> Result<RedisLookup, CacheError> {
-        if self.guard.owed().contains(&id) {
+    pub async fn lookup<T: serde::de::DeserializeOwned>(
+        &self,
+        id: impl std::fmt::Display,
+    ) -> Result<RedisLookup<T>, CacheError> {
+        let key = self.key(id);
+        if self.guard.owed().contains(&key) {
             return Ok(RedisLookup::Miss(None));
         }
         let mut conn = self.conn.clone();
-        let key = self.key(id);
         let lease = Lease::new();
         let raw: Option<String> = self
             .guarded(
@@ -439,7 +482,7 @@ impl RedisTier {
         Ok(out)
     }
 
-    fn value_of(&self, sku: Option<&Sku>) -> (String, u64) {
+    fn value_of<T: serde::Serialize>(&self, sku: Option<&T>) -> (String, u64) {
         match sku {
             Some(sku) => (
                 serde_json::to_string(sku).unwrap_or_default(),
@@ -455,11 +498,11 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`] (counted).
-    pub async fn fill(
+    pub async fn fill<T: serde::Serialize>(
         &self,
-        id: i64,
+        id: impl std::fmt::Display,
         lease: &Lease,
-        sku: Option<&Sku>,
+        sku: Option<&T>,
     ) -> Result<bool, CacheError> {
         let mut conn = self.conn.clone();
         let (value, ttl) = self.value_of(sku);
@@ -488,16 +531,20 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`] (counted).
-    pub async fn lease_many(&self, ids: &[i64]) -> Result<Vec<Option<Lease>>, CacheError> {
+    pub async fn lease_many<K: std::fmt::Display>(
+        &self,
+        ids: &[K],
+    ) -> Result<Vec<Option<Lease>>, CacheError> {
         let leases: Vec<Lease> = ids.iter().map(|_| Lease::new()).collect();
-        let cmds = ids
+        let keys: Vec<String> = ids.iter().map(|id| self.key(id)).collect();
+        let cmds = keys
             .iter()
             .zip(&leases)
-            .map(|(id, lease)| {
+            .map(|(key, lease)| {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(LEASE_IF_EMPTY)
                     .arg(1)
-                    .arg(self.key(*id))
+                    .arg(key)
                     .arg(&lease.token)
                     .arg(LEASE_MS);
                 cmd
@@ -508,25 +555,28 @@ impl RedisTier {
         Ok(leases
             .into_iter()
             .zip(got)
-            .zip(ids)
-            .map(|((l, g), id)| (g == 1 && !owed.contains(id)).then_some(l))
+            .zip(&keys)
+            .map(|((l, g), key)| (g == 1 && !owed.contains(key)).then_some(l))
             .collect())
     }
 
-    /// Fills many leased keys with SKUs in one pipelined round trip;
+    /// Fills many leased keys with rows in one pipelined round trip;
     /// returns how many were written (the rest lost their lease to a write).
     ///
     /// # Errors
     /// [`CacheError`] (counted).
-    pub async fn fill_many(&self, items: &[(&Lease, &Sku)]) -> Result<u64, CacheError> {
+    pub async fn fill_many<K: std::fmt::Display, T: serde::Serialize>(
+        &self,
+        items: &[(&Lease, K, &T)],
+    ) -> Result<u64, CacheError> {
         let cmds = items
             .iter()
-            .map(|(lease, sku)| {
-                let (value, ttl) = self.value_of(Some(sku));
+            .map(|(lease, id, row)| {
+                let (value, ttl) = self.value_of(Some(*row));
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(FILL_IF_LEASED)
                     .arg(1)
-                    .arg(self.key(sku.id))
+                    .arg(self.key(id))
                     .arg(&lease.token)
                     .arg(value)
                     .arg(ttl);
@@ -551,13 +601,14 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`] (counted); the invalidation is then owed.
-    pub async fn invalidate(&self, id: i64) -> Result<(), CacheError> {
+    pub async fn invalidate(&self, id: impl std::fmt::Display) -> Result<(), CacheError> {
         let mut conn = self.conn.clone();
+        let key = self.key(id);
         let res: Result<(), CacheError> = self
-            .guarded(redis::cmd("DEL").arg(self.key(id)).query_async(&mut conn))
+            .guarded(redis::cmd("DEL").arg(&key).query_async(&mut conn))
             .await;
         if res.is_err() {
-            self.guard.owed().insert(id);
+            self.guard.owed().insert(key);
         }
         res
     }
@@ -566,7 +617,7 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`].
-    pub async fn raw(&self, id: i64) -> Result<Option<String>, CacheError> {
+    pub async fn raw(&self, id: impl std::fmt::Display) -> Result<Option<String>, CacheError> {
         let mut conn = self.conn.clone();
         self.guarded(redis::cmd("GET").arg(self.key(id)).query_async(&mut conn))
             .await
@@ -585,18 +636,13 @@ impl RedisTier {
 
 /// Delivers owed invalidations (`DEL`s that failed) every 100 ms while
 /// there are any, until the tier is dropped.
-async fn deliver_owed(
-    guard: Weak<Guard>,
-    conn: Conn,
-    prefix: String,
-    counters: Arc<RedisCounters>,
-) {
+async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounters>) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let Some(guard) = guard.upgrade() else {
             return;
         };
-        let owed: Vec<i64> = guard.owed().iter().copied().take(1000).collect();
+        let owed: Vec<String> = guard.owed().iter().take(1000).cloned().collect();
         if owed.is_empty() {
             continue;
         }
@@ -604,9 +650,9 @@ async fn deliver_owed(
         // every DEL, not only that the pipeline was written.
         let dels = owed
             .iter()
-            .map(|id| {
+            .map(|key| {
                 let mut cmd = redis::cmd("DEL");
-                cmd.arg(format!("{prefix}sku:{id}"));
+                cmd.arg(key);
                 cmd
             })
             .collect();
@@ -614,8 +660,8 @@ async fn deliver_owed(
             guard.run(&counters, query_each(&conn, dels)).await;
         if sent.is_ok() {
             let mut set = guard.owed();
-            for id in &owed {
-                set.remove(id);
+            for key in &owed {
+                set.remove(key);
             }
             drop(set);
             tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");

@@ -113,6 +113,9 @@ pub struct ChangeCounters {
     pub adopt_failures: AtomicU64,
 }
 
+/// The kind of an entry that only rings the outbox followers.
+const RING: &str = "n";
+
 /// Appends waiting for Redis, oldest first.
 #[derive(Debug, Default)]
 struct Pending {
@@ -318,6 +321,19 @@ impl ChangeLog {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
+        }
+    }
+
+    /// Rings the other instances' outbox followers (a resource's keys or
+    /// invalidations were recorded in the outbox). Best effort: without it
+    /// they read the outbox within `sql.outbox_poll_ms` anyway.
+    pub async fn ring(&self) {
+        if self.append(&[("kind", RING.into())]).await.is_ok() {
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters
+                .publish_failures
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -984,6 +1000,8 @@ impl ChangeLog {
                                         drop(reader.gate.request_rebuild());
                                     }
                                 }
+                                // A resource's entries are in the outbox.
+                                (Some(RING), _) => log.outbox.ring(),
                                 // Another instance dropped queued entries.
                                 (Some("r"), _) => {
                                     log.counters.gaps.fetch_add(1, Ordering::Relaxed);
@@ -998,7 +1016,7 @@ impl ChangeLog {
                                     if kind == "c" {
                                         reader.gate.learn(id);
                                     }
-                                    reader.invalidate_local(id);
+                                    reader.invalidate_local(&id);
                                     log.counters.applied.fetch_add(1, Ordering::Relaxed);
                                 }
                                 // Markers, and anything unknown.

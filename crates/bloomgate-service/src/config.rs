@@ -40,6 +40,8 @@ pub struct Config {
     pub sql: SqlConfig,
     /// HTTP limits and shutdown.
     pub http: HttpConfig,
+    /// Tables guarded beside the SKUs (`[[resources]]`).
+    pub resources: Vec<crate::resource_config::ResourceConfig>,
 }
 
 /// The `sql.*` table: how much the service may ask of the database.
@@ -242,6 +244,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             sql: SqlConfig::default(),
             http: HttpConfig::default(),
+            resources: Vec::new(),
         }
     }
 }
@@ -402,6 +405,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::resource_config::validate_all(&self.resources)?;
         let c = &self.cache;
         if c.bloom_mode != BloomMode::Local && self.redis().is_none() {
             return Err(invalid(

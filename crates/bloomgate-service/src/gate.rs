@@ -29,14 +29,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use bloomgate_filter::{sizing, AtomicBloom, AtomicClassicBloom, Filter};
+use bloomgate_filter::{sizing, AtomicBloom, AtomicClassicBloom, BloomKey, Filter};
 use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::config::BloomLayout;
 use crate::metrics::Counter;
 use crate::pause::PausePoint;
-use crate::store::{SkuStore, StoreError};
+use crate::source::{KeyBatch, KeyScan};
+use crate::store::StoreError;
 
 /// What the gate says about an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +174,7 @@ impl GateFilter {
     /// Membership of an id.
     #[inline]
     #[must_use]
-    pub fn contains(&self, id: i64) -> bool {
+    pub fn contains<K: BloomKey>(&self, id: K) -> bool {
         match self {
             Self::Blocked(f) => f.contains(&id),
             Self::Classic(f) => f.contains(&id),
@@ -182,7 +183,7 @@ impl GateFilter {
 
     /// Adds an id.
     #[inline]
-    pub fn insert(&self, id: i64) {
+    pub fn insert<K: BloomKey>(&self, id: K) {
         match self {
             Self::Blocked(f) => {
                 f.insert(&id);
@@ -194,10 +195,31 @@ impl GateFilter {
     }
 
     /// Adds many ids.
-    pub fn insert_many(&self, ids: &[i64]) {
+    pub fn insert_many<K: BloomKey>(&self, ids: &[K]) {
         match self {
             Self::Blocked(f) => f.insert_many(ids),
             Self::Classic(f) => f.insert_many(ids),
+        }
+    }
+
+    /// Membership of many keys, written into `out` (the blocked filter's
+    /// batch call; the classic one answers key by key).
+    pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) {
+        if let Self::Blocked(f) = self {
+            if f.contains_many(keys, out).is_ok() {
+                return;
+            }
+        }
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.contains(k);
+        }
+    }
+
+    /// Adds one batch of a key scan.
+    pub fn insert_batch(&self, batch: KeyBatch<'_>) {
+        match batch {
+            KeyBatch::Ints(ids) => self.insert_many(ids),
+            KeyBatch::Keys(keys) => self.insert_many(keys),
         }
     }
 
@@ -368,7 +390,7 @@ impl Drop for FollowerGuard {
 #[derive(Debug)]
 pub struct Gate {
     config: GateConfig,
-    store: SkuStore,
+    keys: Arc<dyn KeyScan>,
     current: ArcSwapOption<GateFilter>,
     building: ArcSwapOption<GateFilter>,
     requests: Mutex<Requests>,
@@ -470,16 +492,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Gate {
-    /// A gate that is not built yet, reading ids from `store`.
+    /// A gate that is not built yet, rebuilding from `keys`.
     #[must_use]
-    pub fn new(config: GateConfig, store: SkuStore) -> Self {
+    pub fn new(config: GateConfig, keys: Arc<dyn KeyScan>) -> Self {
         let (completed, _) = watch::channel(Completed {
             through: 0,
             outcome: Err(RebuildError::Stopped("no rebuild yet".into())),
         });
         Self {
             config,
-            store,
+            keys,
             current: ArcSwapOption::empty(),
             building: ArcSwapOption::empty(),
             requests: Mutex::new(Requests::default()),
@@ -626,10 +648,37 @@ impl Gate {
 
     /// Judges an id; counts rejections and passes.
     #[inline]
-    pub fn check(&self, id: i64) -> Verdict {
+    pub fn check<K: BloomKey>(&self, id: K) -> Verdict {
         let verdict = self.probe(id);
         self.tally(verdict);
         verdict
+    }
+
+    /// Judges many keys against one published filter with its batch
+    /// call, and counts each as [`Gate::check`] does.
+    pub fn check_many<K: BloomKey>(&self, keys: &[K]) -> Vec<Verdict> {
+        let filter = self.current.load();
+        let verdicts: Vec<Verdict> = match filter.as_deref() {
+            Some(f) if self.config.enabled => {
+                let mut found = vec![false; keys.len()];
+                f.contains_many(keys, &mut found);
+                let vouched = self.in_step.load(Ordering::Relaxed)
+                    && self.owed_rebuilds.load(Ordering::Relaxed) == 0;
+                found
+                    .into_iter()
+                    .map(|maybe| match (maybe, vouched) {
+                        (true, _) => Verdict::Pass,
+                        (false, true) => Verdict::Reject,
+                        (false, false) => Verdict::Unvouched,
+                    })
+                    .collect()
+            }
+            _ => vec![Verdict::Open; keys.len()],
+        };
+        for v in &verdicts {
+            self.tally(*v);
+        }
+        verdicts
     }
 
     /// Whether the gate is on (`cache.bloom_enabled`).
@@ -641,12 +690,12 @@ impl Gate {
     /// Judges an id without counting it (see [`Gate::tally`]): for a caller
     /// that may overrule a rejection first (strict mode).
     #[inline]
-    pub fn probe(&self, id: i64) -> Verdict {
+    pub fn probe<K: BloomKey>(&self, id: K) -> Verdict {
         if !self.config.enabled {
             return Verdict::Open;
         }
         match self.current.load().as_deref() {
-            Some(f) if !f.contains(id) => {
+            Some(f) if !f.contains(&id) => {
                 if self.in_step.load(Ordering::Relaxed)
                     && self.owed_rebuilds.load(Ordering::Relaxed) == 0
                 {
@@ -746,15 +795,15 @@ impl Gate {
 
     /// Adds a new id, to the filter being built first, then the published
     /// one; raises the capacity alarm when the filter fills past its size.
-    pub fn insert(self: &Arc<Self>, id: i64) {
+    pub fn insert<K: BloomKey>(self: &Arc<Self>, id: K) {
         let past = {
             let _slots = lock(&self.slots);
             if let Some(f) = self.building.load().as_deref() {
-                f.insert(id);
+                f.insert(&id);
             }
             let current = self.current.load();
             current.as_deref().and_then(|f| {
-                f.insert(id);
+                f.insert(&id);
                 let (items, capacity) =
                     (f.as_filter().items(), self.capacity.load(Ordering::Relaxed));
                 (items > capacity).then_some(Alarm::PastCapacity { items, capacity })
@@ -768,14 +817,14 @@ impl Gate {
     /// Adds an id another instance created (from the change log): always
     /// to a filter being built, to the published one only if it does not
     /// already answer "maybe" (so replays do not inflate the item count).
-    pub fn learn(self: &Arc<Self>, id: i64) {
+    pub fn learn<K: BloomKey>(self: &Arc<Self>, id: K) {
         let _slots = lock(&self.slots);
         if let Some(f) = self.building.load().as_deref() {
-            f.insert(id);
+            f.insert(&id);
         }
         if let Some(f) = self.current.load().as_deref() {
-            if !f.contains(id) {
-                f.insert(id);
+            if !f.contains(&id) {
+                f.insert(&id);
             }
         }
     }
@@ -783,7 +832,7 @@ impl Gate {
     /// Makes sure an id this instance just created is in the filters (a
     /// no-op unless one was swapped in since [`Gate::insert`]); counts
     /// nothing twice.
-    pub fn ensure(&self, id: i64) {
+    pub fn ensure<K: BloomKey>(&self, id: K) {
         // A scan rebuild's filter gets the row from its scan (the commit
         // came first); only an adopted one (no scan) needs it here, and
         // skipping the other keeps `added` from counting it twice.
@@ -791,8 +840,8 @@ impl Gate {
         let building = (!self.is_rebuilding()).then_some(&self.building);
         for slot in building.into_iter().chain([&self.current]) {
             if let Some(f) = slot.load().as_deref() {
-                if !f.contains(id) {
-                    f.insert(id);
+                if !f.contains(&id) {
+                    f.insert(&id);
                 }
             }
         }
@@ -1049,7 +1098,7 @@ impl Gate {
         } = self.config;
         // Size for the configured capacity, or for the actual count with
         // room to grow when the catalogue has outgrown it.
-        let count = self.store.count().await.map_err(store_err)?;
+        let count = self.keys.count_keys().await.map_err(store_err)?;
         let capacity = expected
             .max(count.saturating_mul(5) / 4)
             .max(self.min_capacity.load(Ordering::Relaxed));
@@ -1070,9 +1119,10 @@ impl Gate {
             self.building.store(Some(Arc::clone(&filter)));
         }
         let deleted_before = self.deleted_since_build.load(Ordering::Relaxed);
+        let sink = |batch: KeyBatch<'_>| filter.insert_batch(batch);
         let added = self
-            .store
-            .for_each_id_batch(10_000, |ids| filter.insert_many(ids))
+            .keys
+            .scan_keys(10_000, &sink)
             .await
             .map_err(store_err)?;
         self.after_scan.pass(0).await;
@@ -1158,6 +1208,7 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::SkuStore;
 
     /// Sized filters reach half full only past their capacity, so the
     /// fill-ratio alarm is the safety net for a capacity that does not
@@ -1177,7 +1228,7 @@ mod tests {
                 fpp: 0.01,
                 auto_rebuild: false,
             },
-            store,
+            Arc::new(store),
         ));
         gate.request_rebuild().wait().await.unwrap();
         gate.capacity.store(u64::MAX, Ordering::Relaxed);

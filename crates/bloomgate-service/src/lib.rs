@@ -17,6 +17,7 @@ pub mod error;
 pub mod gate;
 pub mod input;
 pub mod json_errors;
+pub mod key;
 pub mod limits;
 pub mod metrics;
 pub mod model;
@@ -27,10 +28,15 @@ pub mod pause;
 pub mod persist;
 pub mod reader;
 pub mod redis_link;
+pub mod resource;
+pub mod resource_config;
+pub mod resource_routes;
 pub mod routes;
 pub mod shared;
+pub mod source;
 pub mod state;
 pub mod store;
+pub mod table;
 pub mod telemetry;
 
 use std::future::Future;
@@ -207,6 +213,17 @@ pub async fn prepare(
         changes.spawn_follower(from, &state.reader);
     }
     outbox.spawn_follower(outbox_from, covered, &state.reader);
+    // Resources build from their sources after the follower's start
+    // position is fixed, so every key recorded after it is followed.
+    if c.bloom_enabled && c.bloom_build_on_start {
+        let retry = (
+            Duration::from_millis(c.bloom_retry_min_ms),
+            Duration::from_millis(c.bloom_retry_max_ms),
+        );
+        for r in &state.resources {
+            drop(r.start(retry, Duration::from_millis(c.bloom_monitor_ms)));
+        }
+    }
     if let Some(persist) = &state.persist {
         persist.spawn_saver(
             &state.reader.gate,

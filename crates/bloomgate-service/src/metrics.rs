@@ -170,7 +170,7 @@ fn status_label(slot: usize) -> String {
 pub const UNMATCHED: &str = "(unmatched)";
 
 /// Routes tracked apart; more (there are about ten) count as unmatched.
-const MAX_ROUTES: usize = 32;
+const MAX_ROUTES: usize = 64;
 
 const SERIES_PER_ROUTE: usize = Outcome::LABELS.len() * (STATUSES.len() + 1);
 
@@ -459,6 +459,83 @@ impl ServiceMetrics {
     }
 }
 
+/// A resource's series, each labelled `resource="<name>"`.
+fn export_resource(m: &ServiceMetrics, res: &crate::resource::Resource) {
+    let name = || label("resource", res.name.to_string());
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let r = &res.reader;
+    let g = r.gate.stats();
+    for (verdict, n) in [("rejected", g.rejected), ("passed", g.passed)] {
+        m.counter(
+            "bloomgate_resource_filter_checks_total",
+            vec![name(), label("verdict", verdict)],
+            n,
+        );
+    }
+    m.gauge(
+        "bloomgate_resource_filter_ready",
+        vec![name()],
+        f64::from(u8::from(g.ready)),
+    );
+    m.gauge(
+        "bloomgate_resource_filter_fill_ratio",
+        vec![name()],
+        g.fill_ratio,
+    );
+    m.gauge(
+        "bloomgate_resource_filter_items_estimated",
+        vec![name()],
+        g.estimated_items,
+    );
+    let l1 = &r.l1_counters;
+    for (result, c) in [
+        ("hit", &l1.hits),
+        ("negative_hit", &l1.negative_hits),
+        ("miss", &l1.misses),
+    ] {
+        m.counter(
+            "bloomgate_resource_l1_lookups_total",
+            vec![name(), label("result", result)],
+            c.get(),
+        );
+    }
+    if let Some(redis) = &r.redis {
+        let c = &redis.counters;
+        for (result, v) in [
+            ("hit", &c.hits),
+            ("nil_hit", &c.nil_hits),
+            ("miss", &c.misses),
+        ] {
+            m.counter(
+                "bloomgate_resource_redis_lookups_total",
+                vec![name(), label("result", result)],
+                get(v),
+            );
+        }
+    }
+    if let Some(t) = &res.table {
+        m.counter(
+            "bloomgate_resource_sql_statements_total",
+            vec![name()],
+            get(&t.counters.statements),
+        );
+    }
+    let c = &res.counters;
+    for (call, v) in [
+        ("keys", &c.keys_added),
+        ("invalidate", &c.invalidated),
+        ("exists", &c.exists_checked),
+        ("batch", &c.batch_keys),
+        ("watch", &c.watched),
+    ] {
+        m.counter(
+            "bloomgate_resource_call_keys_total",
+            vec![name(), label("call", call)],
+            get(v),
+        );
+    }
+}
+
 fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
     Label::new(k, v.into())
 }
@@ -626,6 +703,9 @@ pub async fn export(state: &crate::state::AppState) -> String {
         vec![],
         r.bulkhead.rejected.get(),
     );
+    for res in &state.resources {
+        export_resource(m, res);
+    }
     m.render()
 }
 

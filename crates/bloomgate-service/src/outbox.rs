@@ -57,9 +57,10 @@ use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
 use crate::gate::Gate;
+use crate::key::Key;
 use crate::model::now_millis;
 use crate::pause::PausePoint;
-use crate::reader::ShieldedReader;
+use crate::reader::{ShieldedReader, SourceRows};
 use crate::store::{err, SkuStore, StoreError, Within, SKU_RESOURCE};
 
 /// Entries read per statement.
@@ -145,6 +146,9 @@ pub struct Outbox {
     /// Test hook: where the follower waits before each read.
     #[doc(hidden)]
     pub before_poll: Arc<PausePoint>,
+    /// The resources guarded beside the SKUs, by name: their entries are
+    /// applied to them.
+    resources: Arc<Mutex<BTreeMap<String, ShieldedReader<SourceRows>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -167,7 +171,19 @@ impl Outbox {
             running: Arc::default(),
             counters: Arc::default(),
             before_poll: Arc::default(),
+            resources: Arc::default(),
         }
+    }
+
+    /// Follows `name`'s entries into `reader` (created keys into its
+    /// filter, other instances' changes out of its L1), and keeps its gate
+    /// in step with the SKU gate.
+    pub fn register(&self, name: &str, reader: ShieldedReader<SourceRows>) {
+        lock(&self.resources).insert(name.to_owned(), reader);
+    }
+
+    fn resource_readers(&self) -> Vec<ShieldedReader<SourceRows>> {
+        lock(&self.resources).values().cloned().collect()
     }
 
     /// Counts one background statement and names it for the limit.
@@ -420,6 +436,11 @@ impl Outbox {
                 // only reading it vouches for the filter.
                 let in_step = now_millis().saturating_sub(outbox.last_ok_ms())
                     <= outbox.out_of_step.as_millis() as u64;
+                for r in outbox.resource_readers() {
+                    if r.gate.set_in_step(in_step) && !in_step {
+                        r.invalidate_all_local();
+                    }
+                }
                 if reader.gate.set_in_step(in_step) {
                     if in_step {
                         tracing::info!(
@@ -526,10 +547,24 @@ impl Outbox {
     }
 
     fn apply(&self, e: &Entry, reader: &ShieldedReader) {
+        let own = e.origin == self.store.origin();
         if e.resource != SKU_RESOURCE {
+            let Some(r) = lock(&self.resources).get(&e.resource).cloned() else {
+                return;
+            };
+            let Ok(key) = Key::parse(r.store.0.key_type(), &e.key) else {
+                tracing::warn!(seq = e.seq, resource = %e.resource, key = %e.key, "change outbox: a key the resource cannot parse; skipped");
+                return;
+            };
+            if e.kind == "c" {
+                r.gate.learn(&key);
+            }
+            if !own {
+                r.invalidate_local(&key);
+                self.counters.applied.fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
-        let own = e.origin == self.store.origin();
         // An own create is learned too (a no-op unless it is still between
         // its commit and its insert here): past the watermark, every
         // create is in the filter, whoever made it.
@@ -559,7 +594,7 @@ impl Outbox {
         if own {
             return;
         }
-        reader.invalidate_local(id);
+        reader.invalidate_local(&id);
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -567,6 +602,14 @@ impl Outbox {
     /// trusted until a rebuild succeeds (retried until one does), and L1
     /// is emptied through the shards.
     fn rebuild(&self, reader: &ShieldedReader, covers: Option<i64>) {
+        // Lost entries may have named any resource; an `r` entry (covers)
+        // names the SKUs only.
+        if covers.is_none() {
+            for r in self.resource_readers() {
+                r.gate.rebuild_owed(|| {});
+                r.invalidate_all_local();
+            }
+        }
         let outbox = self.clone();
         reader.gate.rebuild_owed(move || {
             if let Some(seq) = covers {

@@ -27,13 +27,90 @@ use std::time::Duration;
 use moka::sync::Cache;
 use tokio::sync::watch;
 
-use crate::cache::{CachedSku, Entry, Lease, RedisLookup, RedisTier};
+use bloomgate_filter::BloomKey;
+
+use crate::cache::{Cached, Entry, Lease, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
+use crate::key::Key;
 use crate::metrics::{Counter, Outcome};
 use crate::model::Sku;
 use crate::pause::PausePoint;
+use crate::source::{BoxFuture, Row, Source as RowSource};
 use crate::store::{SkuStore, StoreError};
+
+/// What the funnel reads rows from: the SKU store, or a resource's
+/// [`crate::source::Source`].
+pub trait Rows: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// The key type.
+    type Key: Clone
+        + Eq
+        + std::hash::Hash
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + std::fmt::Display
+        + BloomKey
+        + 'static;
+    /// The row type, as cached in L1 and Redis.
+    type Row: Clone
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + 'static;
+
+    /// The row of `key`, if any.
+    fn get<'a>(
+        &'a self,
+        key: &'a Self::Key,
+    ) -> BoxFuture<'a, Result<Option<Self::Row>, StoreError>>;
+
+    /// The shard of `key` (any spread will do).
+    fn shard_of(key: &Self::Key) -> usize;
+
+    /// The key a pause point matches (SKU ids; other keys never pause).
+    fn pause_id(_key: &Self::Key) -> i64 {
+        i64::MIN
+    }
+}
+
+impl Rows for SkuStore {
+    type Key = i64;
+    type Row = Sku;
+
+    fn get<'a>(&'a self, key: &'a i64) -> BoxFuture<'a, Result<Option<Sku>, StoreError>> {
+        Box::pin(SkuStore::get(self, *key))
+    }
+
+    fn shard_of(key: &i64) -> usize {
+        (*key as u64 % SHARDS as u64) as usize
+    }
+
+    fn pause_id(key: &i64) -> i64 {
+        *key
+    }
+}
+
+/// A resource's [`crate::source::Source`] as the funnel's [`Rows`] (a
+/// named type: futures over a bare `Arc<dyn Source>` trip the compiler's
+/// `Send` check).
+#[derive(Debug, Clone)]
+pub struct SourceRows(pub Arc<dyn RowSource>);
+
+impl Rows for SourceRows {
+    type Key = Key;
+    type Row = Row;
+
+    fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>> {
+        self.0.load(key)
+    }
+
+    fn shard_of(key: &Key) -> usize {
+        (key.hash_pair(0).h1 % SHARDS as u64) as usize
+    }
+}
 
 /// Number of lock shards for loads and writes.
 pub const SHARDS: usize = 64;
@@ -64,16 +141,16 @@ pub enum Source {
     Sql,
 }
 
-/// The reader's answer for an id.
-#[derive(Debug, Clone)]
-pub enum Lookup {
-    /// The SKU.
-    Found(Arc<CachedSku>, Source),
-    /// No such SKU.
+/// The reader's answer for a key.
+#[derive(Debug)]
+pub enum Lookup<T = Sku> {
+    /// The row.
+    Found(Arc<Cached<T>>, Source),
+    /// No such row.
     Missing(Source),
 }
 
-impl Lookup {
+impl<T> Lookup<T> {
     /// The outcome of this answer in logs and metrics.
     #[must_use]
     pub const fn outcome(&self) -> Outcome {
@@ -102,7 +179,7 @@ pub enum LoadError {
 }
 
 /// What a load found, and where (Redis or SQL).
-type LoadResult = Result<(Entry, Source), Arc<LoadError>>;
+type LoadResult<T> = Result<(Entry<T>, Source), Arc<LoadError>>;
 
 /// The bulkhead: at most `permits` read-path loads query SQL at once; a
 /// load waits at most `queue_timeout` for a slot, then gives up with
@@ -129,6 +206,18 @@ impl Bulkhead {
         }
     }
 
+    /// Waits at most the queue timeout for a slot; `None` (counted as
+    /// rejected) when none came free.
+    pub async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match tokio::time::timeout(self.queue_timeout, self.slots.acquire()).await {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                self.rejected.incr();
+                None
+            }
+        }
+    }
+
     /// Slots in use now.
     #[must_use]
     pub fn in_use(&self) -> usize {
@@ -137,35 +226,49 @@ impl Bulkhead {
 }
 
 #[derive(Debug)]
-struct Flight {
+struct Flight<T> {
     number: u64,
-    answer: watch::Receiver<Option<LoadResult>>,
+    answer: watch::Receiver<Option<LoadResult<T>>>,
 }
 
-#[derive(Debug, Default)]
-struct Shard {
+#[derive(Debug)]
+struct Shard<K, T> {
     writes: u64,
     next_flight: u64,
-    flights: HashMap<i64, Flight>,
+    flights: HashMap<K, Flight<T>>,
 }
 
-/// The shielded read path for SKU details.
-#[derive(Debug, Clone)]
-pub struct ShieldedReader {
+/// The shard type of a funnel over `R`.
+type ShardOf<R> = Shard<<R as Rows>::Key, <R as Rows>::Row>;
+
+impl<K, T> Default for Shard<K, T> {
+    fn default() -> Self {
+        Self {
+            writes: 0,
+            next_flight: 0,
+            flights: HashMap::new(),
+        }
+    }
+}
+
+/// The shielded read path: SKU details by default, a resource's rows
+/// over its [`crate::source::Source`] (`ShieldedReader<SourceRows>`).
+#[derive(Debug)]
+pub struct ShieldedReader<R: Rows = SkuStore> {
     /// The Bloom gate.
     pub gate: Arc<Gate>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
     /// an insert that bypasses the shard protocol may cache a stale answer.
-    pub l1: Cache<i64, Entry>,
+    pub l1: Cache<R::Key, Entry<R::Row>>,
     /// The Redis tier, when configured.
     pub redis: Option<RedisTier>,
-    /// The SQL store.
-    pub store: SkuStore,
+    /// The source of truth (the SQL store for SKUs).
+    pub store: R,
     /// L1 counters.
     pub l1_counters: Arc<L1Counters>,
     /// The SQL bulkhead of the read path.
     pub bulkhead: Bulkhead,
-    shards: Arc<[Mutex<Shard>]>,
+    shards: Arc<[Mutex<ShardOf<R>>]>,
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
     pub after_read: Arc<PausePoint>,
@@ -176,28 +279,45 @@ pub struct ShieldedReader {
     pub shared_only: bool,
 }
 
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+impl<R: Rows> Clone for ShieldedReader<R> {
+    fn clone(&self) -> Self {
+        Self {
+            gate: Arc::clone(&self.gate),
+            l1: self.l1.clone(),
+            redis: self.redis.clone(),
+            store: self.store.clone(),
+            l1_counters: Arc::clone(&self.l1_counters),
+            bulkhead: self.bulkhead.clone(),
+            shards: Arc::clone(&self.shards),
+            after_read: Arc::clone(&self.after_read),
+            shared: self.shared.clone(),
+            shared_only: self.shared_only,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Shard state is a counter and a map that each step leaves consistent.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What a load read, before anything is written back.
-struct Fetched {
-    entry: Entry,
+struct Fetched<T> {
+    entry: Entry<T>,
     /// Redis or SQL.
     from: Source,
     /// Read from SQL with this lease on the Redis key: fill it.
     lease: Option<Lease>,
 }
 
-impl ShieldedReader {
+impl<R: Rows> ShieldedReader<R> {
     /// Assembles the read path.
     #[must_use]
     pub fn new(
         gate: Arc<Gate>,
-        l1: Cache<i64, Entry>,
+        l1: Cache<R::Key, Entry<R::Row>>,
         redis: Option<RedisTier>,
-        store: SkuStore,
+        store: R,
         bulkhead: Bulkhead,
     ) -> Self {
         Self {
@@ -214,30 +334,30 @@ impl ShieldedReader {
         }
     }
 
-    fn shard(&self, id: i64) -> &Mutex<Shard> {
-        &self.shards[(id as u64 % SHARDS as u64) as usize]
+    fn shard(&self, id: &R::Key) -> &Mutex<ShardOf<R>> {
+        &self.shards[R::shard_of(id)]
     }
 
     /// Looks an id up through the funnel.
     ///
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
-    pub async fn lookup(&self, id: i64) -> Result<Lookup, AppError> {
+    pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
         let mut verdict = match &self.shared {
             // Redis mode: one round trip decides (a failure answers maybe).
             Some(shared) if self.shared_only && self.gate.enabled() => {
-                if shared.maybe_contains(id).await {
+                if shared.maybe_contains(&id).await {
                     Verdict::Pass
                 } else {
                     Verdict::Reject
                 }
             }
-            _ => self.gate.probe(id),
+            _ => self.gate.probe(&id),
         };
         if verdict == Verdict::Reject && !self.shared_only {
             // Strict: the replica's "no" stands only if Redis agrees.
             if let Some(shared) = &self.shared {
-                if shared.maybe_contains(id).await {
+                if shared.maybe_contains(&id).await {
                     shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
                     verdict = Verdict::Pass;
                 }
@@ -256,7 +376,7 @@ impl ShieldedReader {
         answer
     }
 
-    async fn lookup_past_the_gate(&self, id: i64) -> Result<Lookup, AppError> {
+    async fn lookup_past_the_gate(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
         if let Some(entry) = self.l1.get(&id) {
             return Ok(match entry {
                 Entry::Found(sku) => {
@@ -288,8 +408,8 @@ impl ShieldedReader {
 
     /// Joins the id's load in flight, or starts one as a task of its own,
     /// so a client that goes away does not cancel it.
-    fn join_or_start(&self, id: i64) -> watch::Receiver<Option<LoadResult>> {
-        let mut shard = lock(self.shard(id));
+    fn join_or_start(&self, id: R::Key) -> watch::Receiver<Option<LoadResult<R::Row>>> {
+        let mut shard = lock(self.shard(&id));
         if let Some(f) = shard.flights.get(&id) {
             return f.answer.clone();
         }
@@ -298,7 +418,7 @@ impl ShieldedReader {
         let number = shard.next_flight;
         let writes = shard.writes;
         shard.flights.insert(
-            id,
+            id.clone(),
             Flight {
                 number,
                 answer: rx.clone(),
@@ -307,8 +427,8 @@ impl ShieldedReader {
         drop(shard);
         let reader = self.clone();
         tokio::spawn(async move {
-            let result = reader.load(id, writes).await;
-            let mut shard = lock(reader.shard(id));
+            let result = reader.load(&id, writes).await;
+            let mut shard = lock(reader.shard(&id));
             if shard.flights.get(&id).is_some_and(|f| f.number == number) {
                 shard.flights.remove(&id);
             }
@@ -320,13 +440,13 @@ impl ShieldedReader {
 
     /// Reads Redis, then SQL; writes back under the lease; caches in L1 if
     /// no write to the shard happened since `writes` was read.
-    async fn load(&self, id: i64, writes: u64) -> LoadResult {
+    async fn load(&self, id: &R::Key, writes: u64) -> LoadResult<R::Row> {
         let fetched = self.fetch(id).await.map_err(Arc::new)?;
-        self.after_read.pass(id).await;
+        self.after_read.pass(R::pause_id(id)).await;
         let mut cacheable = true;
         if let (Some(redis), Some(lease)) = (&self.redis, &fetched.lease) {
             let sku = match &fetched.entry {
-                Entry::Found(c) => Some(&c.sku),
+                Entry::Found(c) => Some(&c.row),
                 Entry::Missing => None,
             };
             match redis.fill(id, lease, sku).await {
@@ -334,12 +454,12 @@ impl ShieldedReader {
                 // The lease is gone: a write deleted the key since our
                 // lookup, so what we read may be older than that write.
                 Ok(false) => cacheable = false,
-                Err(e) => tracing::warn!(id, error = %e, "redis write-back failed"),
+                Err(e) => tracing::warn!(%id, error = %e, "redis write-back failed"),
             }
         }
         let shard = lock(self.shard(id));
         if cacheable && shard.writes == writes {
-            self.l1.insert(id, fetched.entry.clone());
+            self.l1.insert(id.clone(), fetched.entry.clone());
         } else {
             self.l1_counters.stale_skipped.incr();
         }
@@ -347,13 +467,13 @@ impl ShieldedReader {
         Ok((fetched.entry, fetched.from))
     }
 
-    async fn fetch(&self, id: i64) -> Result<Fetched, LoadError> {
+    async fn fetch(&self, id: &R::Key) -> Result<Fetched<R::Row>, LoadError> {
         let mut lease = None;
         if let Some(redis) = &self.redis {
             match redis.lookup(id).await {
                 Ok(RedisLookup::Hit(sku)) => {
                     return Ok(Fetched {
-                        entry: Entry::Found(CachedSku::new(sku)),
+                        entry: Entry::Found(Cached::new(sku)),
                         from: Source::Redis,
                         lease: None,
                     })
@@ -366,17 +486,15 @@ impl ShieldedReader {
                     })
                 }
                 Ok(RedisLookup::Miss(l)) => lease = l,
-                Err(e) => tracing::warn!(id, error = %e, "redis lookup failed; reading SQL"),
+                Err(e) => tracing::warn!(%id, error = %e, "redis lookup failed; reading SQL"),
             }
         }
-        let b = &self.bulkhead;
-        let Ok(Ok(_slot)) = tokio::time::timeout(b.queue_timeout, b.slots.acquire()).await else {
-            b.rejected.incr();
+        let Some(_slot) = self.bulkhead.slot().await else {
             return Err(LoadError::Overloaded);
         };
         let found = self.store.get(id).await?;
         Ok(Fetched {
-            entry: found.map_or(Entry::Missing, |sku| Entry::Found(CachedSku::new(sku))),
+            entry: found.map_or(Entry::Missing, |row| Entry::Found(Cached::new(row))),
             from: Source::Sql,
             lease,
         })
@@ -384,10 +502,10 @@ impl ShieldedReader {
 
     /// Drops an id from Redis and L1 and detaches its load in flight. Every
     /// write calls this after its SQL commit, before it answers.
-    pub async fn invalidate(&self, id: i64) {
+    pub async fn invalidate(&self, id: &R::Key) {
         if let Some(redis) = &self.redis {
             if let Err(e) = redis.invalidate(id).await {
-                tracing::warn!(id, error = %e, "redis DEL failed; the entry expires with its TTL");
+                tracing::warn!(%id, error = %e, "redis DEL failed; the entry expires with its TTL");
             }
         }
         self.invalidate_local(id);
@@ -396,11 +514,11 @@ impl ShieldedReader {
     /// This instance's part of an invalidation: under the id's shard lock,
     /// bump the write counter, detach the load in flight, drop the L1
     /// entry. Also applied for writes made through other instances.
-    pub fn invalidate_local(&self, id: i64) {
+    pub fn invalidate_local(&self, id: &R::Key) {
         let mut shard = lock(self.shard(id));
         shard.writes += 1;
-        shard.flights.remove(&id);
-        self.l1.invalidate(&id);
+        shard.flights.remove(id);
+        self.l1.invalidate(id);
     }
 
     /// [`ShieldedReader::invalidate_local`] for every id at once (this
@@ -420,7 +538,7 @@ impl ShieldedReader {
     /// Notes the shards' write counters and leases the Redis keys of `ids`
     /// that hold nothing, before a warm reads their rows from SQL. When
     /// Redis fails, the warm goes on for L1 alone.
-    pub async fn warm_start(&self, ids: &[i64]) -> WarmStart {
+    pub async fn warm_start(&self, ids: &[R::Key]) -> WarmStart<R::Key> {
         let writes = self.shards.iter().map(|s| lock(s).writes).collect();
         let mut leases = HashMap::new();
         let mut redis_error = None;
@@ -430,7 +548,7 @@ impl ShieldedReader {
                     Ok(got) => {
                         for (id, lease) in chunk.iter().zip(got) {
                             if let Some(l) = lease {
-                                leases.insert(*id, l);
+                                leases.insert(id.clone(), l);
                             }
                         }
                     }
@@ -452,27 +570,27 @@ impl ShieldedReader {
     /// into Redis and L1 under the same rules as a read: Redis keys are
     /// filled only while their lease holds; L1 entries are stored only if
     /// no write touched their shard since the start.
-    pub async fn warm(&self, start: WarmStart, skus: &[Sku]) -> WarmOutcome {
+    pub async fn warm(&self, start: WarmStart<R::Key>, rows: &[(R::Key, R::Row)]) -> WarmOutcome {
         let mut outcome = WarmOutcome {
             redis_written: 0,
             redis_error: start.redis_error,
         };
         if let (Some(redis), None) = (&self.redis, &outcome.redis_error) {
-            let leased: Vec<(&Lease, &Sku)> = skus
+            let leased: Vec<(&Lease, &R::Key, &R::Row)> = rows
                 .iter()
-                .filter_map(|s| start.leases.get(&s.id).map(|l| (l, s)))
+                .filter_map(|(k, row)| start.leases.get(k).map(|l| (l, k, row)))
                 .collect();
             match redis.fill_many(&leased).await {
                 Ok(n) => outcome.redis_written = n,
                 Err(e) => outcome.redis_error = Some(e.to_string()),
             }
         }
-        for sku in skus {
-            let shard_no = (sku.id as u64 % SHARDS as u64) as usize;
+        for (key, row) in rows {
+            let shard_no = R::shard_of(key);
             let shard = lock(&self.shards[shard_no]);
             if shard.writes == start.writes[shard_no] {
                 self.l1
-                    .insert(sku.id, Entry::Found(CachedSku::new(sku.clone())));
+                    .insert(key.clone(), Entry::Found(Cached::new(row.clone())));
             }
         }
         outcome
@@ -490,8 +608,8 @@ pub struct WarmOutcome {
 
 /// What a warm noted before reading SQL: see [`ShieldedReader::warm_start`].
 #[derive(Debug)]
-pub struct WarmStart {
+pub struct WarmStart<K> {
     writes: Vec<u64>,
-    leases: HashMap<i64, Lease>,
+    leases: HashMap<K, Lease>,
     redis_error: Option<String>,
 }

@@ -20,7 +20,7 @@ use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
 use crate::metrics::Outcome;
-use crate::model::{now_secs, SkuInput};
+use crate::model::{now_secs, Sku, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(read)
         .merge(with_bodies)
+        .merge(crate::resource_routes::routes(&state))
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::dashboard::page))
@@ -186,7 +187,13 @@ pub async fn warm(
     };
     let ids = reader.store.first_ids(req.limit).await?;
     let start = reader.warm_start(&ids).await;
-    let skus = reader.store.first(req.limit).await?;
+    let skus: Vec<(i64, Sku)> = reader
+        .store
+        .first(req.limit)
+        .await?
+        .into_iter()
+        .map(|s| (s.id, s))
+        .collect();
     let outcome = reader.warm(start, &skus).await;
     let (report, epoch) = match rebuild {
         Some(task) => task
@@ -333,7 +340,7 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "rerecorded": sql.rerecorded.load(Ordering::Relaxed),
         })
     };
-    Ok(Json(json!({
+    let mut body = json!({
         "bloom": r.gate.stats(),
         "now_ms": crate::model::now_millis(),
         "requests": state.metrics.requests_by_outcome(SECKILL_ROUTE),
@@ -386,7 +393,16 @@ pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoRespon
             "bulkhead_in_use": r.bulkhead.in_use(),
             "bulkhead_rejected": r.bulkhead.rejected.get(),
         },
-    })))
+    });
+    if !state.resources.is_empty() {
+        body["resources"] = state
+            .resources
+            .iter()
+            .map(|res| (res.name.to_string(), res.stats()))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    Ok(Json(body))
 }
 
 /// Creates a SKU (the next free id when none is given).
@@ -444,7 +460,7 @@ pub async fn create_sku(
     if let Some(shared) = &state.reader.shared {
         shared.insert(sku.id).await;
     }
-    state.reader.invalidate(sku.id).await;
+    state.reader.invalidate(&sku.id).await;
     publish(&state, sku.id, ChangeKind::Created).await;
     // Again after the append (a no-op unless the filter was swapped for
     // another instance's in between): an adopting instance replays the log
@@ -487,7 +503,7 @@ pub async fn update_sku(
     if !state.reader.store.update(&sku).await? {
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
-    state.reader.invalidate(id).await;
+    state.reader.invalidate(&id).await;
     publish(&state, id, ChangeKind::Updated).await;
     Ok(Json(sku))
 }
@@ -513,7 +529,7 @@ pub async fn delete_sku(
     if !state.reader.store.delete(id).await? {
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
-    state.reader.invalidate(id).await;
+    state.reader.invalidate(&id).await;
     publish(&state, id, ChangeKind::Deleted).await;
     // The plain filter cannot forget the id; it keeps answering "maybe",
     // which costs one cached lookup. Enough deletes trigger a rebuild.

@@ -165,13 +165,13 @@ impl SharedFilter {
 
     /// True unless Redis says the id is certainly absent. Failures answer
     /// true (maybe); a lost bit string is refilled in the background.
-    pub async fn maybe_contains(&self, id: i64) -> bool {
+    pub async fn maybe_contains<K: bloomgate_filter::BloomKey + ?Sized>(&self, id: &K) -> bool {
         self.counters.checks.fetch_add(1, Ordering::Relaxed);
         if self.refilling.load(Ordering::Acquire) {
             // Part of the filter is gone or being refilled: only "maybe".
             return true;
         }
-        match tokio::time::timeout(self.timeout, self.bloom.contains(&id)).await {
+        match tokio::time::timeout(self.timeout, self.bloom.contains(id)).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(bloomgate_redis::Error::Meta { reason, .. })) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);

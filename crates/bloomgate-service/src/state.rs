@@ -30,6 +30,10 @@ pub struct AppState {
     pub persist: Option<crate::persist::Persist>,
     /// The change outbox in SQL, which every instance follows.
     pub outbox: crate::outbox::Outbox,
+    /// Sources guarded beside the SKUs, in configuration order.
+    pub resources: Vec<Arc<crate::resource::Resource>>,
+    /// The cache settings resources are assembled with.
+    cache: crate::config::CacheConfig,
 }
 
 /// Why the service could not start.
@@ -65,7 +69,14 @@ impl AppState {
     /// [`StartError`].
     pub async fn connect(config: &Config) -> Result<Self, StartError> {
         config.validate()?;
-        let store = SkuStore::connect_with(&config.database_url, &config.sql).await?;
+        let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql).await?;
+        // The configured tables are checked before anything is written: a
+        // bad one stops the start with the database as it was.
+        let mut tables = Vec::with_capacity(config.resources.len());
+        for (i, rc) in config.resources.iter().enumerate() {
+            tables.push((rc, crate::table::SqlTable::open(&store, rc, i).await??));
+        }
+        store.migrate().await?;
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql);
         let c = &config.cache;
         let target = config.redis();
@@ -95,7 +106,7 @@ impl AppState {
                 fpp: c.bloom_fpp,
                 auto_rebuild: c.bloom_auto_rebuild,
             },
-            store.clone(),
+            Arc::new(store.clone()),
         )
         .with_rebuild_histogram(metrics.rebuild_histogram());
         let l1 = new_l1(
@@ -142,6 +153,73 @@ impl AppState {
             },
             changes,
             outbox,
-        })
+            resources: Vec::new(),
+            cache: c.clone(),
+        }
+        .with_tables(tables))
+    }
+
+    /// Guards every `[[resources]]` table.
+    fn with_tables(
+        mut self,
+        tables: Vec<(
+            &crate::resource_config::ResourceConfig,
+            crate::table::SqlTable,
+        )>,
+    ) -> Self {
+        for (rc, table) in tables {
+            let options = crate::resource::ResourceOptions {
+                expected: rc.bloom_expected,
+                fpp: rc.bloom_fpp,
+                layout: rc.bloom_layout,
+                max_batch_keys: rc.max_batch_keys,
+            };
+            let r =
+                crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared());
+            if rc.watch_column.is_some() {
+                r.set_watch_every(Duration::from_millis(rc.watch_every_ms));
+            }
+            self.resources.push(r);
+        }
+        self
+    }
+
+    /// What a resource shares with this instance.
+    #[must_use]
+    pub fn shared(&self) -> crate::resource::Shared {
+        crate::resource::Shared {
+            store: self.reader.store.clone(),
+            redis: self.reader.redis.clone(),
+            bulkhead: self.reader.bulkhead.clone(),
+            changes: self.changes.clone(),
+            outbox: self.outbox.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+
+    /// Guards `source` as resource `name` too (before [`crate::prepare`],
+    /// which builds its filter): `GET /api/{name}/{key}` and its calls.
+    ///
+    /// # Errors
+    /// [`StartError::Config`] for a name that is not a lower-case
+    /// identifier, is reserved, or is taken.
+    pub fn with_resource(
+        mut self,
+        name: &str,
+        source: Arc<dyn crate::source::Source>,
+        options: &crate::resource::ResourceOptions,
+    ) -> Result<Self, StartError> {
+        let index = self.resources.len();
+        crate::resource_config::check_name(name, index)?;
+        if self.resources.iter().any(|r| &*r.name == name) {
+            return Err(crate::config::ConfigError::Invalid {
+                key: crate::resource_config::ResourceConfig::key_of(index, "name"),
+                message: format!("{name:?} is taken"),
+            }
+            .into());
+        }
+        let r = crate::resource::Resource::new(name, source, options, &self.shared());
+        self.resources.push(r);
+        Ok(self)
     }
 }

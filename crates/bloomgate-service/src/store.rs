@@ -20,13 +20,33 @@ use crate::model::Sku;
 pub struct StoreError {
     /// What the store was doing.
     pub op: &'static str,
-    /// The driver's error.
+    /// The driver's error (a `sqlx::Error` for the SQL store; whatever a
+    /// [`crate::source::Source`] of a user's reports for theirs).
     #[source]
-    pub source: sqlx::Error,
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl StoreError {
+    /// An error of `op`, caused by `source`.
+    pub fn new(
+        op: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            op,
+            source: source.into(),
+        }
+    }
+
+    /// The driver's error, when the SQL store raised it.
+    #[must_use]
+    pub fn sqlx(&self) -> Option<&sqlx::Error> {
+        self.source.downcast_ref()
+    }
 }
 
 pub(crate) fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError { op, source }
+    move |source| StoreError::new(op, source)
 }
 
 /// Which SQL dialect the URL selected.
@@ -241,6 +261,18 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn connect_with(url: &str, c: &SqlConfig) -> Result<Self, StoreError> {
+        let store = Self::connect_unmigrated(url, c).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// As [`SkuStore::connect_with`] without running the migrations (call
+    /// [`SkuStore::migrate`]): for checks that must leave the database as
+    /// they found it when they fail.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database is unreachable.
+    pub async fn connect_unmigrated(url: &str, c: &SqlConfig) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -277,7 +309,6 @@ impl SkuStore {
             counters,
             before_commit: Arc::default(),
         };
-        store.migrate().await?;
         Ok(store)
     }
 
@@ -320,7 +351,11 @@ impl SkuStore {
             .join(", ")
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    /// Applies the migrations not applied yet.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
             .within(&self.limit, "migrate")
@@ -530,7 +565,7 @@ impl SkuStore {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if is_unique_violation(&e.source) => Ok(false),
+            Err(e) if e.sqlx().is_some_and(is_unique_violation) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -567,7 +602,8 @@ impl SkuStore {
             return Ok(0);
         }
         let recorded = Instant::now();
-        self.record_in(&mut tx, &id.to_string(), kind).await?;
+        self.record_in(&mut tx, SKU_RESOURCE, &id.to_string(), kind)
+            .await?;
         before_commit();
         self.before_commit.pass(id).await;
         tx.commit()
@@ -603,6 +639,7 @@ impl SkuStore {
     async fn record_in(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        resource: &str,
         key: &str,
         kind: char,
     ) -> Result<(), StoreError> {
@@ -612,7 +649,7 @@ impl SkuStore {
             self.now_ms_sql()
         );
         sqlx::query(&q)
-            .bind(SKU_RESOURCE)
+            .bind(resource.to_string())
             .bind(key.to_string())
             .bind(kind.to_string())
             .bind(self.origin.to_string())
@@ -636,11 +673,47 @@ impl SkuStore {
             .within(&self.limit, "begin")
             .await
             .map_err(err("record change"))?;
-        self.record_in(&mut tx, key, kind).await?;
+        self.record_in(&mut tx, SKU_RESOURCE, key, kind).await?;
         tx.commit()
             .within(&self.limit, "commit")
             .await
             .map_err(err("record change"))?;
+        Ok(())
+    }
+
+    /// Entries `(resource, key, kind)` for every key, in one transaction
+    /// (a resource's `keys` and `invalidate` calls). A transaction slower
+    /// than half of `sql.outbox_gap_ms` records them again, as a write
+    /// does, so no follower gives its numbers up as a gap.
+    ///
+    /// # Errors
+    /// [`StoreError`]; nothing is recorded then, or all of it.
+    pub async fn record_many(
+        &self,
+        resource: &str,
+        keys: &[String],
+        kind: char,
+    ) -> Result<(), StoreError> {
+        for attempt in 0..2 {
+            let started = Instant::now();
+            let mut tx = self
+                .pool
+                .begin()
+                .within(&self.limit, "begin")
+                .await
+                .map_err(err("record changes"))?;
+            for key in keys {
+                self.record_in(&mut tx, resource, key, kind).await?;
+            }
+            tx.commit()
+                .within(&self.limit, "commit")
+                .await
+                .map_err(err("record changes"))?;
+            if attempt == 1 || started.elapsed() <= self.rerecord_after {
+                break;
+            }
+            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -753,7 +826,7 @@ impl SkuStore {
                 .await
                 .map_err(err("seed"))?;
             if res.rows_affected() > 0 {
-                self.record_in(&mut tx, "", 'r').await?;
+                self.record_in(&mut tx, SKU_RESOURCE, "", 'r').await?;
             }
             tx.commit()
                 .within(&self.limit, "commit")
@@ -797,6 +870,22 @@ fn sku_from_row(r: &AnyRow) -> Result<Sku, sqlx::Error> {
         seckill_end: r.try_get(6)?,
         updated_at: r.try_get(7)?,
     })
+}
+
+impl crate::source::KeyScan for SkuStore {
+    fn count_keys(&self) -> crate::source::BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.count())
+    }
+
+    fn scan_keys<'a>(
+        &'a self,
+        batch: usize,
+        sink: &'a (dyn Fn(crate::source::KeyBatch<'_>) + Send + Sync),
+    ) -> crate::source::BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.for_each_id_batch(batch as u64, |ids| {
+            sink(crate::source::KeyBatch::Ints(ids));
+        }))
+    }
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

@@ -52,3 +52,8 @@ pub fn record_outcome(sku_id: i64, outcome: &'static str) {
     span.record("sku_id", sku_id);
     span.record("outcome", outcome);
 }
+
+/// Records a resource read's outcome on the current request span.
+pub fn record_outcome_only(outcome: &'static str) {
+    Span::current().record("outcome", outcome);
+}

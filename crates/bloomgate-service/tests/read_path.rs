@@ -112,6 +112,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
 #[tokio::test]
 async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
     use bloomgate_service::cache::RedisLookup;
+    use bloomgate_service::model::Sku;
     let Some(redis) = common::redis_url().await else {
         return;
     };
@@ -120,31 +121,37 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
     let tier = server.state.reader.redis.clone().unwrap();
     let sku = bloomgate_service::model::catalogue_sku(3);
     // The first miss takes the lease; a second reader gets none.
-    let RedisLookup::Miss(Some(lease)) = tier.lookup(3).await.unwrap() else {
+    let RedisLookup::Miss(Some(lease)) = tier.lookup::<Sku>(3).await.unwrap() else {
         panic!("first miss takes a lease");
     };
     assert!(matches!(
-        tier.lookup(3).await.unwrap(),
+        tier.lookup::<Sku>(3).await.unwrap(),
         RedisLookup::Miss(None)
     ));
     assert!(tier.fill(3, &lease, Some(&sku)).await.unwrap());
-    assert!(matches!(tier.lookup(3).await.unwrap(), RedisLookup::Hit(s) if s == sku));
+    assert!(matches!(tier.lookup::<Sku>(3).await.unwrap(), RedisLookup::Hit(s) if s == sku));
     // A sentinel never overwrites a value: the lease is spent.
-    assert!(!tier.fill(3, &lease, None).await.unwrap());
-    assert!(matches!(tier.lookup(3).await.unwrap(), RedisLookup::Hit(_)));
+    assert!(!tier.fill(3, &lease, None::<&Sku>).await.unwrap());
+    assert!(matches!(
+        tier.lookup::<Sku>(3).await.unwrap(),
+        RedisLookup::Hit(_)
+    ));
     // A write's DEL between lookup and fill revokes the lease: nothing is
     // written, and the next reader leases afresh.
-    let RedisLookup::Miss(Some(old)) = tier.lookup(4).await.unwrap() else {
+    let RedisLookup::Miss(Some(old)) = tier.lookup::<Sku>(4).await.unwrap() else {
         panic!("miss takes a lease");
     };
     tier.invalidate(4).await.unwrap();
-    assert!(!tier.fill(4, &old, None).await.unwrap());
+    assert!(!tier.fill(4, &old, None::<&Sku>).await.unwrap());
     assert_eq!(tier.raw(4).await.unwrap(), None);
-    let RedisLookup::Miss(Some(fresh)) = tier.lookup(4).await.unwrap() else {
+    let RedisLookup::Miss(Some(fresh)) = tier.lookup::<Sku>(4).await.unwrap() else {
         panic!("a new lease after the delete");
     };
-    assert!(tier.fill(4, &fresh, None).await.unwrap());
-    assert!(matches!(tier.lookup(4).await.unwrap(), RedisLookup::Nil));
+    assert!(tier.fill(4, &fresh, None::<&Sku>).await.unwrap());
+    assert!(matches!(
+        tier.lookup::<Sku>(4).await.unwrap(),
+        RedisLookup::Nil
+    ));
     assert_eq!(
         tier.counters.fills_refused.load(Ordering::Relaxed),
         2,

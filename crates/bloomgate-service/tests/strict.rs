@@ -103,7 +103,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
         counter(&strict.stats().await, &["shared", "refills"]) == 1
     })
     .await;
-    assert!(shared.maybe_contains(50_000).await, "refilled from SQL");
+    assert!(shared.maybe_contains(&50_000i64).await, "refilled from SQL");
     assert_eq!(strict.get("/api/seckill/50000").await.0, 200);
     assert_eq!(strict.get("/api/seckill/900000002").await.0, 404);
     assert_eq!(

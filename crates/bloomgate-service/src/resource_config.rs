@@ -1,0 +1,233 @@
+//! `[[resources]]`: the tables a configuration guards beside the SKUs, and
+//! the checks that need no database (names, rates, limits). The checks
+//! against the database's catalogue (the table and columns exist, the key
+//! column's type) run when [`crate::table::SqlTable::open`] opens each one.
+
+use serde::Deserialize;
+
+use crate::config::{BloomLayout, ConfigError, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
+use crate::key::KeyType;
+
+/// Route segments a resource may not take: `/api/{name}/…` would shadow
+/// or collide with the service's own routes.
+pub const RESERVED_NAMES: [&str; 5] = ["seckill", "cache", "skus", "ping", "metrics"];
+
+/// One guarded table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// The resource's name: its routes (`/api/{name}/{key}`), its Redis
+    /// namespace (`{prefix}r:{name}:`), its label in stats and `/metrics`.
+    pub name: String,
+    /// The SQL table.
+    pub table: String,
+    /// The key column (unique: the primary key, usually).
+    pub key: String,
+    /// `int` (a 64-bit integer column) or `text`.
+    pub key_type: KeyType,
+    /// The columns a read answers with; all of them when empty.
+    #[serde(default)]
+    pub columns: Vec<String>,
+    /// Keys the filter is sized for.
+    #[serde(default = "default_expected")]
+    pub bloom_expected: u64,
+    /// The filter's target false-positive rate.
+    #[serde(default = "default_fpp")]
+    pub bloom_fpp: f64,
+    /// `blocked` or `classic`.
+    #[serde(default)]
+    pub bloom_layout: BloomLayout,
+    /// Most keys in one `batch`, `keys`, `invalidate` or `exists` call.
+    #[serde(default = "default_max_batch")]
+    pub max_batch_keys: usize,
+    /// A column that grows on insert (an auto id, `created_at`): rows past
+    /// the largest value seen are added to the filter every
+    /// `watch_every_ms`, so rows other programs insert are admitted
+    /// without a call.
+    #[serde(default)]
+    pub watch_column: Option<String>,
+    /// How often the watch column is read, milliseconds.
+    #[serde(default = "default_watch_every")]
+    pub watch_every_ms: u64,
+}
+
+const fn default_expected() -> u64 {
+    100_000
+}
+
+const fn default_fpp() -> f64 {
+    0.001
+}
+
+const fn default_max_batch() -> usize {
+    1000
+}
+
+const fn default_watch_every() -> u64 {
+    1000
+}
+
+/// The most keys a batch call may allow.
+pub const MAX_BATCH_LIMIT: usize = 10_000;
+
+/// True for a plain SQL identifier: a letter or `_`, then letters, digits
+/// or `_`, at most 64 in all. Nothing else is ever put into a statement.
+#[must_use]
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 64
+}
+
+fn invalid(key: String, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+impl ResourceConfig {
+    /// The config key of field `field` of the resource at `index`.
+    #[must_use]
+    pub fn key_of(index: usize, field: &str) -> String {
+        format!("resources[{index}].{field}")
+    }
+
+    /// The columns a read selects: the configured ones, or `None` for all.
+    #[must_use]
+    pub fn selected(&self) -> Option<&[String]> {
+        (!self.columns.is_empty()).then_some(&self.columns)
+    }
+
+    /// Checks what needs no database.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `resources[i].<field>`.
+    pub fn validate(&self, index: usize) -> Result<(), ConfigError> {
+        let key = |f: &str| Self::key_of(index, f);
+        check_name(&self.name, index)?;
+        let idents = [("table", &self.table), ("key", &self.key)]
+            .into_iter()
+            .chain(self.watch_column.iter().map(|w| ("watch_column", w)));
+        for (field, value) in idents {
+            if !is_identifier(value) {
+                return Err(invalid(
+                    key(field),
+                    format!(
+                        "must be a plain SQL identifier (letters, digits, _), got {:?}",
+                        crate::input::clip(value)
+                    ),
+                ));
+            }
+        }
+        if let Some(bad) = self.columns.iter().find(|c| !is_identifier(c)) {
+            return Err(invalid(
+                key("columns"),
+                format!(
+                    "must be plain SQL identifiers (letters, digits, _), got {:?}",
+                    crate::input::clip(bad)
+                ),
+            ));
+        }
+        if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&self.bloom_fpp) {
+            return Err(invalid(
+                key("bloom_fpp"),
+                format!(
+                    "must be between {MIN_BLOOM_FPP:e} and {MAX_BLOOM_FPP} (inclusive), got {}",
+                    self.bloom_fpp
+                ),
+            ));
+        }
+        if self.bloom_expected == 0 {
+            return Err(invalid(key("bloom_expected"), "must be at least 1"));
+        }
+        let bytes =
+            crate::gate::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
+                .map_err(|e| {
+                    invalid(
+                        key("bloom_expected"),
+                        format!("with bloom_fpp = {}: {e}", self.bloom_fpp),
+                    )
+                })?;
+        if bytes > MAX_FILTER_BYTES {
+            return Err(invalid(
+                key("bloom_expected"),
+                format!("needs a {bytes}-byte filter; the limit is {MAX_FILTER_BYTES} bytes"),
+            ));
+        }
+        if !(1..=MAX_BATCH_LIMIT).contains(&self.max_batch_keys) {
+            return Err(invalid(
+                key("max_batch_keys"),
+                format!(
+                    "must be between 1 and {MAX_BATCH_LIMIT}, got {}",
+                    self.max_batch_keys
+                ),
+            ));
+        }
+        if self.watch_every_ms < 10 {
+            return Err(invalid(key("watch_every_ms"), "must be at least 10"));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a resource's name: a lower-case identifier, not reserved.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `resources[index].name`.
+pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
+    let key = ResourceConfig::key_of(index, "name");
+    if !is_identifier(name) || name != name.to_ascii_lowercase() {
+        return Err(invalid(
+            key,
+            format!(
+                "must be a lower-case identifier (a-z, 0-9, _), got {:?}",
+                crate::input::clip(name)
+            ),
+        ));
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return Err(invalid(
+            key,
+            format!(
+                "{name:?} is taken by the service's own routes ({})",
+                RESERVED_NAMES.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every resource, and that no two share a name.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the first bad key.
+pub fn validate_all(resources: &[ResourceConfig]) -> Result<(), ConfigError> {
+    for (i, r) in resources.iter().enumerate() {
+        r.validate(i)?;
+        if let Some(first) = resources[..i].iter().position(|o| o.name == r.name) {
+            return Err(invalid(
+                ResourceConfig::key_of(i, "name"),
+                format!("{:?} is also the name of resources[{first}]", r.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_plain() {
+        assert!(is_identifier("users"));
+        assert!(is_identifier("_t1"));
+        assert!(!is_identifier("1t"));
+        assert!(!is_identifier("users; DROP TABLE skus"));
+        assert!(!is_identifier("a\"b"));
+        assert!(!is_identifier(""));
+        assert!(!is_identifier(&"a".repeat(65)));
+    }
+}

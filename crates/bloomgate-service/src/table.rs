@@ -1,0 +1,581 @@
+//! [`SqlTable`]: a [`Source`] over a table named in the configuration.
+//!
+//! Opening it reads the database's catalogue (SQLite's `pragma_table_info`,
+//! `information_schema.columns` elsewhere) and refuses a table or column
+//! that is not there, and a key column whose type does not match
+//! `key_type`, naming the config key; it writes nothing. Names reach a
+//! statement only after they passed [`is_identifier`] *and* were found in
+//! the catalogue, quoted in the dialect's way. Values are selected with a
+//! cast to one of four kinds (integer, float, boolean, text), so dates,
+//! decimals and anything else arrive as text, which sqlx's `Any` driver
+//! decodes on every backend.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+use sqlx::any::AnyRow;
+use sqlx::Row as _;
+
+use crate::config::ConfigError;
+use crate::key::{Key, KeyType};
+use crate::resource_config::{is_identifier, ResourceConfig};
+use crate::source::{BoxFuture, Row, Source};
+use crate::store::{err, Backend, SkuStore, StoreError, Within};
+
+/// How a column's values are read and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A JSON integer.
+    Int,
+    /// A JSON number.
+    Float,
+    /// `true` or `false`.
+    Bool,
+    /// A JSON string (text, dates, decimals and the rest).
+    Text,
+}
+
+/// Maps a catalogue type name (lower case) to a kind.
+fn kind_of(backend: Backend, data_type: &str, column_type: &str) -> Kind {
+    let t = data_type.to_ascii_lowercase();
+    let is = |names: &[&str]| names.iter().any(|n| t == *n);
+    match backend {
+        Backend::Sqlite => {
+            // SQLite's affinity rules, in their order.
+            if t.contains("int") {
+                Kind::Int
+            } else if t.contains("char") || t.contains("clob") || t.contains("text") {
+                Kind::Text
+            } else if t.contains("real") || t.contains("floa") || t.contains("doub") {
+                Kind::Float
+            } else if t.contains("bool") {
+                Kind::Bool
+            } else {
+                Kind::Text
+            }
+        }
+        Backend::MySql if column_type.eq_ignore_ascii_case("tinyint(1)") => Kind::Bool,
+        Backend::MySql | Backend::Postgres => {
+            if is(&[
+                "tinyint",
+                "smallint",
+                "mediumint",
+                "int",
+                "integer",
+                "bigint",
+            ]) {
+                Kind::Int
+            } else if is(&["float", "double", "real", "double precision"]) {
+                Kind::Float
+            } else if is(&["boolean", "bool"]) {
+                Kind::Bool
+            } else {
+                Kind::Text
+            }
+        }
+    }
+}
+
+/// True when `data_type` holds text a key can be compared with.
+fn is_text_type(backend: Backend, data_type: &str) -> bool {
+    let t = data_type.to_ascii_lowercase();
+    match backend {
+        Backend::Sqlite => t.contains("char") || t.contains("clob") || t.contains("text"),
+        _ => [
+            "char",
+            "varchar",
+            "text",
+            "character varying",
+            "character",
+            "tinytext",
+            "mediumtext",
+            "longtext",
+        ]
+        .contains(&t.as_str()),
+    }
+}
+
+#[derive(Debug)]
+struct Column {
+    name: String,
+    kind: Kind,
+}
+
+/// Counters of one table.
+#[derive(Debug, Default)]
+pub struct TableCounters {
+    /// Every statement sent (loads, batch loads, scans, counts, watches).
+    pub statements: AtomicU64,
+    /// Point loads.
+    pub loads: AtomicU64,
+    /// Point loads that found a row.
+    pub found: AtomicU64,
+    /// Batch loads (one `IN (…)` each).
+    pub batch_loads: AtomicU64,
+}
+
+/// A configured table as a [`Source`].
+#[derive(Debug, Clone)]
+pub struct SqlTable {
+    store: SkuStore,
+    key_type: KeyType,
+    /// `SELECT <columns> FROM <table>`.
+    select: Arc<str>,
+    /// The selected columns, cast to their kinds, comma-separated.
+    list: Arc<str>,
+    /// The quoted key column.
+    key: Arc<str>,
+    /// The quoted table.
+    table: Arc<str>,
+    /// The key as selected (cast to its kind).
+    key_select: Arc<str>,
+    columns: Arc<[Column]>,
+    /// The quoted watch column and its kind.
+    watch: Option<(Arc<str>, Kind)>,
+    /// Counters, shared by clones.
+    pub counters: Arc<TableCounters>,
+}
+
+impl SqlTable {
+    /// Checks `config` (the resource at `index`) against the catalogue and
+    /// prepares its statements.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `resources[index].<field>` for an
+    /// unknown table or column or a key type that does not match;
+    /// [`StoreError`] (as the `Err` of the outer result) when the
+    /// catalogue cannot be read.
+    pub async fn open(
+        store: &SkuStore,
+        config: &ResourceConfig,
+        index: usize,
+    ) -> Result<Result<Self, ConfigError>, StoreError> {
+        let key = |f: &str| ResourceConfig::key_of(index, f);
+        let bad = |field: &str, message: String| {
+            Ok(Err(ConfigError::Invalid {
+                key: key(field),
+                message,
+            }))
+        };
+        // Validated already; checked again because nothing unchecked may
+        // reach a statement.
+        for name in [&config.table, &config.key]
+            .into_iter()
+            .chain(&config.columns)
+            .chain(&config.watch_column)
+        {
+            if !is_identifier(name) {
+                return bad("table", format!("{name:?} is not a plain identifier"));
+            }
+        }
+        let backend = store.backend();
+        let catalogue = catalogue(store, &config.table).await?;
+        if catalogue.is_empty() {
+            return bad(
+                "table",
+                format!(
+                    "no table {:?} in the database (or it has no columns)",
+                    config.table
+                ),
+            );
+        }
+        let find = |name: &str| catalogue.iter().find(|(n, _, _)| n == name);
+        let Some((_, key_data_type, key_column_type)) = find(&config.key) else {
+            return bad(
+                "key",
+                format!("table {:?} has no column {:?}", config.table, config.key),
+            );
+        };
+        let key_ok = match config.key_type {
+            KeyType::Int => kind_of(backend, key_data_type, key_column_type) == Kind::Int,
+            KeyType::Text => is_text_type(backend, key_data_type),
+        };
+        if !key_ok {
+            return bad(
+                "key_type",
+                format!(
+                    "column {:?} is {key_data_type}, which is not a{} column",
+                    config.key,
+                    match config.key_type {
+                        KeyType::Int => "n integer",
+                        KeyType::Text => " text",
+                    }
+                ),
+            );
+        }
+        let mut columns = Vec::new();
+        match config.selected() {
+            Some(names) => {
+                for name in names {
+                    let Some((n, dt, ct)) = find(name) else {
+                        return bad(
+                            "columns",
+                            format!("table {:?} has no column {name:?}", config.table),
+                        );
+                    };
+                    columns.push(Column {
+                        name: n.clone(),
+                        kind: kind_of(backend, dt, ct),
+                    });
+                }
+            }
+            None => columns.extend(catalogue.iter().map(|(n, dt, ct)| Column {
+                name: n.clone(),
+                kind: kind_of(backend, dt, ct),
+            })),
+        }
+        let watch = match &config.watch_column {
+            Some(w) => {
+                let Some((n, dt, ct)) = find(w) else {
+                    return bad(
+                        "watch_column",
+                        format!("table {:?} has no column {w:?}", config.table),
+                    );
+                };
+                Some((Arc::from(quote(backend, n)), kind_of(backend, dt, ct)))
+            }
+            None => None,
+        };
+        let list: Vec<String> = columns
+            .iter()
+            .map(|c| cast(backend, &quote(backend, &c.name), c.kind))
+            .collect();
+        let table = quote(backend, &config.table);
+        let key_quoted = quote(backend, &config.key);
+        let key_kind = match config.key_type {
+            KeyType::Int => Kind::Int,
+            KeyType::Text => Kind::Text,
+        };
+        Ok(Ok(Self {
+            store: store.clone(),
+            key_type: config.key_type,
+            select: format!("SELECT {} FROM {table}", list.join(", ")).into(),
+            list: list.join(", ").into(),
+            key_select: cast(backend, &key_quoted, key_kind).into(),
+            key: key_quoted.into(),
+            table: table.into(),
+            columns: columns.into(),
+            watch,
+            counters: Arc::default(),
+        }))
+    }
+
+    fn bind_key<'q>(
+        q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+        key: &Key,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+        match key {
+            Key::Int(i) => q.bind(*i),
+            Key::Text(s) => q.bind(s.clone()),
+        }
+    }
+
+    fn key_from(&self, row: &AnyRow, at: usize) -> Result<Key, sqlx::Error> {
+        Ok(match self.key_type {
+            KeyType::Int => Key::Int(row.try_get::<i64, _>(at)?),
+            KeyType::Text => Key::Text(text_at(row, at)?.unwrap_or_default()),
+        })
+    }
+
+    fn row_from(&self, row: &AnyRow) -> Row {
+        let mut out = Row::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            out.insert(c.name.clone(), value(row, i, c.kind));
+        }
+        out
+    }
+
+    fn count_statement(&self) {
+        self.counters.statements.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The watch column's largest value (`None` for an empty table or no
+    /// watch column).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn watched_max(&self) -> Result<Option<WatchValue>, StoreError> {
+        let Some((column, kind)) = &self.watch else {
+            return Ok(None);
+        };
+        let as_int = *kind == Kind::Int;
+        let backend = self.store.backend();
+        let selected = cast(backend, column, if as_int { Kind::Int } else { Kind::Text });
+        let q = format!("SELECT MAX({selected}) FROM {}", self.table);
+        self.count_statement();
+        let row = sqlx::query(&q)
+            .fetch_one(&self.store.pool)
+            .within(&self.store.limit, "resource watch")
+            .await
+            .map_err(err("resource watch"))?;
+        Ok(if as_int {
+            row.try_get::<Option<i64>, _>(0)
+                .map_err(err("resource watch"))?
+                .map(WatchValue::Int)
+        } else {
+            text_at(&row, 0)
+                .map_err(err("resource watch"))?
+                .map(WatchValue::Text)
+        })
+    }
+
+    /// Keys of rows whose watch column is at least `from` (all rows when
+    /// `None`), in the column's order, at most `limit`, with the column's
+    /// value (an integer, or text). `None` when no watch column is set.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn watched(
+        &self,
+        from: Option<&WatchValue>,
+        limit: usize,
+    ) -> Result<Option<Vec<(Key, WatchValue)>>, StoreError> {
+        let Some((column, kind)) = &self.watch else {
+            return Ok(None);
+        };
+        let backend = self.store.backend();
+        let as_int = *kind == Kind::Int;
+        let selected = cast(backend, column, if as_int { Kind::Int } else { Kind::Text });
+        let filter = match from {
+            None => String::new(),
+            Some(_) => format!(" WHERE {selected} >= {}", self.store.ph(1)),
+        };
+        let q = format!(
+            "SELECT {}, {selected} FROM {}{filter} ORDER BY {selected} LIMIT {limit}",
+            self.key_select, self.table
+        );
+        let mut query = sqlx::query(&q);
+        query = match from {
+            Some(WatchValue::Int(i)) => query.bind(*i),
+            Some(WatchValue::Text(s)) => query.bind(s.clone()),
+            None => query,
+        };
+        self.count_statement();
+        let rows = query
+            .fetch_all(&self.store.pool)
+            .within(&self.store.limit, "resource watch")
+            .await
+            .map_err(err("resource watch"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let key = self.key_from(r, 0).map_err(err("resource watch"))?;
+            let v = if as_int {
+                r.try_get::<Option<i64>, _>(1)
+                    .map(|v| v.map(WatchValue::Int))
+            } else {
+                text_at(r, 1).map(|v| v.map(WatchValue::Text))
+            }
+            .map_err(err("resource watch"))?;
+            if let Some(v) = v {
+                out.push((key, v));
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// A watch column's value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WatchValue {
+    /// An integer column.
+    Int(i64),
+    /// Any other column, compared as text (ISO dates sort as text).
+    Text(String),
+}
+
+fn quote(backend: Backend, ident: &str) -> String {
+    match backend {
+        Backend::MySql => format!("`{ident}`"),
+        _ => format!("\"{ident}\""),
+    }
+}
+
+fn cast(backend: Backend, column: &str, kind: Kind) -> String {
+    match (backend, kind) {
+        (Backend::Sqlite, Kind::Text) => format!("CAST({column} AS TEXT)"),
+        // sqlx's Any driver refuses a row holding a column it sees as BOOLEAN.
+        (Backend::Sqlite, Kind::Bool) => format!("CAST({column} AS INTEGER)"),
+        (Backend::Sqlite, _) => column.to_owned(),
+        (Backend::MySql, Kind::Int | Kind::Bool) => format!("CAST({column} AS SIGNED)"),
+        (Backend::MySql, Kind::Float) => format!("CAST({column} AS DOUBLE)"),
+        (Backend::MySql, Kind::Text) => format!("CAST({column} AS CHAR)"),
+        (Backend::Postgres, Kind::Int) => format!("CAST({column} AS BIGINT)"),
+        (Backend::Postgres, Kind::Float) => format!("CAST({column} AS DOUBLE PRECISION)"),
+        (Backend::Postgres, Kind::Bool) => column.to_owned(),
+        (Backend::Postgres, Kind::Text) => format!("CAST({column} AS TEXT)"),
+    }
+}
+
+/// Text from column `i`: MySQL sends long text (and casts to `CHAR`) as
+/// `BLOB`, which the `Any` driver decodes only as bytes.
+fn text_at(row: &AnyRow, i: usize) -> Result<Option<String>, sqlx::Error> {
+    match row.try_get::<Option<String>, _>(i) {
+        Ok(v) => Ok(v),
+        Err(e) => match row.try_get::<Option<Vec<u8>>, _>(i) {
+            Ok(v) => Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned())),
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// A value of `kind` from column `i`; a value SQLite's dynamic typing
+/// stored as another type is answered as text, NULL as `null`.
+fn value(row: &AnyRow, i: usize, kind: Kind) -> Value {
+    let typed = match kind {
+        Kind::Int => row.try_get::<Option<i64>, _>(i).map(|v| v.map(Value::from)),
+        Kind::Float => row.try_get::<Option<f64>, _>(i).map(|v| v.map(Value::from)),
+        Kind::Bool => row
+            .try_get::<Option<bool>, _>(i)
+            .or_else(|_| row.try_get::<Option<i64>, _>(i).map(|v| v.map(|b| b != 0)))
+            .map(|v| v.map(Value::from)),
+        Kind::Text => text_at(row, i).map(|v| v.map(Value::from)),
+    };
+    match typed {
+        Ok(v) => v.unwrap_or(Value::Null),
+        Err(_) => text_at(row, i)
+            .ok()
+            .flatten()
+            .or_else(|| row.try_get::<f64, _>(i).ok().map(|f| f.to_string()))
+            .or_else(|| row.try_get::<i64, _>(i).ok().map(|f| f.to_string()))
+            .map_or(Value::Null, Value::from),
+    }
+}
+
+/// `(name, data type, column type)` of each column of `table`, in order.
+async fn catalogue(
+    store: &SkuStore,
+    table: &str,
+) -> Result<Vec<(String, String, String)>, StoreError> {
+    let q = match store.backend() {
+        Backend::Sqlite => {
+            "SELECT name, type, type FROM pragma_table_info(?) ORDER BY cid".to_owned()
+        }
+        Backend::MySql => "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), CONVERT(COLUMN_TYPE USING utf8mb4) \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION"
+            .to_owned(),
+        Backend::Postgres => "SELECT CAST(column_name AS TEXT), CAST(data_type AS TEXT), CAST(udt_name AS TEXT) \
+             FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 \
+             ORDER BY ordinal_position"
+            .to_owned(),
+    };
+    let rows = sqlx::query(&q)
+        .bind(table.to_owned())
+        .fetch_all(&store.pool)
+        .within(&store.limit, "catalogue")
+        .await
+        .map_err(err("catalogue"))?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                text_at(r, 0)?.unwrap_or_default(),
+                text_at(r, 1)?.unwrap_or_default(),
+                text_at(r, 2)?.unwrap_or_default(),
+            ))
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(err("catalogue"))
+}
+
+impl Source for SqlTable {
+    fn key_type(&self) -> KeyType {
+        self.key_type
+    }
+
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>> {
+        Box::pin(async move {
+            let q = format!("{} WHERE {} = {}", self.select, self.key, self.store.ph(1));
+            self.count_statement();
+            self.counters.loads.fetch_add(1, Ordering::Relaxed);
+            let row = Self::bind_key(sqlx::query(&q), key)
+                .fetch_optional(&self.store.pool)
+                .within(&self.store.limit, "resource load")
+                .await
+                .map_err(err("resource load"))?;
+            if row.is_some() {
+                self.counters.found.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(row.as_ref().map(|r| self.row_from(r)))
+        })
+    }
+
+    fn load_many<'a>(
+        &'a self,
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<Vec<(Key, Row)>, StoreError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            let phs: Vec<String> = (1..=keys.len()).map(|n| self.store.ph(n)).collect();
+            let q = format!(
+                "SELECT {}, {} FROM {} WHERE {} IN ({})",
+                self.list,
+                self.key_select,
+                self.table,
+                self.key,
+                phs.join(", ")
+            );
+            let mut query = sqlx::query(&q);
+            for k in keys {
+                query = Self::bind_key(query, k);
+            }
+            self.count_statement();
+            self.counters.batch_loads.fetch_add(1, Ordering::Relaxed);
+            let rows = query
+                .fetch_all(&self.store.pool)
+                .within(&self.store.limit, "resource batch load")
+                .await
+                .map_err(err("resource batch load"))?;
+            rows.iter()
+                .map(|r| Ok((self.key_from(r, self.columns.len())?, self.row_from(r))))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(err("resource batch load"))
+        })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Key>, StoreError>> {
+        Box::pin(async move {
+            let filter = match after {
+                Some(_) => format!(" WHERE {} > {}", self.key, self.store.ph(1)),
+                None => String::new(),
+            };
+            let q = format!(
+                "SELECT {} FROM {}{filter} ORDER BY {} LIMIT {limit}",
+                self.key_select, self.table, self.key
+            );
+            let mut query = sqlx::query(&q);
+            if let Some(k) = after {
+                query = Self::bind_key(query, k);
+            }
+            self.count_statement();
+            let rows = query
+                .fetch_all(&self.store.pool)
+                .within(&self.store.limit, "resource scan")
+                .await
+                .map_err(err("resource scan"))?;
+            rows.iter()
+                .map(|r| self.key_from(r, 0))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(err("resource scan"))
+        })
+    }
+
+    fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let q = format!("SELECT COUNT(*) FROM {}", self.table);
+            self.count_statement();
+            let row = sqlx::query(&q)
+                .fetch_one(&self.store.pool)
+                .within(&self.store.limit, "resource count")
+                .await
+                .map_err(err("resource count"))?;
+            Ok(row.try_get::<i64, _>(0).map_err(err("resource count"))? as u64)
+        })
+    }
+}

@@ -1,0 +1,490 @@
+//! Guarding tables named in the configuration (issue 19): seed 002's
+//! `users` table keyed by strings like `u000001`, beside the SKUs, on
+//! SQLite, MariaDB and PostgreSQL, with two instances sharing the database
+//! (and Redis where given).
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use bloomgate_service::gate::Verdict;
+use bloomgate_service::key::{Key, KeyType};
+use bloomgate_service::resource::Resource;
+use bloomgate_service::resource_config::ResourceConfig;
+use bloomgate_service::Config;
+use common::{eventually, TestServer};
+use reqwest::Method;
+
+const ROWS: i64 = 200;
+
+async fn pool(url: &str) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    let url = if url.starts_with("sqlite") {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_owned()
+    };
+    sqlx::AnyPool::connect(&url).await.unwrap()
+}
+
+async fn exec(url: &str, statements: &[String]) {
+    let pool = pool(url).await;
+    for s in statements {
+        sqlx::query(s).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+}
+
+/// The `users` table, with a column of each kind the API answers.
+async fn users_table(url: &str) {
+    let (float, boolean) = if url.starts_with("postgres") {
+        ("DOUBLE PRECISION", "BOOLEAN")
+    } else if url.starts_with("mysql") {
+        ("DOUBLE", "BOOLEAN")
+    } else {
+        ("REAL", "BOOLEAN")
+    };
+    let mut s = vec![format!(
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL, \
+         age INTEGER, score {float}, active {boolean}, joined DATE, balance DECIMAL(10,2), seq BIGINT NOT NULL)"
+    )];
+    let values: Vec<String> = (1..=ROWS)
+        .map(|i| {
+            let active = if url.starts_with("sqlite") {
+                (i % 2).to_string()
+            } else if i % 2 == 1 {
+                "TRUE".into()
+            } else {
+                "FALSE".into()
+            };
+            let age = if i == 3 {
+                "NULL".into()
+            } else {
+                (20 + i % 50).to_string()
+            };
+            format!(
+                "('u{i:06}', 'user {i}', {age}, {}.5, {active}, '2026-01-{:02}', {i}.25, {i})",
+                i,
+                1 + i % 28
+            )
+        })
+        .collect();
+    s.push(format!("INSERT INTO users VALUES {}", values.join(", ")));
+    exec(url, &s).await;
+}
+
+fn resource(name: &str, watch: bool) -> ResourceConfig {
+    ResourceConfig {
+        name: name.into(),
+        table: "users".into(),
+        key: "id".into(),
+        key_type: KeyType::Text,
+        columns: Vec::new(),
+        bloom_expected: 1000,
+        bloom_fpp: 0.01,
+        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
+        max_batch_keys: 50,
+        watch_column: watch.then(|| "seq".into()),
+        watch_every_ms: 50,
+    }
+}
+
+fn text(s: &str) -> Key {
+    Key::Text(s.into())
+}
+
+fn users(s: &TestServer, name: &str) -> std::sync::Arc<Resource> {
+    s.state
+        .resources
+        .iter()
+        .find(|r| &*r.name == name)
+        .cloned()
+        .unwrap()
+}
+
+async fn ready(s: &TestServer) {
+    for r in &s.state.resources {
+        let g = std::sync::Arc::clone(r.gate());
+        eventually(20, "resource filter built", || {
+            let g = std::sync::Arc::clone(&g);
+            async move { g.is_ready() }
+        })
+        .await;
+    }
+}
+
+/// A key that every filter of every instance rejects (`prefix` + n).
+fn rejected_everywhere(servers: &[&TestServer], prefix: &str) -> Key {
+    (0..100_000)
+        .map(|n| text(&format!("{prefix}{n}")))
+        .find(|k| {
+            servers.iter().all(|s| {
+                s.state
+                    .resources
+                    .iter()
+                    .all(|r| r.gate().probe(k) == Verdict::Reject)
+            })
+        })
+        .expect("some key is rejected everywhere")
+}
+
+async fn post(s: &TestServer, path: &str, keys: &[&str]) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({ "keys": keys }).to_string();
+    s.send(Method::POST, path, Some(&body)).await
+}
+
+async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
+    users_table(url).await;
+    let mut config: Config = common::config(url, redis, prefix);
+    config.resources = vec![resource("users", false), resource("members", true)];
+    config.sql.outbox_poll_ms = 50;
+    let a = TestServer::start(config.clone(), 10).await;
+    let b = TestServer::start(config, 10).await;
+    ready(&a).await;
+    ready(&b).await;
+
+    // Rows answer 200 with each kind of value.
+    let (status, row) = a.get("/api/users/u000003").await;
+    assert_eq!(status, 200, "{row}");
+    assert_eq!(row["id"], "u000003");
+    assert_eq!(row["name"], "user 3");
+    assert!(row["age"].is_null(), "{row}");
+    assert_eq!(row["score"], 3.5);
+    assert_eq!(row["active"], true);
+    assert_eq!(row["joined"], "2026-01-04");
+    assert_eq!(
+        row["balance"].as_str().map(|b| b.trim_end_matches('0')),
+        Some("3.25")
+    );
+    assert_eq!(row["seq"], 3);
+    assert_eq!(a.get("/api/users/u000004").await.1["active"], false);
+    // The SKUs are still seed 000's routes.
+    assert_eq!(a.get("/api/seckill/7").await.0, 200);
+
+    // A random-string attack stays off SQL: only the filter's false
+    // positives reach it, and only this resource's counters move.
+    let ua = users(&a, "users");
+    let table = ua.table.as_ref().unwrap();
+    let loads_before = table.counters.loads.load(Relaxed);
+    let sku_rejected_before = a.state.reader.gate.stats().rejected;
+    let before = ua.gate().stats();
+    let mut rng = fastrand::Rng::with_seed(19);
+    for _ in 0..300 {
+        let key: String = (0..12).map(|_| rng.alphanumeric()).collect();
+        assert_eq!(a.get(&format!("/api/users/x{key}")).await.0, 404);
+    }
+    let after = ua.gate().stats();
+    let loads = table.counters.loads.load(Relaxed) - loads_before;
+    let passed = after.passed - before.passed;
+    assert_eq!(loads, passed, "every SQL load is a filter pass");
+    assert!(after.rejected - before.rejected >= 285, "{after:?}");
+    assert!(passed <= 15, "300 keys at 1% let {passed} through");
+    assert_eq!(a.state.reader.gate.stats().rejected, sku_rejected_before);
+    let stats = a.stats().await;
+    assert!(counter(&stats, &["resources", "users", "bloom", "rejected"]) >= 285);
+    assert_eq!(
+        counter(&stats, &["resources", "members", "bloom", "rejected"]),
+        0
+    );
+    let metrics = a
+        .client
+        .get(a.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let rejected = common::prom_value(
+        &metrics,
+        "bloomgate_resource_filter_checks_total",
+        &[("resource", "users"), ("verdict", "rejected")],
+    );
+    assert!(rejected.is_some_and(|v| v >= 285.0), "{rejected:?}");
+
+    // A row inserted behind the service's back: 404 until `keys`, then 200
+    // on every instance; the watched resource admits it without a call.
+    let key = rejected_everywhere(&[&a, &b], "u9");
+    let path = format!("/api/users/{key}");
+    exec(
+        url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES ('{key}', 'late', 100000)"
+        )],
+    )
+    .await;
+    assert_eq!(a.get(&path).await.0, 404);
+    assert_eq!(b.get(&path).await.0, 404);
+    let (status, body) = post(&a, "/api/users/keys", &[&key.to_string()]).await;
+    assert_eq!((status, body["added"].as_i64()), (200, Some(1)), "{body}");
+    assert_eq!(a.get(&path).await.0, 200, "the instance that took the call");
+    eventually(5, "the other instance admits the key", || async {
+        b.get(&path).await.0 == 200
+    })
+    .await;
+    for s in [&a, &b] {
+        let members = format!("/api/members/{key}");
+        eventually(5, "the watch admits the row", || async {
+            s.get(&members).await.0 == 200
+        })
+        .await;
+    }
+
+    // `invalidate` drops a row from every instance's caches.
+    assert_eq!(b.get("/api/users/u000010").await.1["name"], "user 10");
+    exec(
+        url,
+        &["UPDATE users SET name = 'renamed' WHERE id = 'u000010'".into()],
+    )
+    .await;
+    assert_eq!(
+        b.get("/api/users/u000010").await.1["name"],
+        "user 10",
+        "cached"
+    );
+    let (status, body) = post(&a, "/api/users/invalidate", &["u000010"]).await;
+    assert_eq!(status, 200, "{body}");
+    eventually(5, "the other instance drops its copy", || async {
+        b.get("/api/users/u000010").await.1["name"] == "renamed"
+    })
+    .await;
+
+    // `exists`: the filter's answer alone, on either instance.
+    let missing = rejected_everywhere(&[&a, &b], "nobody");
+    for s in [&a, &b] {
+        let (status, body) = post(s, "/api/users/exists", &["u000001", &missing.to_string()]).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["exists"], serde_json::json!([true, false]));
+    }
+
+    // `batch`: found rows, a missing key the filter passes, a key it
+    // rejects; one IN (…) statement for what passed.
+    let fp = (0..1_000_000)
+        .map(|n| text(&format!("fp{n}")))
+        .find(|k| ua.gate().probe(k) == Verdict::Pass)
+        .expect("a false positive at 1%");
+    let batches = table.counters.batch_loads.load(Relaxed);
+    let (status, body) = post(
+        &a,
+        "/api/users/batch",
+        &["u000001", "u000002", &fp.to_string(), &missing.to_string()],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let found: Vec<&str> = body["found"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, ["u000001", "u000002"]);
+    assert_eq!(body["found"][1]["row"]["name"], "user 2");
+    assert_eq!(
+        body["missing"],
+        serde_json::json!([fp.to_string(), missing.to_string()])
+    );
+    assert_eq!(table.counters.batch_loads.load(Relaxed), batches + 1);
+    let many: Vec<String> = (0..51).map(|i| format!("u{i:06}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let (status, body) = post(&a, "/api/users/batch", &many).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+    let (status, body) = a
+        .send(Method::POST, "/api/users/batch", Some(r#"{"keys":[1]}"#))
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    a.stop().await;
+    b.stop().await;
+}
+
+fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
+    common::counter(v, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    guard_users(&common::sqlite_url(&dir), None, "res-sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_on_mariadb() {
+    let Some(url) = common::mysql_database("resources").await else {
+        return;
+    };
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:res-maria:").await;
+    }
+    guard_users(&url, redis.as_deref(), "res-maria").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_on_postgres() {
+    let Some(url) = common::postgres_database("resources").await else {
+        return;
+    };
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:res-pg:").await;
+    }
+    guard_users(&url, redis.as_deref(), "res-pg").await;
+}
+
+/// Every bad `[[resources]]` entry stops the start with an error naming
+/// its key, and leaves the database as it was (no migration ran).
+async fn refuse_bad_configs(url: &str) {
+    users_table(url).await;
+    type Change = Box<dyn Fn(&mut Vec<ResourceConfig>)>;
+    let cases: Vec<(&str, Change)> = vec![
+        (
+            "resources[0].table",
+            Box::new(|r| r[0].table = "nope".into()),
+        ),
+        (
+            "resources[0].columns",
+            Box::new(|r| r[0].columns = vec!["id".into(), "nope".into()]),
+        ),
+        ("resources[0].key", Box::new(|r| r[0].key = "nope".into())),
+        (
+            "resources[0].table",
+            Box::new(|r| r[0].table = "users; DROP TABLE skus".into()),
+        ),
+        (
+            "resources[1].name",
+            Box::new(|r| r.push(resource("users", false))),
+        ),
+        (
+            "resources[0].key_type",
+            Box::new(|r| r[0].key_type = KeyType::Int),
+        ),
+        (
+            "resources[0].key_type",
+            Box::new(|r| {
+                r[0].key = "seq".into();
+                r[0].key_type = KeyType::Text;
+            }),
+        ),
+        (
+            "resources[0].name",
+            Box::new(|r| r[0].name = "seckill".into()),
+        ),
+        (
+            "resources[0].watch_column",
+            Box::new(|r| r[0].watch_column = Some("nope".into())),
+        ),
+    ];
+    for (key, change) in cases {
+        let mut config = common::config(url, None, "res-bad");
+        config.resources = vec![resource("users", false)];
+        change(&mut config.resources);
+        let err = bloomgate_service::AppState::connect(&config)
+            .await
+            .expect_err(key)
+            .to_string();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    // Untouched: the users rows are all there and no service table exists.
+    let pool = pool(url).await;
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, ROWS);
+    assert!(
+        sqlx::query("SELECT COUNT(*) FROM bloomgate_migrations")
+            .fetch_one(&pool)
+            .await
+            .is_err(),
+        "no migration ran"
+    );
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn bad_resources_stop_the_start_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    refuse_bad_configs(&common::sqlite_url(&dir)).await;
+}
+
+#[tokio::test]
+async fn bad_resources_stop_the_start_on_mariadb() {
+    let Some(url) = common::mysql_database("resources_bad").await else {
+        return;
+    };
+    refuse_bad_configs(&url).await;
+}
+
+#[tokio::test]
+async fn bad_resources_stop_the_start_on_postgres() {
+    let Some(url) = common::postgres_database("resources_bad").await else {
+        return;
+    };
+    refuse_bad_configs(&url).await;
+}
+
+#[allow(dead_code)]
+#[path = "../examples/guard_users.rs"]
+mod guard_users;
+
+/// The README's Rust example: a `Source` of the user's own, guarded as
+/// resource `users` beside the SKUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_example_guards_a_source_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}/users.db?mode=rwc",
+        dir.path().display()
+    ))
+    .await
+    .unwrap();
+    sqlx::query("CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT NOT NULL)")
+        .execute(&users)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u1001', 'Ada'), ('u1002', 'Grace')")
+        .execute(&users)
+        .await
+        .unwrap();
+    let config = common::config(&common::sqlite_url(&dir), None, "res-example");
+    let state = guard_users::guarded(&config, users).await;
+    let r = std::sync::Arc::clone(&state.resources[0]);
+    let g = std::sync::Arc::clone(r.gate());
+    eventually(20, "filter built", || {
+        let g = std::sync::Arc::clone(&g);
+        async move { g.is_ready() }
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bloomgate_service::run(listener, state, async {
+        let _ = rx.await;
+    }));
+    let get = |path: &str| reqwest::get(format!("{base}{path}"));
+    let ada = get("/api/users/u1001").await.unwrap();
+    assert_eq!(ada.status(), 200);
+    assert_eq!(
+        ada.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!({"id": "u1001", "name": "Ada"})
+    );
+    let key = (0..10_000)
+        .map(|n| text(&format!("u9{n}")))
+        .find(|k| g.probe(k) == Verdict::Reject)
+        .unwrap();
+    let before = g.stats().rejected;
+    let missing = get(&format!("/api/users/{key}")).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        g.stats().rejected,
+        before + 1,
+        "refused by the filter, not the source"
+    );
+    assert_eq!(g.stats().added, 2);
+    let _ = tx.send(());
+    task.await.unwrap().unwrap();
+}
