@@ -236,10 +236,10 @@ impl Resource {
     }
 
     /// Adds `keys` (rows the application committed) to every instance's
-    /// filter: recorded in the outbox, added here, dropped from this
-    /// instance's caches and Redis (a "not found" cached before the row
-    /// existed must not answer), then the others are rung. Answers only
-    /// after all of that.
+    /// filter: dropped from Redis and this instance's L1 (a "not found"
+    /// cached before the row existed must not answer), recorded in the
+    /// outbox, added here, then the others are rung. Answers only after
+    /// all of that.
     ///
     /// # Errors
     /// [`AppError::BadRequest`] over the limit; [`AppError::Unavailable`]
@@ -247,12 +247,15 @@ impl Resource {
     /// instance's filter anyway; call again).
     pub async fn add_keys(&self, keys: &[Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
+        // Redis first: once the entry is in the outbox another instance
+        // may learn the key and read it, and must not find a "not found"
+        // cached before the row existed.
+        for k in keys {
+            self.reader.invalidate(k).await;
+        }
         let recorded = self.record(keys, 'c').await;
         for k in keys {
             self.reader.gate.insert(k);
-        }
-        for k in keys {
-            self.reader.invalidate(k).await;
         }
         recorded?;
         self.counters
