@@ -186,15 +186,20 @@ async fn the_fleet_runs_on_a_redis_cluster_and_survives_a_node_restarted_empty()
     })
     .await;
     all_found(&fleet, &every, 5).await;
+    // What A queued while the node was down reaches the restarted node.
+    eventually(20, "the queued appends are delivered", || async {
+        counter(&a.stats().await, &["changes", "pending"]) == 0
+    })
+    .await;
     for s in fleet {
-        let stats = s.stats().await;
-        eprintln!("after the restart: {}", stats["changes"]);
         if !std::ptr::eq(s, &a) {
-            assert!(
-                counter(&stats, &["changes", "gaps"]) >= 1,
-                "the lost stream was noticed: {stats}"
-            );
+            // The followers notice when they next read the stream's node.
+            eventually(20, "the lost stream is noticed", || async {
+                counter(&s.stats().await, &["changes", "gaps"]) >= 1
+            })
+            .await;
         }
+        eprintln!("after the restart: {}", s.stats().await["changes"]);
     }
     a.stop().await;
     b.stop().await;
