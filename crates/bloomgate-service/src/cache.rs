@@ -613,6 +613,32 @@ impl RedisTier {
         res
     }
 
+    /// [`RedisTier::invalidate`] for many keys in one round trip (one
+    /// pipeline on a server, concurrent `DEL`s on a cluster). On failure
+    /// every key is owed.
+    ///
+    /// # Errors
+    /// [`CacheError`] (counted); the invalidations are then owed.
+    pub async fn invalidate_many<K: std::fmt::Display>(&self, ids: &[K]) -> Result<(), CacheError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.key(id)).collect();
+        let cmds = keys
+            .iter()
+            .map(|k| {
+                let mut cmd = redis::cmd("DEL");
+                cmd.arg(k);
+                cmd
+            })
+            .collect();
+        let res: Result<Vec<i64>, CacheError> = self.guarded(query_each(&self.conn, cmds)).await;
+        if res.is_err() {
+            self.guard.owed().extend(keys);
+        }
+        res.map(drop)
+    }
+
     /// The raw value under an id's key (for inspection and tests).
     ///
     /// # Errors

@@ -215,7 +215,9 @@ pub async fn prepare(
     outbox.spawn_follower(outbox_from, covered, &state.reader);
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
-    if c.bloom_enabled && c.bloom_build_on_start {
+    // They have no warm route, so they build at start whatever
+    // `bloom_build_on_start` says (it holds back the SKU build only).
+    if c.bloom_enabled {
         let retry = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),

@@ -169,8 +169,9 @@ fn status_label(slot: usize) -> String {
 /// scanners cannot blow up the cardinality).
 pub const UNMATCHED: &str = "(unmatched)";
 
-/// Routes tracked apart; more (there are about ten) count as unmatched.
-const MAX_ROUTES: usize = 64;
+/// Routes tracked apart (about ten, and five per resource, at most
+/// `resource_config::MAX_RESOURCES` of them); more count as unmatched.
+const MAX_ROUTES: usize = 128;
 
 const SERIES_PER_ROUTE: usize = Outcome::LABELS.len() * (STATUSES.len() + 1);
 

@@ -511,6 +511,28 @@ impl<R: Rows> ShieldedReader<R> {
         self.invalidate_local(id);
     }
 
+    /// [`ShieldedReader::invalidate`] for many keys, Redis in one round
+    /// trip. Returns whether Redis confirmed the deletes (true without
+    /// Redis); when it did not, they are owed and this instance reads
+    /// around Redis for those keys, but other instances may still read
+    /// what Redis holds.
+    pub async fn invalidate_many(&self, keys: &[R::Key]) -> bool {
+        let confirmed = match &self.redis {
+            Some(redis) => match redis.invalidate_many(keys).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(keys = keys.len(), error = %e, "redis DEL failed; owed");
+                    false
+                }
+            },
+            None => true,
+        };
+        for k in keys {
+            self.invalidate_local(k);
+        }
+        confirmed
+    }
+
     /// This instance's part of an invalidation: under the id's shard lock,
     /// bump the write counter, detach the load in flight, drop the L1
     /// entry. Also applied for writes made through other instances.

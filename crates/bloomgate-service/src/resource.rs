@@ -8,7 +8,7 @@
 //! (within milliseconds with the Redis doorbell, within
 //! `sql.outbox_poll_ms` without), as SKU writes are.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -236,28 +236,31 @@ impl Resource {
     }
 
     /// Adds `keys` (rows the application committed) to every instance's
-    /// filter: dropped from Redis and this instance's L1 (a "not found"
-    /// cached before the row existed must not answer), recorded in the
-    /// outbox, added here, then the others are rung. Answers only after
-    /// all of that.
+    /// filter: added here, dropped from Redis and this instance's L1 (a
+    /// "not found" cached before the row existed must not answer),
+    /// recorded in the outbox (which the others follow), then the others
+    /// are rung. Answers only after all of that.
     ///
     /// # Errors
     /// [`AppError::BadRequest`] over the limit; [`AppError::Unavailable`]
-    /// when the outbox could not be written (the keys are in this
-    /// instance's filter anyway; call again).
+    /// when Redis did not confirm the deletes or the outbox could not be
+    /// written (the keys are in this instance's filter anyway; call
+    /// again).
     pub async fn add_keys(&self, keys: &[Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
         // Redis first: once the entry is in the outbox another instance
         // may learn the key and read it, and must not find a "not found"
-        // cached before the row existed.
-        for k in keys {
-            self.reader.invalidate(k).await;
-        }
-        let recorded = self.record(keys, 'c').await;
+        // cached before the row existed. Without that, nothing is
+        // recorded and the call fails (the caller retries).
         for k in keys {
             self.reader.gate.insert(k);
         }
-        recorded?;
+        if !self.reader.invalidate_many(keys).await {
+            return Err(AppError::Unavailable(
+                "redis did not confirm dropping the keys' cached \"not found\"; call again".into(),
+            ));
+        }
+        self.record(keys, 'c').await?;
         self.counters
             .keys_added
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
@@ -273,10 +276,13 @@ impl Resource {
     pub async fn invalidate(&self, keys: &[Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
         let recorded = self.record(keys, 'u').await;
-        for k in keys {
-            self.reader.invalidate(k).await;
-        }
+        let confirmed = self.reader.invalidate_many(keys).await;
         recorded?;
+        if !confirmed {
+            return Err(AppError::Unavailable(
+                "redis did not confirm dropping the keys; call again".into(),
+            ));
+        }
         self.counters
             .invalidated
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
@@ -295,9 +301,11 @@ impl Resource {
             })
     }
 
+    /// Rings the others in the background: the outbox holds the entries
+    /// already, so the caller need not wait for Redis.
     async fn ring(&self) {
-        if let Some(log) = &self.changes {
-            log.ring().await;
+        if let Some(log) = self.changes.clone() {
+            tokio::spawn(async move { log.ring().await });
         }
     }
 
@@ -434,23 +442,26 @@ const WATCH_PAGE: usize = 10_000;
 /// out of order) is still seen if it committed within that many polls.
 const WATCH_LAG_POLLS: usize = 5;
 
-/// Polls the table's watch column until the resource is dropped, adding
-/// the keys of rows at or past the low mark to the filter; keys new to it
-/// are also dropped from the caches (a "not found" cached before the row
-/// existed).
+/// Polls the table's watch column until the resource is dropped. Keys of
+/// rows at or past the low mark go into the filter; keys not seen by the
+/// recent polls are also dropped from Redis and L1 (a "not found" may be
+/// cached from before the row existed, even where the filter already
+/// said "maybe").
 async fn watch(resource: std::sync::Weak<Resource>, every: Duration) {
     let mut maxima: VecDeque<Option<WatchValue>> = VecDeque::new();
+    let mut recent: VecDeque<HashSet<Key>> = VecDeque::new();
     let mut high: Option<WatchValue> = None;
-    let mut first = true;
+    let mut started = false;
     loop {
         let Some(r) = resource.upgrade() else { return };
         let Some(table) = r.table.clone() else { return };
-        if first {
+        let mut seen = HashSet::new();
+        if !started {
             // Rows that exist now are the build's; start from the top.
             match table.watched_max().await {
                 Ok(m) => {
                     high = m;
-                    first = false;
+                    started = true;
                 }
                 Err(e) => {
                     tracing::warn!(resource = %r.name, error = %e, "watch: reading the largest value failed")
@@ -458,8 +469,9 @@ async fn watch(resource: std::sync::Weak<Resource>, every: Duration) {
             }
         } else {
             let mut from = maxima.front().cloned().flatten().or_else(|| high.clone());
+            let mut past = false;
             loop {
-                let page = match table.watched(from.as_ref(), WATCH_PAGE).await {
+                let page = match table.watched(from.as_ref(), past, WATCH_PAGE).await {
                     Ok(Some(p)) => p,
                     Ok(None) => return,
                     Err(e) => {
@@ -467,30 +479,38 @@ async fn watch(resource: std::sync::Weak<Resource>, every: Duration) {
                         break;
                     }
                 };
+                let mut fresh = Vec::new();
                 for (key, value) in &page {
-                    let new = matches!(
-                        r.reader.gate.probe(key),
-                        Verdict::Reject | Verdict::Unvouched
-                    );
                     r.reader.gate.learn(key);
-                    if new {
-                        r.counters.watched.fetch_add(1, Ordering::Relaxed);
-                        r.reader.invalidate(key).await;
+                    if !recent.iter().any(|s| s.contains(key)) && seen.insert(key.clone()) {
+                        fresh.push(key.clone());
                     }
                     if high.as_ref().is_none_or(|h| value > h) {
                         high = Some(value.clone());
                     }
                 }
-                let last = page.last().map(|(_, v)| v.clone());
-                if page.len() < WATCH_PAGE || last == from {
+                if !fresh.is_empty() {
+                    r.counters
+                        .watched
+                        .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+                    r.reader.invalidate_many(&fresh).await;
+                }
+                if page.len() < WATCH_PAGE {
                     break;
                 }
-                from = last;
+                let Some((_, last)) = page.into_iter().next_back() else {
+                    break;
+                };
+                // A full page of one value: go on past it.
+                past = from.as_ref() == Some(&last);
+                from = Some(last);
             }
         }
         maxima.push_back(high.clone());
+        recent.push_back(seen);
         if maxima.len() > WATCH_LAG_POLLS {
             maxima.pop_front();
+            recent.pop_front();
         }
         drop(r);
         tokio::time::sleep(every).await;

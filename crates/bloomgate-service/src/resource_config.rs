@@ -199,11 +199,21 @@ pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The most resources one service guards (each has five routes, which
+/// the request metrics count apart).
+pub const MAX_RESOURCES: usize = 16;
+
 /// Checks every resource, and that no two share a name.
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the first bad key.
 pub fn validate_all(resources: &[ResourceConfig]) -> Result<(), ConfigError> {
+    if resources.len() > MAX_RESOURCES {
+        return Err(invalid(
+            "resources".into(),
+            format!("at most {MAX_RESOURCES} resources, got {}", resources.len()),
+        ));
+    }
     for (i, r) in resources.iter().enumerate() {
         r.validate(i)?;
         if let Some(first) = resources[..i].iter().position(|o| o.name == r.name) {

@@ -210,6 +210,16 @@ impl AppState {
         options: &crate::resource::ResourceOptions,
     ) -> Result<Self, StartError> {
         let index = self.resources.len();
+        if index >= crate::resource_config::MAX_RESOURCES {
+            return Err(crate::config::ConfigError::Invalid {
+                key: "resources".into(),
+                message: format!(
+                    "at most {} resources",
+                    crate::resource_config::MAX_RESOURCES
+                ),
+            }
+            .into());
+        }
         crate::resource_config::check_name(name, index)?;
         if self.resources.iter().any(|r| &*r.name == name) {
             return Err(crate::config::ConfigError::Invalid {

@@ -681,39 +681,71 @@ impl SkuStore {
         Ok(())
     }
 
-    /// Entries `(resource, key, kind)` for every key, in one transaction
-    /// (a resource's `keys` and `invalidate` calls). A transaction slower
-    /// than half of `sql.outbox_gap_ms` records them again, as a write
-    /// does, so no follower gives its numbers up as a gap.
+    /// Entries `(resource, key, kind)` for every key, in one statement
+    /// (a resource's `keys` and `invalidate` calls). One slower than half
+    /// of `sql.outbox_gap_ms` records them again, as a late write does
+    /// (retried in the background until it lands), so no follower that
+    /// gave their numbers up as gaps misses them.
     ///
     /// # Errors
-    /// [`StoreError`]; nothing is recorded then, or all of it.
+    /// [`StoreError`]; some entries may have been recorded (recording
+    /// them again is harmless).
     pub async fn record_many(
         &self,
         resource: &str,
         keys: &[String],
         kind: char,
     ) -> Result<(), StoreError> {
-        for attempt in 0..2 {
-            let started = Instant::now();
-            let mut tx = self
-                .pool
-                .begin()
-                .within(&self.limit, "begin")
-                .await
-                .map_err(err("record changes"))?;
-            for key in keys {
-                self.record_in(&mut tx, resource, key, kind).await?;
-            }
-            tx.commit()
-                .within(&self.limit, "commit")
-                .await
-                .map_err(err("record changes"))?;
-            if attempt == 1 || started.elapsed() <= self.rerecord_after {
-                break;
-            }
-            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+        if keys.is_empty() {
+            return Ok(());
         }
+        let started = Instant::now();
+        // SQLite takes at most 32,766 bound values in a statement.
+        for chunk in keys.chunks(1000) {
+            self.insert_entries(resource, chunk, kind).await?;
+        }
+        if started.elapsed() > self.rerecord_after {
+            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+            let (store, resource, keys) = (self.clone(), resource.to_owned(), keys.to_vec());
+            tokio::spawn(async move {
+                let mut backoff = Duration::from_millis(100);
+                while let Err(e) = store.insert_entries(&resource, &keys, kind).await {
+                    tracing::warn!(error = %e, "re-recording late outbox entries failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// One multi-row `INSERT` of outbox entries (atomic by itself).
+    async fn insert_entries(
+        &self,
+        resource: &str,
+        keys: &[String],
+        kind: char,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<String> = (0..keys.len())
+            .map(|i| format!("({}, {})", self.phs(1 + 4 * i, 4), self.now_ms_sql()))
+            .collect();
+        let q = format!(
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query(&q);
+        for key in keys {
+            query = query
+                .bind(resource.to_owned())
+                .bind(key.clone())
+                .bind(kind.to_string())
+                .bind(self.origin.to_string());
+        }
+        query
+            .execute(&self.pool)
+            .within(&self.limit, "record changes")
+            .await
+            .map_err(err("record changes"))?;
         Ok(())
     }
 

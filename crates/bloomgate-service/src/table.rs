@@ -131,8 +131,8 @@ pub struct SqlTable {
     /// The key as selected (cast to its kind).
     key_select: Arc<str>,
     columns: Arc<[Column]>,
-    /// The quoted watch column and its kind.
-    watch: Option<(Arc<str>, Kind)>,
+    /// The watch column.
+    watch: Option<Arc<Watch>>,
     /// Counters, shared by clones.
     pub counters: Arc<TableCounters>,
 }
@@ -166,7 +166,16 @@ impl SqlTable {
             .chain(&config.watch_column)
         {
             if !is_identifier(name) {
-                return bad("table", format!("{name:?} is not a plain identifier"));
+                let field = if name == &config.table {
+                    "table"
+                } else if name == &config.key {
+                    "key"
+                } else if config.columns.contains(name) {
+                    "columns"
+                } else {
+                    "watch_column"
+                };
+                return bad(field, format!("{name:?} is not a plain identifier"));
             }
         }
         let backend = store.backend();
@@ -233,7 +242,36 @@ impl SqlTable {
                         format!("table {:?} has no column {w:?}", config.table),
                     );
                 };
-                Some((Arc::from(quote(backend, n)), kind_of(backend, dt, ct)))
+                let as_int = kind_of(backend, dt, ct) == Kind::Int;
+                let lower = dt.to_ascii_lowercase();
+                let timely = lower.contains("date") || lower.contains("time");
+                if !as_int && !timely && !is_text_type(backend, dt) {
+                    return bad(
+                        "watch_column",
+                        format!(
+                            "column {n:?} is {dt}: a watch column must be an integer, text, date or time column (other values do not sort as their text)"
+                        ),
+                    );
+                }
+                // PostgreSQL compares a timestamp with text only after a
+                // cast of the bound value to the column's type.
+                let bound = match backend {
+                    Backend::Postgres if !as_int && is_identifier(ct) => {
+                        format!("CAST({} AS {ct})", store.ph(1))
+                    }
+                    _ => store.ph(1),
+                };
+                let column = quote(backend, n);
+                Some(Arc::new(Watch {
+                    selected: cast(
+                        backend,
+                        &column,
+                        if as_int { Kind::Int } else { Kind::Text },
+                    ),
+                    column,
+                    as_int,
+                    bound,
+                }))
             }
             None => None,
         };
@@ -296,60 +334,57 @@ impl SqlTable {
     /// # Errors
     /// [`StoreError`].
     pub async fn watched_max(&self) -> Result<Option<WatchValue>, StoreError> {
-        let Some((column, kind)) = &self.watch else {
+        let Some(w) = &self.watch else {
             return Ok(None);
         };
-        let as_int = *kind == Kind::Int;
-        let backend = self.store.backend();
-        let selected = cast(backend, column, if as_int { Kind::Int } else { Kind::Text });
-        let q = format!("SELECT MAX({selected}) FROM {}", self.table);
+        // MAX of the raw column (an index answers it), cast for reading.
+        let q = format!(
+            "SELECT {} FROM (SELECT MAX({}) AS {} FROM {}) m",
+            w.selected, w.column, w.column, self.table
+        );
         self.count_statement();
         let row = sqlx::query(&q)
             .fetch_one(&self.store.pool)
             .within(&self.store.limit, "resource watch")
             .await
             .map_err(err("resource watch"))?;
-        Ok(if as_int {
-            row.try_get::<Option<i64>, _>(0)
-                .map_err(err("resource watch"))?
-                .map(WatchValue::Int)
-        } else {
-            text_at(&row, 0)
-                .map_err(err("resource watch"))?
-                .map(WatchValue::Text)
-        })
+        w.value(&row, 0).map_err(err("resource watch"))
     }
 
-    /// Keys of rows whose watch column is at least `from` (all rows when
-    /// `None`), in the column's order, at most `limit`, with the column's
-    /// value (an integer, or text). `None` when no watch column is set.
+    /// Keys of rows whose watch column is at least `from` (past it, with
+    /// `past`; every row with a value when `None`), in the column's order, at most `limit`, with the column's
+    /// value. `None` when no watch column is set. The raw column is
+    /// compared and ordered, so an index on it serves the statement.
     ///
     /// # Errors
     /// [`StoreError`].
     pub async fn watched(
         &self,
         from: Option<&WatchValue>,
+        past: bool,
         limit: usize,
     ) -> Result<Option<Vec<(Key, WatchValue)>>, StoreError> {
-        let Some((column, kind)) = &self.watch else {
+        let Some(w) = &self.watch else {
             return Ok(None);
         };
-        let backend = self.store.backend();
-        let as_int = *kind == Kind::Int;
-        let selected = cast(backend, column, if as_int { Kind::Int } else { Kind::Text });
         let filter = match from {
-            None => String::new(),
-            Some(_) => format!(" WHERE {selected} >= {}", self.store.ph(1)),
+            Some(_) => format!(
+                " WHERE {} {} {}",
+                w.column,
+                if past { ">" } else { ">=" },
+                w.bound
+            ),
+            // The table was empty: every row is new.
+            None => format!(" WHERE {} IS NOT NULL", w.column),
         };
         let q = format!(
-            "SELECT {}, {selected} FROM {}{filter} ORDER BY {selected} LIMIT {limit}",
-            self.key_select, self.table
+            "SELECT {}, {} FROM {}{filter} ORDER BY {} LIMIT {limit}",
+            self.key_select, w.selected, self.table, w.column
         );
-        let mut query = sqlx::query(&q);
-        query = match from {
-            Some(WatchValue::Int(i)) => query.bind(*i),
-            Some(WatchValue::Text(s)) => query.bind(s.clone()),
-            None => query,
+        let query = match from {
+            Some(WatchValue::Int(i)) => sqlx::query(&q).bind(*i),
+            Some(WatchValue::Text(s)) => sqlx::query(&q).bind(s.clone()),
+            None => sqlx::query(&q),
         };
         self.count_statement();
         let rows = query
@@ -360,18 +395,35 @@ impl SqlTable {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let key = self.key_from(r, 0).map_err(err("resource watch"))?;
-            let v = if as_int {
-                r.try_get::<Option<i64>, _>(1)
-                    .map(|v| v.map(WatchValue::Int))
-            } else {
-                text_at(r, 1).map(|v| v.map(WatchValue::Text))
-            }
-            .map_err(err("resource watch"))?;
-            if let Some(v) = v {
+            if let Some(v) = w.value(r, 1).map_err(err("resource watch"))? {
                 out.push((key, v));
             }
         }
         Ok(Some(out))
+    }
+}
+
+/// A table's watch column: compared raw, read cast.
+#[derive(Debug)]
+struct Watch {
+    /// Quoted.
+    column: String,
+    /// The column as selected (cast to an integer or text).
+    selected: String,
+    /// An integer column; else compared as text (text, dates, times).
+    as_int: bool,
+    /// The bound value in a comparison (cast to the column's type where
+    /// the dialect needs it).
+    bound: String,
+}
+
+impl Watch {
+    fn value(&self, row: &AnyRow, at: usize) -> Result<Option<WatchValue>, sqlx::Error> {
+        Ok(if self.as_int {
+            row.try_get::<Option<i64>, _>(at)?.map(WatchValue::Int)
+        } else {
+            text_at(row, at)?.map(WatchValue::Text)
+        })
     }
 }
 

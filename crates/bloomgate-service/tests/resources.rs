@@ -135,8 +135,21 @@ async fn post(s: &TestServer, path: &str, keys: &[&str]) -> (u16, serde_json::Va
 
 async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     users_table(url).await;
+    // Empty at start, int keys, watched by a timestamp.
+    exec(
+        url,
+        &["CREATE TABLE events (id BIGINT NOT NULL PRIMARY KEY, title VARCHAR(50), created_at TIMESTAMP NULL)".into()],
+    )
+    .await;
     let mut config: Config = common::config(url, redis, prefix);
-    config.resources = vec![resource("users", false), resource("members", true)];
+    let mut events = resource("events", true);
+    events.table = "events".into();
+    events.key_type = KeyType::Int;
+    events.watch_column = Some("created_at".into());
+    config.resources = vec![resource("users", false), resource("members", true), events];
+    // Cached "not found"s outlive every wait below: only an invalidation
+    // clears them.
+    config.cache.l1_negative_ttl_secs = 300;
     config.sql.outbox_poll_ms = 50;
     let a = TestServer::start(config.clone(), 10).await;
     let b = TestServer::start(config, 10).await;
@@ -229,6 +242,73 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
         })
         .await;
     }
+
+    // A key both instances' filters pass (a false positive), read on B
+    // and cached as missing there (L1, and `__nil__` in Redis); the row
+    // then appears and `keys` is called on A: B answers 200.
+    let ub = users(&b, "users");
+    let both = (0..10_000_000)
+        .map(|n| text(&format!("v{n}")))
+        .find(|k| ua.gate().probe(k) == Verdict::Pass && ub.gate().probe(k) == Verdict::Pass)
+        .expect("a false positive of both filters");
+    let both_path = format!("/api/users/{both}");
+    assert_eq!(b.get(&both_path).await.0, 404);
+    assert_eq!(b.get(&both_path).await.0, 404, "from the cache");
+    exec(
+        url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES ('{both}', 'both', 100002)"
+        )],
+    )
+    .await;
+    assert_eq!(
+        post(&a, "/api/users/keys", &[&both.to_string()]).await.0,
+        200
+    );
+    eventually(5, "B drops its cached not-found", || async {
+        b.get(&both_path).await.0 == 200
+    })
+    .await;
+
+    // A key the watched filter already passes (a false positive) was
+    // read as missing and cached so; the row then appears behind the
+    // service's back: the watch drops the cached "not found".
+    let members = users(&a, "members");
+    let fp = (0..1_000_000)
+        .map(|n| text(&format!("w{n}")))
+        .find(|k| members.gate().probe(k) == Verdict::Pass)
+        .expect("a false positive at 1%");
+    let fp_path = format!("/api/members/{fp}");
+    assert_eq!(a.get(&fp_path).await.0, 404);
+    assert_eq!(a.get(&fp_path).await.0, 404, "from the cache");
+    exec(
+        url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES ('{fp}', 'fp', 100003)"
+        )],
+    )
+    .await;
+    eventually(5, "the watch drops the cached not-found", || async {
+        a.get(&fp_path).await.0 == 200
+    })
+    .await;
+
+    // A table empty at start, watched by a timestamp, with integer keys.
+    exec(
+        url,
+        &["INSERT INTO events VALUES (41, 'launch', '2026-12-01 10:00:00'), (42, 'sale', '2026-12-01 10:00:01')".into()],
+    )
+    .await;
+    for s in [&a, &b] {
+        eventually(
+            5,
+            "the watch admits rows of a table empty at start",
+            || async { s.get("/api/events/42").await.0 == 200 },
+        )
+        .await;
+    }
+    assert_eq!(a.get("/api/events/41").await.1["title"], "launch");
+    assert_eq!(a.get("/api/events/x").await.0, 400);
 
     // `invalidate` drops a row from every instance's caches.
     assert_eq!(b.get("/api/users/u000010").await.1["name"], "user 10");
