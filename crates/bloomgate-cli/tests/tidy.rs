@@ -253,3 +253,171 @@ fn every_public_type_of_the_published_crates_has_an_example() {
         missing.join("\n")
     );
 }
+
+/// The module of `file` under `src`: its path without `.rs`, `::`-joined
+/// (`mod.rs` names its folder).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The `crate::…` paths `text` names, line comments removed (a group
+/// `crate::{a, b::c}` names each member).
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for member in group[..end].split(',') {
+                if let Some(first) = member.split_whitespace().next() {
+                    out.push(first.to_string());
+                }
+            }
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            out.push(rest[..end].trim_end_matches(':').to_string());
+        }
+    }
+    out
+}
+
+/// `module → the modules it names`, by the rule of
+/// `shared/tools/module_cycles.py`: the longest module path named, and
+/// no edge between a module and its own parent or child.
+fn module_graph(src: &Path) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let files: Vec<(String, String)> = rust_files(src)
+        .into_iter()
+        .map(|f| (module_of(src, &f), read(&f)))
+        .filter(|(m, _)| m != "lib" && m != "main")
+        .collect();
+    let names: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for (m, text) in &files {
+        let mut to = BTreeSet::new();
+        for path in crate_paths(text) {
+            let parts: Vec<&str> = path.split("::").collect();
+            for i in (1..=parts.len()).rev() {
+                let cand = parts[..i].join("::");
+                if names.contains(&cand) {
+                    let related = &cand == m
+                        || m.starts_with(&format!("{cand}::"))
+                        || cand.starts_with(&format!("{m}::"));
+                    if !related {
+                        to.insert(cand);
+                    }
+                    break;
+                }
+            }
+        }
+        graph.insert(m.clone(), to);
+    }
+    graph
+}
+
+/// A circle in `graph`, if there is one, as the modules along it.
+fn find_cycle(graph: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        graph: &std::collections::BTreeMap<String, BTreeSet<String>>,
+        state: &mut std::collections::BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(m.to_string(), 1);
+        stack.push(m.to_string());
+        for next in graph.get(m).into_iter().flatten() {
+            match state.get(next.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let from = stack.iter().position(|s| s == next).unwrap();
+                    let mut circle = stack[from..].to_vec();
+                    circle.push(next.clone());
+                    return Some(circle);
+                }
+                0 => {
+                    if let Some(c) = visit(next, graph, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(m.to_string(), 2);
+        None
+    }
+    let mut state = std::collections::BTreeMap::new();
+    for m in graph.keys() {
+        if state.get(m.as_str()).copied().unwrap_or(0) == 0 {
+            if let Some(c) = visit(m, graph, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// The service crate in layers (issue 19): every `use crate::…` points
+/// down, so no modules import each other in a circle.
+#[test]
+fn the_service_crate_has_no_import_circle() {
+    let src = root().join("crates/bloomgate-service/src");
+    let graph = module_graph(&src);
+    assert!(graph.len() > 20, "the graph was read: {graph:?}");
+    assert!(
+        graph["router"].contains("routes") && graph["reader"].contains("gate"),
+        "edges are found: {graph:?}"
+    );
+    if let Some(circle) = find_cycle(&graph) {
+        panic!(
+            "modules import each other in a circle: {}",
+            circle.join(" → ")
+        );
+    }
+}
+
+/// The finder finds a circle where there is one.
+#[test]
+fn a_circle_is_found() {
+    let mut g = std::collections::BTreeMap::new();
+    g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    g.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
+    g.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    g.insert("d".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
+    g.get_mut("c").unwrap().clear();
+    assert_eq!(find_cycle(&g), None);
+    assert_eq!(
+        crate_paths("use crate::{a::B, c};\n// crate::zz\nlet x = crate::d::e(1);"),
+        ["a::B", "c", "d::e"]
+    );
+}
+
+/// The most lines a service source file may have (issue 19).
+const MAX_LINES: usize = 600;
+
+#[test]
+fn no_service_file_is_longer_than_600_lines() {
+    let src = root().join("crates/bloomgate-service/src");
+    let long: Vec<String> = rust_files(&src)
+        .into_iter()
+        .map(|f| (read(&f).lines().count(), f))
+        .filter(|(n, _)| *n > MAX_LINES)
+        .map(|(n, f)| format!("{} ({n} lines)", f.display()))
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+}

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bloomgate_redis::Conn;
@@ -30,6 +30,11 @@ pub const SKU_NAMESPACE: &str = "sku:";
 pub fn resource_namespace(name: &str) -> String {
     format!("r:{name}:")
 }
+
+mod guard;
+
+pub use guard::BreakerState;
+use guard::{BreakerWatch, Doubling, Guard};
 
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
@@ -173,113 +178,6 @@ pub enum CacheError {
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-}
-
-/// The breaker's state, for stats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BreakerState {
-    /// Commands are sent.
-    Closed,
-    /// Commands are not sent until the open period ends.
-    Open,
-    /// The open period ended: the next commands probe Redis.
-    HalfOpen,
-}
-
-/// Records the breaker's transitions (failsafe calls it on each one).
-#[derive(Debug, Default)]
-struct WatchInner {
-    state: AtomicU8,
-    opened: AtomicU64,
-}
-
-#[derive(Debug, Default, Clone)]
-struct BreakerWatch(Arc<WatchInner>);
-
-impl failsafe::Instrument for BreakerWatch {
-    fn on_call_rejected(&self) {}
-    fn on_open(&self) {
-        self.0.state.store(1, Ordering::Relaxed);
-        self.0.opened.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("redis breaker opened: reads go to SQL without Redis");
-    }
-    fn on_half_open(&self) {
-        self.0.state.store(2, Ordering::Relaxed);
-    }
-    fn on_closed(&self) {
-        if self.0.state.swap(0, Ordering::Relaxed) != 0 {
-            tracing::info!("redis breaker closed: Redis answers again");
-        }
-    }
-}
-
-/// Open periods that double from `next` up to `max` (failsafe's own
-/// exponential backoff starts at one second at least; ours may be shorter).
-#[derive(Debug, Clone)]
-struct Doubling {
-    next: Duration,
-    max: Duration,
-}
-
-impl Iterator for Doubling {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (self.next * 2).min(self.max);
-        Some(now)
-    }
-}
-
-type Breaker =
-    failsafe::StateMachine<failsafe::failure_policy::ConsecutiveFailures<Doubling>, BreakerWatch>;
-
-/// The timeout, the breaker and the invalidations Redis is still owed,
-/// shared by every clone of a [`RedisTier`].
-#[derive(Debug)]
-struct Guard {
-    timeout: Duration,
-    breaker: Breaker,
-    watch: BreakerWatch,
-    /// Keys whose `DEL` after a write failed or was not sent: Redis may
-    /// hold an older state for them, so they bypass Redis until the `DEL`
-    /// lands.
-    owed: Mutex<HashSet<String>>,
-}
-
-impl Guard {
-    fn owed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        // A set of ids stays consistent under a panic elsewhere.
-        self.owed.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs one command under the timeout and the breaker.
-    async fn run<T>(
-        &self,
-        counters: &RedisCounters,
-        command: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, CacheError> {
-        if !self.breaker.is_call_permitted() {
-            counters.skipped.fetch_add(1, Ordering::Relaxed);
-            return Err(CacheError::BreakerOpen);
-        }
-        match tokio::time::timeout(self.timeout, command).await {
-            Ok(Ok(v)) => {
-                self.breaker.on_success();
-                Ok(v)
-            }
-            Ok(Err(e)) => {
-                self.breaker.on_error();
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-                Err(CacheError::Redis(e))
-            }
-            Err(_) => {
-                self.breaker.on_error();
-                counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(CacheError::Timeout(self.timeout))
-            }
-        }
-    }
 }
 
 /// GET the key; on a miss set this reader's lease, in one step.

@@ -11,6 +11,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+mod load;
+pub mod resources;
+
 /// The default embedded database: a SQLite file under `./data/`.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/bloomgate.db";
 
@@ -41,7 +44,7 @@ pub struct Config {
     /// HTTP limits and shutdown.
     pub http: HttpConfig,
     /// Tables guarded beside the SKUs (`[[resources]]`).
-    pub resources: Vec<crate::resource_config::ResourceConfig>,
+    pub resources: Vec<resources::ResourceConfig>,
 }
 
 /// The `sql.*` table: how much the service may ask of the database.
@@ -145,26 +148,7 @@ pub enum BloomMode {
     Redis,
 }
 
-/// Which filter the gate uses (`cache.bloom_layout`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BloomLayout {
-    /// 256-bit blocks: one cache line per check, ~10% more bits than classic.
-    #[default]
-    Blocked,
-    /// Seed 000's scheme: `k` positions over the whole array, fewest bits,
-    /// up to `k` cache lines per check.
-    Classic,
-}
-
-/// The lowest `cache.bloom_fpp` accepted: below it the blocked layout needs
-/// more than ~140 bits per key and sizing stops being sensible.
-pub const MIN_BLOOM_FPP: f64 = 1e-9;
-/// The highest `cache.bloom_fpp` accepted: past one half a filter passes
-/// more absent ids than it stops.
-pub const MAX_BLOOM_FPP: f64 = 0.5;
-/// The largest filter the service will allocate (4 GiB).
-pub const MAX_FILTER_BYTES: u64 = 4 << 30;
+pub use crate::filter::{BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
 
 /// The `cache.*` table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -309,103 +293,13 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Keys whose environment values are always strings, even when they look
-/// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 6] = [
-    "listen",
-    "bloom_snapshot_path",
-    "database_url",
-    "redis_url",
-    "admin_token",
-    "redis_prefix",
-];
-
-/// Parses an environment value as a TOML scalar (bool, integer, float),
-/// falling back to a string.
-fn env_value(raw: &str) -> toml::Value {
-    if let Ok(b) = raw.parse::<bool>() {
-        return toml::Value::Boolean(b);
-    }
-    if let Ok(i) = raw.parse::<i64>() {
-        return toml::Value::Integer(i);
-    }
-    if let Ok(f) = raw.parse::<f64>() {
-        if raw.contains(['.', 'e', 'E']) {
-            return toml::Value::Float(f);
-        }
-    }
-    toml::Value::String(raw.into())
-}
-
 impl Config {
-    /// Loads defaults, then `file` (if given), then the process environment.
-    ///
-    /// # Errors
-    /// [`ConfigError`] naming the offending key.
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_from(file, std::env::vars())
-    }
-
-    /// As [`Config::load`], with an explicit environment (for tests).
-    ///
-    /// # Errors
-    /// [`ConfigError`] naming the offending key.
-    pub fn load_from(
-        file: Option<&Path>,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let mut table = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                text.parse::<toml::Table>().map_err(|e| {
-                    invalid("(file)", format!("{}: {}", path.display(), e.message()))
-                })?
-            }
-            None => toml::Table::new(),
-        };
-        let mut conventional = Vec::new();
-        for (name, raw) in env {
-            if let Some(rest) = name.strip_prefix("BLOOMGATE_") {
-                let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-                let value = if path.len() == 1 && path[0] == "redis_cluster" {
-                    toml::Value::Array(
-                        raw.split(',')
-                            .map(str::trim)
-                            .filter(|n| !n.is_empty())
-                            .map(|n| toml::Value::String(n.into()))
-                            .collect(),
-                    )
-                } else if path
-                    .last()
-                    .is_some_and(|k| STRING_KEYS.contains(&k.as_str()))
-                {
-                    toml::Value::String(raw)
-                } else {
-                    env_value(&raw)
-                };
-                set_path(&mut table, &path, value);
-            } else if name == "DATABASE_URL" || name == "REDIS_URL" {
-                conventional.push((name.to_ascii_lowercase(), raw));
-            }
-        }
-        for (key, raw) in conventional {
-            table.entry(key).or_insert(toml::Value::String(raw));
-        }
-        let config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| invalid(&e.path().to_string(), e.inner().to_string()))?;
-        config.validate()?;
-        Ok(config)
-    }
-
     /// Checks values that parse but make no sense.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::resource_config::validate_all(&self.resources)?;
+        resources::validate_all(&self.resources)?;
         let c = &self.cache;
         if c.bloom_mode != BloomMode::Local && self.redis().is_none() {
             return Err(invalid(
@@ -452,7 +346,7 @@ impl Config {
         }
         // The rebuild sizes for at least `bloom_expected`: check now that
         // sizing can serve it, rather than failing every build later.
-        let bytes = crate::gate::filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp)
+        let bytes = crate::filter::filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp)
             .map_err(|e| {
                 invalid(
                     "cache.bloom_expected",
@@ -605,26 +499,6 @@ impl Config {
             self.redis_url.clone().map(RedisTarget::Server)
         } else {
             Some(RedisTarget::Cluster(self.redis_cluster.clone()))
-        }
-    }
-}
-
-fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
-    match path {
-        [] => {}
-        [last] => {
-            table.insert(last.clone(), value);
-        }
-        [head, rest @ ..] => {
-            let entry = table
-                .entry(head.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            if !entry.is_table() {
-                *entry = toml::Value::Table(toml::Table::new());
-            }
-            if let toml::Value::Table(t) = entry {
-                set_path(t, rest, value);
-            }
         }
     }
 }

@@ -37,7 +37,7 @@ impl Key {
     /// A message for a 400: not an integer, empty, too long, or holding a
     /// control character.
     pub fn parse(ty: KeyType, raw: &str) -> Result<Self, String> {
-        let quoted = crate::input::clip(raw);
+        let quoted = crate::text::clip(raw);
         match ty {
             KeyType::Int => raw
                 .parse::<i64>()
@@ -68,11 +68,11 @@ impl Key {
             (_, serde_json::Value::String(s)) => Self::parse(ty, s),
             (KeyType::Int, other) => Err(format!(
                 "key must be an integer, got {}",
-                crate::input::clip(&other.to_string())
+                crate::text::clip(&other.to_string())
             )),
             (KeyType::Text, other) => Err(format!(
                 "key must be a string, got {}",
-                crate::input::clip(&other.to_string())
+                crate::text::clip(&other.to_string())
             )),
         }
     }

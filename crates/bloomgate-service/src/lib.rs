@@ -14,6 +14,7 @@ pub mod config;
 pub mod dashboard;
 pub mod edge;
 pub mod error;
+pub mod filter;
 pub mod gate;
 pub mod input;
 pub mod json_errors;
@@ -23,28 +24,32 @@ pub mod metrics;
 pub mod model;
 pub mod openapi;
 pub mod outbox;
+pub mod paths;
 #[doc(hidden)]
 pub mod pause;
 pub mod persist;
 pub mod reader;
 pub mod redis_link;
 pub mod resource;
-pub mod resource_config;
 pub mod resource_routes;
+pub mod router;
 pub mod routes;
 pub mod shared;
 pub mod source;
 pub mod state;
+pub mod stats;
 pub mod store;
+pub mod sync;
 pub mod table;
 pub mod telemetry;
+pub mod text;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::Config;
-pub use routes::router;
+pub use router::router;
 pub use state::{AppState, StartError};
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops

@@ -57,12 +57,6 @@ impl Counter {
         self.shards[shard_index()].0.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Subtracts `n` (for counts reset after an event, like deletes since a
-    /// rebuild). The total never goes below what was added.
-    pub fn sub(&self, n: u64) {
-        self.shards[shard_index()].0.fetch_sub(n, Ordering::Relaxed);
-    }
-
     /// The current total.
     #[must_use]
     pub fn get(&self) -> u64 {
@@ -170,7 +164,7 @@ fn status_label(slot: usize) -> String {
 pub const UNMATCHED: &str = "(unmatched)";
 
 /// Routes tracked apart (about ten, and five per resource, at most
-/// `resource_config::MAX_RESOURCES` of them); more count as unmatched.
+/// `config::resources::MAX_RESOURCES` of them); more count as unmatched.
 const MAX_ROUTES: usize = 128;
 
 const SERIES_PER_ROUTE: usize = Outcome::LABELS.len() * (STATUSES.len() + 1);
@@ -351,10 +345,7 @@ impl ServiceMetrics {
         if let Some(i) = find() {
             return i;
         }
-        let _adding = self
-            .adding
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _adding = crate::sync::lock(&self.adding);
         if let Some(i) = find() {
             return i;
         }
@@ -460,256 +451,6 @@ impl ServiceMetrics {
     }
 }
 
-/// A resource's series, each labelled `resource="<name>"`.
-fn export_resource(m: &ServiceMetrics, res: &crate::resource::Resource) {
-    let name = || label("resource", res.name.to_string());
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let r = &res.reader;
-    let g = r.gate.stats();
-    for (verdict, n) in [("rejected", g.rejected), ("passed", g.passed)] {
-        m.counter(
-            "bloomgate_resource_filter_checks_total",
-            vec![name(), label("verdict", verdict)],
-            n,
-        );
-    }
-    m.gauge(
-        "bloomgate_resource_filter_ready",
-        vec![name()],
-        f64::from(u8::from(g.ready)),
-    );
-    m.gauge(
-        "bloomgate_resource_filter_fill_ratio",
-        vec![name()],
-        g.fill_ratio,
-    );
-    m.gauge(
-        "bloomgate_resource_filter_items_estimated",
-        vec![name()],
-        g.estimated_items,
-    );
-    let l1 = &r.l1_counters;
-    for (result, c) in [
-        ("hit", &l1.hits),
-        ("negative_hit", &l1.negative_hits),
-        ("miss", &l1.misses),
-    ] {
-        m.counter(
-            "bloomgate_resource_l1_lookups_total",
-            vec![name(), label("result", result)],
-            c.get(),
-        );
-    }
-    if let Some(redis) = &r.redis {
-        let c = &redis.counters;
-        for (result, v) in [
-            ("hit", &c.hits),
-            ("nil_hit", &c.nil_hits),
-            ("miss", &c.misses),
-        ] {
-            m.counter(
-                "bloomgate_resource_redis_lookups_total",
-                vec![name(), label("result", result)],
-                get(v),
-            );
-        }
-    }
-    if let Some(t) = &res.table {
-        m.counter(
-            "bloomgate_resource_sql_statements_total",
-            vec![name()],
-            get(&t.counters.statements),
-        );
-    }
-    let c = &res.counters;
-    for (call, v) in [
-        ("keys", &c.keys_added),
-        ("invalidate", &c.invalidated),
-        ("exists", &c.exists_checked),
-        ("batch", &c.batch_keys),
-        ("watch", &c.watched),
-    ] {
-        m.counter(
-            "bloomgate_resource_call_keys_total",
-            vec![name(), label("call", call)],
-            get(v),
-        );
-    }
-}
-
-fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
-    Label::new(k, v.into())
-}
-
-/// Copies the values the JSON stats show into `state`'s recorder and
-/// renders `GET /metrics`. Both read the same counters.
-pub async fn export(state: &crate::state::AppState) -> String {
-    let m = &state.metrics;
-    let r = &state.reader;
-    let g = r.gate.stats();
-    m.counter("bloomgate_filter_rejected_total", vec![], g.rejected);
-    m.counter("bloomgate_filter_passed_total", vec![], g.passed);
-    m.counter(
-        "bloomgate_filter_passed_missing_total",
-        vec![],
-        g.passed_missing,
-    );
-    m.gauge("bloomgate_filter_observed_fpr", vec![], g.observed_fpr);
-    m.gauge("bloomgate_filter_expected_fpr", vec![], g.expected_fpr);
-    m.gauge("bloomgate_filter_target_fpr", vec![], g.target_fpr);
-    m.gauge("bloomgate_filter_items", vec![], g.added as f64);
-    m.gauge(
-        "bloomgate_filter_estimated_items",
-        vec![],
-        g.estimated_items,
-    );
-    m.gauge("bloomgate_filter_capacity", vec![], g.capacity as f64);
-    m.gauge("bloomgate_filter_fill_ratio", vec![], g.fill_ratio);
-    m.gauge("bloomgate_filter_size_bytes", vec![], (g.bits / 8) as f64);
-    m.gauge(
-        "bloomgate_filter_ready",
-        vec![],
-        f64::from(u8::from(g.ready)),
-    );
-    m.counter("bloomgate_filter_rebuilds_total", vec![], g.rebuilds);
-    m.counter(
-        "bloomgate_filter_rebuild_failures_total",
-        vec![],
-        g.rebuild_failures,
-    );
-    if let Some(ms) = r.gate.last_success_ms() {
-        m.gauge(
-            "bloomgate_filter_last_rebuild_timestamp_seconds",
-            vec![],
-            ms as f64 / 1e3,
-        );
-    }
-    for kind in crate::gate::Alarm::KINDS {
-        let on = g.alarm_kind == Some(kind);
-        m.gauge(
-            "bloomgate_filter_alarm",
-            vec![label("alarm", kind)],
-            f64::from(u8::from(on)),
-        );
-    }
-    m.counter("bloomgate_filter_alarms_total", vec![], g.alarms_raised);
-    let o = &state.outbox.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    m.gauge(
-        "bloomgate_changes_in_step",
-        vec![],
-        f64::from(u8::from(r.gate.in_step())),
-    );
-    m.counter(
-        "bloomgate_filter_unvouched_total",
-        vec![],
-        r.gate.unvouched(),
-    );
-    m.counter("bloomgate_outbox_applied_total", vec![], get(&o.applied));
-    m.counter(
-        "bloomgate_outbox_poll_failures_total",
-        vec![],
-        get(&o.poll_failures),
-    );
-    m.counter(
-        "bloomgate_outbox_out_of_step_total",
-        vec![],
-        get(&o.out_of_step),
-    );
-    m.gauge(
-        "bloomgate_outbox_open_gaps",
-        vec![],
-        state.outbox.open_gaps() as f64,
-    );
-    m.gauge(
-        "bloomgate_outbox_last_read_timestamp_seconds",
-        vec![],
-        state.outbox.last_ok_ms() as f64 / 1e3,
-    );
-    let l1 = &r.l1_counters;
-    for (result, c) in [
-        ("hit", &l1.hits),
-        ("negative_hit", &l1.negative_hits),
-        ("miss", &l1.misses),
-    ] {
-        m.counter(
-            "bloomgate_l1_lookups_total",
-            vec![label("result", result)],
-            c.get(),
-        );
-    }
-    m.gauge("bloomgate_l1_entries", vec![], r.l1.entry_count() as f64);
-    if let Some(redis) = &r.redis {
-        let c = &redis.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        for (result, v) in [
-            ("hit", &c.hits),
-            ("nil_hit", &c.nil_hits),
-            ("miss", &c.misses),
-        ] {
-            m.counter(
-                "bloomgate_redis_lookups_total",
-                vec![label("result", result)],
-                get(v),
-            );
-        }
-        m.counter(
-            "bloomgate_redis_keys_written_total",
-            vec![],
-            get(&c.keys_written),
-        );
-        for (kind, v) in [
-            ("error", &c.errors),
-            ("timeout", &c.timeouts),
-            ("skipped", &c.skipped),
-        ] {
-            m.counter(
-                "bloomgate_redis_errors_total",
-                vec![label("kind", kind)],
-                get(v),
-            );
-        }
-        let open = redis.breaker_state() != crate::cache::BreakerState::Closed;
-        m.gauge(
-            "bloomgate_redis_breaker_open",
-            vec![],
-            f64::from(u8::from(open)),
-        );
-    }
-    let sql = &r.store.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    for (result, v) in [("found", &sql.found), ("missing", &sql.missing)] {
-        m.counter(
-            "bloomgate_sql_queries_total",
-            vec![label("result", result)],
-            get(v),
-        );
-    }
-    for (kind, v) in [("error", &sql.errors), ("timeout", &sql.timeouts)] {
-        m.counter(
-            "bloomgate_sql_errors_total",
-            vec![label("kind", kind)],
-            get(v),
-        );
-    }
-    for (statement, n) in sql.slow_by_statement() {
-        m.counter(
-            "bloomgate_sql_slow_queries_total",
-            vec![label("statement", statement)],
-            n,
-        );
-    }
-    m.counter(
-        "bloomgate_sql_bulkhead_rejected_total",
-        vec![],
-        r.bulkhead.rejected.get(),
-    );
-    for res in &state.resources {
-        export_resource(m, res);
-    }
-    m.render()
-}
-
 #[cfg(test)]
 mod tests {
     use super::{Counter, Outcome, ServiceMetrics, MAX_ROUTES, UNMATCHED};
@@ -752,7 +493,5 @@ mod tests {
             }
         });
         assert_eq!(c.get(), 80_000);
-        c.sub(5);
-        assert_eq!(c.get(), 79_995);
     }
 }

@@ -27,13 +27,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloomgate_filter::{
-    AtomicBloom, AtomicClassicBloom, BlockedBloom, ClassicBloom, KeyKind, Snapshot,
-};
 use serde::{Deserialize, Serialize};
 
 use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
+use crate::filter::{accounts_for, decode, encode};
 use crate::gate::{Gate, GateFilter};
 use crate::outbox::Outbox;
 
@@ -291,50 +289,4 @@ fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta)
     }
     let filter = decode(layout, &bytes)?;
     Ok((filter, meta))
-}
-
-/// SKUs written to SQL behind the change log's back (`bloomgate seed`, a
-/// bulk load) are in no stored filter and no replay: a filter from a
-/// `source` (snapshot, epoch) is trusted only if SQL's `rows` are at most
-/// its items plus the `replayed` creates.
-///
-/// # Errors
-/// A sentence for the log when SQL holds more.
-pub(crate) fn accounts_for(
-    rows: u64,
-    filter: &GateFilter,
-    replayed: usize,
-    source: &str,
-) -> Result<(), String> {
-    let items = filter.as_filter().items();
-    if rows > items + replayed as u64 {
-        return Err(format!(
-            "SQL holds {rows} SKUs, more than the {source}'s {items} plus {replayed} created since: some were written behind the change log's back"
-        ));
-    }
-    Ok(())
-}
-
-/// A gate filter in the library's snapshot format.
-pub(crate) fn encode(filter: &GateFilter) -> Vec<u8> {
-    match filter {
-        GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
-        GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
-    }
-}
-
-/// A gate filter of `layout` from snapshot bytes, checksum verified.
-///
-/// # Errors
-/// A sentence naming what failed to verify.
-pub(crate) fn decode(layout: BloomLayout, bytes: &[u8]) -> Result<GateFilter, String> {
-    match layout {
-        BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
-            .and_then(|(f, _)| AtomicBloom::from_blocked(&f))
-            .map(GateFilter::Blocked),
-        BloomLayout::Classic => ClassicBloom::from_bytes(bytes)
-            .and_then(|(f, _)| AtomicClassicBloom::from_classic(&f))
-            .map(GateFilter::Classic),
-    }
-    .map_err(|e| format!("the snapshot fails to verify: {e}"))
 }

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
@@ -38,6 +38,11 @@ use crate::model::Sku;
 use crate::pause::PausePoint;
 use crate::source::{BoxFuture, Row, Source as RowSource};
 use crate::store::{SkuStore, StoreError};
+use crate::sync::lock;
+
+mod warm;
+
+pub use warm::{WarmOutcome, WarmStart};
 
 /// What the funnel reads rows from: the SKU store, or a resource's
 /// [`crate::source::Source`].
@@ -296,11 +301,6 @@ impl<R: Rows> Clone for ShieldedReader<R> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Shard state is a counter and a map that each step leaves consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// What a load read, before anything is written back.
 struct Fetched<T> {
     entry: Entry<T>,
@@ -556,82 +556,4 @@ impl<R: Rows> ShieldedReader<R> {
         }
         self.l1.invalidate_all();
     }
-
-    /// Notes the shards' write counters and leases the Redis keys of `ids`
-    /// that hold nothing, before a warm reads their rows from SQL. When
-    /// Redis fails, the warm goes on for L1 alone.
-    pub async fn warm_start(&self, ids: &[R::Key]) -> WarmStart<R::Key> {
-        let writes = self.shards.iter().map(|s| lock(s).writes).collect();
-        let mut leases = HashMap::new();
-        let mut redis_error = None;
-        if let Some(redis) = &self.redis {
-            for chunk in ids.chunks(1000) {
-                match redis.lease_many(chunk).await {
-                    Ok(got) => {
-                        for (id, lease) in chunk.iter().zip(got) {
-                            if let Some(l) = lease {
-                                leases.insert(id.clone(), l);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        redis_error = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
-        }
-        WarmStart {
-            writes,
-            leases,
-            redis_error,
-        }
-    }
-
-    /// Loads `skus` (read from SQL after [`ShieldedReader::warm_start`])
-    /// into Redis and L1 under the same rules as a read: Redis keys are
-    /// filled only while their lease holds; L1 entries are stored only if
-    /// no write touched their shard since the start.
-    pub async fn warm(&self, start: WarmStart<R::Key>, rows: &[(R::Key, R::Row)]) -> WarmOutcome {
-        let mut outcome = WarmOutcome {
-            redis_written: 0,
-            redis_error: start.redis_error,
-        };
-        if let (Some(redis), None) = (&self.redis, &outcome.redis_error) {
-            let leased: Vec<(&Lease, &R::Key, &R::Row)> = rows
-                .iter()
-                .filter_map(|(k, row)| start.leases.get(k).map(|l| (l, k, row)))
-                .collect();
-            match redis.fill_many(&leased).await {
-                Ok(n) => outcome.redis_written = n,
-                Err(e) => outcome.redis_error = Some(e.to_string()),
-            }
-        }
-        for (key, row) in rows {
-            let shard_no = R::shard_of(key);
-            let shard = lock(&self.shards[shard_no]);
-            if shard.writes == start.writes[shard_no] {
-                self.l1
-                    .insert(key.clone(), Entry::Found(Cached::new(row.clone())));
-            }
-        }
-        outcome
-    }
-}
-
-/// What a warm did with Redis.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct WarmOutcome {
-    /// Keys written.
-    pub redis_written: u64,
-    /// Why Redis was skipped, if it was.
-    pub redis_error: Option<String>,
-}
-
-/// What a warm noted before reading SQL: see [`ShieldedReader::warm_start`].
-#[derive(Debug)]
-pub struct WarmStart<K> {
-    writes: Vec<u64>,
-    leases: HashMap<K, Lease>,
-    redis_error: Option<String>,
 }

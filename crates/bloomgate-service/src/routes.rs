@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -24,52 +23,7 @@ use crate::model::{now_secs, Sku, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
-/// The service's routes over `state`, with the body limit, a request
-/// timeout (`edge`), the optional per-client rate limit on the read
-/// route, and JSON for every error.
-pub fn router(state: AppState) -> Router {
-    let mut read = Router::new().route(SECKILL_ROUTE, get(sku_detail));
-    if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
-        read = read.layer(limit);
-    }
-    // The routes that read a body, under the body limit (a layer that
-    // costs the others an extension per request for nothing).
-    let with_bodies = Router::new()
-        .route("/api/cache/warm", post(warm))
-        .route("/api/skus", post(create_sku))
-        .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
-        .layer(DefaultBodyLimit::max(state.http.body_limit_bytes));
-    Router::new()
-        .merge(read)
-        .merge(with_bodies)
-        .merge(crate::resource_routes::routes(&state))
-        .route("/api/cache/stats", get(stats))
-        .route("/metrics", get(metrics))
-        .route("/dashboard", get(crate::dashboard::page))
-        .route("/api/ping", get(ping))
-        .route("/healthz", get(ping))
-        .route("/openapi.json", get(crate::openapi::serve))
-        .fallback(|| async { AppError::NotFound("no such route".into()) })
-        .method_not_allowed_fallback(|| async {
-            crate::error::error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed on this route",
-            )
-        })
-        // One layer for what every request needs (id, span, counters,
-        // JSON errors, timeout: see `edge`), applied once: each
-        // `Router::layer` call would box and clone every route's service
-        // again on every request.
-        .layer(crate::edge::EdgeLayer::new(
-            Arc::clone(&state.metrics),
-            std::time::Duration::from_millis(state.http.request_timeout_ms),
-        ))
-        .with_state(Arc::new(state))
-}
-
-/// The read route's pattern, its `route` label in metrics.
-pub const SECKILL_ROUTE: &str = "/api/seckill/{sku_id}";
+pub use crate::paths::SECKILL_ROUTE;
 
 /// Prometheus text format: every counter of `/api/cache/stats`, requests
 /// by route, outcome and status, and latency histograms.
@@ -78,7 +32,7 @@ pub const SECKILL_ROUTE: &str = "/api/seckill/{sku_id}";
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        crate::metrics::export(&state).await,
+        crate::stats::export(&state).await,
     )
 }
 
@@ -296,113 +250,7 @@ async fn finish_rebuild(
     responses((status = 200, description = "Counters", body = Object),
         (status = 503, description = "The database is unavailable", body = crate::error::ErrorBody)))]
 pub async fn stats(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, AppError> {
-    let r = &state.reader;
-    let l1 = &r.l1_counters;
-    let sql = &r.store.counters;
-    let redis = match &r.redis {
-        Some(redis) => {
-            let c = &redis.counters;
-            json!({
-                "enabled": true,
-                "hits": c.hits.load(Ordering::Relaxed),
-                "nil_hits": c.nil_hits.load(Ordering::Relaxed),
-                "misses": c.misses.load(Ordering::Relaxed),
-                "fills_refused": c.fills_refused.load(Ordering::Relaxed),
-                "keys_written": c.keys_written.load(Ordering::Relaxed),
-                "errors": c.errors.load(Ordering::Relaxed),
-                "timeouts": c.timeouts.load(Ordering::Relaxed),
-                "skipped": c.skipped.load(Ordering::Relaxed),
-                "breaker": redis.breaker_state(),
-                "breaker_opened": redis.breaker_opened(),
-                "owed_invalidations": redis.owed_invalidations(),
-                "keys": redis.key_count().await.ok(),
-            })
-        }
-        None => json!({ "enabled": false }),
-    };
-    let outbox = {
-        let o = &state.outbox.counters;
-        json!({
-            "in_step": r.gate.in_step(),
-            "unvouched": r.gate.unvouched(),
-            "watermark": state.outbox.watermark(),
-            "open_gaps": state.outbox.open_gaps(),
-            "last_read_ms": state.outbox.last_ok_ms(),
-            "applied": o.applied.load(Ordering::Relaxed),
-            "polls": o.polls.load(Ordering::Relaxed),
-            "poll_failures": o.poll_failures.load(Ordering::Relaxed),
-            "gaps": o.gaps.load(Ordering::Relaxed),
-            "gaps_filled": o.gaps_filled.load(Ordering::Relaxed),
-            "gaps_expired": o.gaps_expired.load(Ordering::Relaxed),
-            "rebuilds": o.rebuilds.load(Ordering::Relaxed),
-            "out_of_step": o.out_of_step.load(Ordering::Relaxed),
-            "trimmed": o.trimmed.load(Ordering::Relaxed),
-            "rerecorded": sql.rerecorded.load(Ordering::Relaxed),
-        })
-    };
-    let mut body = json!({
-        "bloom": r.gate.stats(),
-        "now_ms": crate::model::now_millis(),
-        "requests": state.metrics.requests_by_outcome(SECKILL_ROUTE),
-        "rebuild_history": r.gate.history(),
-        "l1": {
-            "hits": l1.hits.get(),
-            "negative_hits": l1.negative_hits.get(),
-            "misses": l1.misses.get(),
-            "stale_skipped": l1.stale_skipped.get(),
-            "entries": r.l1.entry_count(),
-        },
-        "redis": redis,
-        "outbox": outbox,
-        "changes": state.changes.as_ref().map(|l| {
-            let c = &l.counters;
-            json!({
-                "published": c.published.load(Ordering::Relaxed),
-                "publish_failures": c.publish_failures.load(Ordering::Relaxed),
-                "applied": c.applied.load(Ordering::Relaxed),
-                "gaps": c.gaps.load(Ordering::Relaxed),
-                "pending": l.pending(),
-                "replayed": c.replayed.load(Ordering::Relaxed),
-                "dropped": c.dropped.load(Ordering::Relaxed),
-                "rebuilds_requested": c.rebuilds_requested.load(Ordering::Relaxed),
-                "rebuilds_led": c.rebuilds_led.load(Ordering::Relaxed),
-                "rebuilds_adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
-                "rebuilds_joined": c.rebuilds_joined.load(Ordering::Relaxed),
-                "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
-                "epoch": l.epoch(),
-            })
-        }),
-        "shared": r.shared.as_ref().map(|s| {
-            let c = &s.counters;
-            json!({
-                "checks": c.checks.load(Ordering::Relaxed),
-                "overruled": c.overruled.load(Ordering::Relaxed),
-                "errors": c.errors.load(Ordering::Relaxed),
-                "refills": c.refills.load(Ordering::Relaxed),
-            })
-        }),
-        "sql": {
-            "queries": sql.queries.load(Ordering::Relaxed),
-            "found": sql.found.load(Ordering::Relaxed),
-            "missing": sql.missing.load(Ordering::Relaxed),
-            "timeouts": sql.timeouts.load(Ordering::Relaxed),
-            "errors": sql.errors.load(Ordering::Relaxed),
-            "id_scans": sql.id_scans.load(Ordering::Relaxed),
-            "background_statements": sql.background.load(Ordering::Relaxed),
-            "slow": sql.slow_by_statement(),
-            "bulkhead_in_use": r.bulkhead.in_use(),
-            "bulkhead_rejected": r.bulkhead.rejected.get(),
-        },
-    });
-    if !state.resources.is_empty() {
-        body["resources"] = state
-            .resources
-            .iter()
-            .map(|res| (res.name.to_string(), res.stats()))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
-    }
-    Ok(Json(body))
+    Ok(Json(crate::stats::json(&state).await))
 }
 
 /// Creates a SKU (the next free id when none is given).

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::key::{Key, KeyType};
-use crate::store::StoreError;
+use crate::store::{SkuStore, StoreError};
 
 /// A boxed future, as the object-safe traits here return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -55,14 +55,7 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
     fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 }
 
-/// One batch of a key scan.
-#[derive(Debug, Clone, Copy)]
-pub enum KeyBatch<'a> {
-    /// SKU ids.
-    Ints(&'a [i64]),
-    /// A resource's keys.
-    Keys(&'a [Key]),
-}
+pub use crate::filter::KeyBatch;
 
 /// What the gate rebuilds its filter from: a count to size it, then every
 /// key in batches.
@@ -108,5 +101,21 @@ impl KeyScan for ScanOf {
                 after = keys.into_iter().next_back();
             }
         })
+    }
+}
+
+impl KeyScan for SkuStore {
+    fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.count())
+    }
+
+    fn scan_keys<'a>(
+        &'a self,
+        batch: usize,
+        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.for_each_id_batch(batch as u64, |ids| {
+            sink(KeyBatch::Ints(ids));
+        }))
     }
 }

@@ -163,7 +163,7 @@ impl AppState {
     fn with_tables(
         mut self,
         tables: Vec<(
-            &crate::resource_config::ResourceConfig,
+            &crate::config::resources::ResourceConfig,
             crate::table::SqlTable,
         )>,
     ) -> Self {
@@ -210,20 +210,20 @@ impl AppState {
         options: &crate::resource::ResourceOptions,
     ) -> Result<Self, StartError> {
         let index = self.resources.len();
-        if index >= crate::resource_config::MAX_RESOURCES {
+        if index >= crate::config::resources::MAX_RESOURCES {
             return Err(crate::config::ConfigError::Invalid {
                 key: "resources".into(),
                 message: format!(
                     "at most {} resources",
-                    crate::resource_config::MAX_RESOURCES
+                    crate::config::resources::MAX_RESOURCES
                 ),
             }
             .into());
         }
-        crate::resource_config::check_name(name, index)?;
+        crate::config::resources::check_name(name, index)?;
         if self.resources.iter().any(|r| &*r.name == name) {
             return Err(crate::config::ConfigError::Invalid {
-                key: crate::resource_config::ResourceConfig::key_of(index, "name"),
+                key: crate::config::resources::ResourceConfig::key_of(index, "name"),
                 message: format!("{name:?} is taken"),
             }
             .into());

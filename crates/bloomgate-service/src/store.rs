@@ -14,6 +14,12 @@ use sqlx::{AnyPool, Row};
 use crate::config::SqlConfig;
 use crate::model::Sku;
 
+mod limits;
+mod migrations;
+mod recorded;
+
+pub(crate) use limits::{StatementLimit, Within};
+
 /// A database failure, with the operation that failed.
 #[derive(Debug, thiserror::Error)]
 #[error("database error during {op}: {source}")]
@@ -60,65 +66,6 @@ pub enum Backend {
     Postgres,
 }
 
-/// Migrations, applied in order and recorded in `bloomgate_migrations`:
-/// the SKU table (portable DDL), then the change outbox (whose
-/// auto-increment column each backend spells its own way) and its state
-/// row.
-fn migrations(backend: Backend) -> Vec<(i64, String)> {
-    let seq = match backend {
-        Backend::Sqlite => "seq INTEGER PRIMARY KEY AUTOINCREMENT",
-        Backend::MySql => "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
-        Backend::Postgres => "seq BIGSERIAL PRIMARY KEY",
-    };
-    // Start positions and trimming look entries up by age: MySQL takes the
-    // index inside CREATE TABLE, the others in a statement of their own.
-    let (at_index, index_ddl) = match backend {
-        Backend::MySql => (", INDEX bloomgate_changes_at (at)", "SELECT 1"),
-        _ => (
-            "",
-            "CREATE INDEX IF NOT EXISTS bloomgate_changes_at ON bloomgate_changes (at)",
-        ),
-    };
-    vec![
-        (
-            1,
-            "CREATE TABLE IF NOT EXISTS skus (\
-                id BIGINT NOT NULL PRIMARY KEY, \
-                name VARCHAR(255) NOT NULL, \
-                original_price BIGINT NOT NULL, \
-                seckill_price BIGINT NOT NULL, \
-                stock BIGINT NOT NULL, \
-                seckill_start BIGINT NOT NULL, \
-                seckill_end BIGINT NOT NULL, \
-                updated_at BIGINT NOT NULL)"
-                .into(),
-        ),
-        (
-            2,
-            format!(
-                "CREATE TABLE IF NOT EXISTS bloomgate_changes ({seq}, \
-                    resource VARCHAR(64) NOT NULL, \
-                    item_key VARCHAR(255) NOT NULL, \
-                    kind VARCHAR(1) NOT NULL, \
-                    origin VARCHAR(32) NOT NULL, \
-                    at BIGINT NOT NULL{at_index})"
-            ),
-        ),
-        (
-            3,
-            "CREATE TABLE IF NOT EXISTS bloomgate_outbox_state (\
-                name VARCHAR(64) NOT NULL PRIMARY KEY, \
-                value BIGINT NOT NULL)"
-                .into(),
-        ),
-        (
-            4,
-            "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trimmed_through', 0)".into(),
-        ),
-        (5, index_ddl.into()),
-    ]
-}
-
 /// The resource every SKU change is recorded under in the outbox.
 pub const SKU_RESOURCE: &str = "skus";
 
@@ -153,79 +100,9 @@ impl StoreCounters {
     /// Slow statements so far, by statement name.
     #[must_use]
     pub fn slow_by_statement(&self) -> BTreeMap<&'static str, u64> {
-        self.slow
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::sync::lock(&self.slow).clone()
     }
 }
-
-/// A bound on every statement's duration; a statement past it fails with
-/// an I/O `TimedOut` error (and is counted). A statement slower than
-/// `slow` is counted by name, and logged the first time only.
-#[derive(Debug, Clone)]
-pub(crate) struct StatementLimit {
-    timeout: Duration,
-    slow: Duration,
-    counters: Arc<StoreCounters>,
-}
-
-impl StatementLimit {
-    fn note_slow(&self, statement: &'static str, took: Duration) {
-        let first = {
-            let mut slow = self
-                .counters
-                .slow
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let n = slow.entry(statement).or_default();
-            *n += 1;
-            *n == 1
-        };
-        if first {
-            tracing::warn!(
-                statement,
-                took_ms = took.as_secs_f64() * 1e3,
-                slow_query_ms = self.slow.as_millis() as u64,
-                "slow SQL statement (logged once; later ones are counted in bloomgate_sql_slow_queries_total)"
-            );
-        }
-    }
-}
-
-/// `.within(&limit)` on any sqlx future: the statement timeout.
-pub(crate) trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
-    async fn within(
-        self,
-        limit: &StatementLimit,
-        statement: &'static str,
-    ) -> Result<T, sqlx::Error> {
-        let started = Instant::now();
-        match tokio::time::timeout(limit.timeout, self).await {
-            Ok(r) => {
-                let took = started.elapsed();
-                if took >= limit.slow {
-                    limit.note_slow(statement, took);
-                }
-                if let Err(e) = &r {
-                    if !is_unique_violation(e) {
-                        limit.counters.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                r
-            }
-            Err(_) => {
-                limit.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("statement took longer than {:?}", limit.timeout),
-                )))
-            }
-        }
-    }
-}
-
-impl<T, F: Future<Output = Result<T, sqlx::Error>>> Within<T> for F {}
 
 /// The SKU table.
 #[derive(Debug, Clone)]
@@ -349,60 +226,6 @@ impl SkuStore {
             .map(|i| self.ph(i))
             .collect::<Vec<_>>()
             .join(", ")
-    }
-
-    /// Applies the migrations not applied yet.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            .execute(&self.pool)
-            .within(&self.limit, "migrate")
-            .await
-            .map_err(err("migrate"))?;
-        let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
-            .fetch_all(&self.pool)
-            .within(&self.limit, "migrate")
-            .await
-            .map_err(err("migrate"))?
-            .iter()
-            .map(|r| r.try_get::<i64, _>(0))
-            .collect::<Result<_, _>>()
-            .map_err(err("migrate"))?;
-        for (version, ddl) in migrations(self.backend) {
-            if applied.contains(&version) {
-                continue;
-            }
-            let res = sqlx::query(&ddl)
-                .execute(&self.pool)
-                .within(&self.limit, "migrate")
-                .await;
-            // Two instances migrating at once: a seeding insert collides.
-            if let Err(e) = res {
-                if !is_unique_violation(&e) {
-                    return Err(err("migrate")(e));
-                }
-            }
-            let q = format!(
-                "INSERT INTO bloomgate_migrations (version, applied_at) VALUES ({}, {})",
-                self.ph(1),
-                self.ph(2)
-            );
-            let res = sqlx::query(&q)
-                .bind(version)
-                .bind(crate::model::now_secs())
-                .execute(&self.pool)
-                .within(&self.limit, "record migration")
-                .await;
-            // Two instances migrating at once: the loser's insert collides.
-            if let Err(e) = res {
-                if !is_unique_violation(&e) {
-                    return Err(err("migrate")(e));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Number of SKUs.
@@ -570,185 +393,6 @@ impl SkuStore {
         }
     }
 
-    /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
-    /// in one transaction; returns the rows `write` affected (nothing is
-    /// recorded, and the transaction rolls back, when that is zero). A
-    /// transaction that took longer than `rerecord_after` between taking
-    /// its outbox sequence number and committing records the change again
-    /// in a short transaction of its own, so a follower that gave that
-    /// number up as a gap (see `crate::outbox`) still sees it.
-    async fn write_recorded<'q>(
-        &self,
-        write: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-        op: &'static str,
-        id: i64,
-        kind: char,
-        before_commit: impl FnOnce() + Send,
-    ) -> Result<u64, StoreError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .within(&self.limit, "begin")
-            .await
-            .map_err(err(op))?;
-        let affected = write
-            .execute(&mut *tx)
-            .within(&self.limit, op)
-            .await
-            .map_err(err(op))?
-            .rows_affected();
-        if affected == 0 {
-            tx.rollback().await.map_err(err(op))?;
-            return Ok(0);
-        }
-        let recorded = Instant::now();
-        self.record_in(&mut tx, SKU_RESOURCE, &id.to_string(), kind)
-            .await?;
-        before_commit();
-        self.before_commit.pass(id).await;
-        tx.commit()
-            .within(&self.limit, "commit")
-            .await
-            .map_err(err(op))?;
-        if recorded.elapsed() > self.rerecord_after {
-            tracing::warn!(
-                id,
-                took_ms = recorded.elapsed().as_millis() as u64,
-                "a write committed late; recording its change again"
-            );
-            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
-            // The row committed: the write succeeded whatever happens here.
-            // The entry is retried until it lands (the followers may have
-            // given the first number up).
-            if let Err(e) = self.record(&id.to_string(), kind).await {
-                tracing::warn!(id, error = %e, "re-recording a late write failed; retrying in the background");
-                let store = self.clone();
-                tokio::spawn(async move {
-                    let mut backoff = Duration::from_millis(100);
-                    while store.record(&id.to_string(), kind).await.is_err() {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                });
-            }
-        }
-        Ok(affected)
-    }
-
-    /// One outbox entry inside `tx`.
-    async fn record_in(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        resource: &str,
-        key: &str,
-        kind: char,
-    ) -> Result<(), StoreError> {
-        let q = format!(
-            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
-            self.phs(1, 4),
-            self.now_ms_sql()
-        );
-        sqlx::query(&q)
-            .bind(resource.to_string())
-            .bind(key.to_string())
-            .bind(kind.to_string())
-            .bind(self.origin.to_string())
-            .execute(&mut **tx)
-            .within(&self.limit, "record change")
-            .await
-            .map_err(err("record change"))?;
-        Ok(())
-    }
-
-    /// One outbox entry in a transaction of its own: `kind` `r` asks
-    /// every instance to rebuild its filter (rows were written that no
-    /// entry names, as `bloomgate seed` does).
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn record(&self, key: &str, kind: char) -> Result<(), StoreError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .within(&self.limit, "begin")
-            .await
-            .map_err(err("record change"))?;
-        self.record_in(&mut tx, SKU_RESOURCE, key, kind).await?;
-        tx.commit()
-            .within(&self.limit, "commit")
-            .await
-            .map_err(err("record change"))?;
-        Ok(())
-    }
-
-    /// Entries `(resource, key, kind)` for every key, in one statement
-    /// (a resource's `keys` and `invalidate` calls). One slower than half
-    /// of `sql.outbox_gap_ms` records them again, as a late write does
-    /// (retried in the background until it lands), so no follower that
-    /// gave their numbers up as gaps misses them.
-    ///
-    /// # Errors
-    /// [`StoreError`]; some entries may have been recorded (recording
-    /// them again is harmless).
-    pub async fn record_many(
-        &self,
-        resource: &str,
-        keys: &[String],
-        kind: char,
-    ) -> Result<(), StoreError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let started = Instant::now();
-        // SQLite takes at most 32,766 bound values in a statement.
-        for chunk in keys.chunks(1000) {
-            self.insert_entries(resource, chunk, kind).await?;
-        }
-        if started.elapsed() > self.rerecord_after {
-            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
-            let (store, resource, keys) = (self.clone(), resource.to_owned(), keys.to_vec());
-            tokio::spawn(async move {
-                let mut backoff = Duration::from_millis(100);
-                while let Err(e) = store.insert_entries(&resource, &keys, kind).await {
-                    tracing::warn!(error = %e, "re-recording late outbox entries failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            });
-        }
-        Ok(())
-    }
-
-    /// One multi-row `INSERT` of outbox entries (atomic by itself).
-    async fn insert_entries(
-        &self,
-        resource: &str,
-        keys: &[String],
-        kind: char,
-    ) -> Result<(), StoreError> {
-        let rows: Vec<String> = (0..keys.len())
-            .map(|i| format!("({}, {})", self.phs(1 + 4 * i, 4), self.now_ms_sql()))
-            .collect();
-        let q = format!(
-            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES {}",
-            rows.join(", ")
-        );
-        let mut query = sqlx::query(&q);
-        for key in keys {
-            query = query
-                .bind(resource.to_owned())
-                .bind(key.clone())
-                .bind(kind.to_string())
-                .bind(self.origin.to_string());
-        }
-        query
-            .execute(&self.pool)
-            .within(&self.limit, "record changes")
-            .await
-            .map_err(err("record changes"))?;
-        Ok(())
-    }
-
     /// The next id after the largest one in use, or `None` when the largest
     /// is `i64::MAX` and there is no next one.
     ///
@@ -902,22 +546,6 @@ fn sku_from_row(r: &AnyRow) -> Result<Sku, sqlx::Error> {
         seckill_end: r.try_get(6)?,
         updated_at: r.try_get(7)?,
     })
-}
-
-impl crate::source::KeyScan for SkuStore {
-    fn count_keys(&self) -> crate::source::BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.count())
-    }
-
-    fn scan_keys<'a>(
-        &'a self,
-        batch: usize,
-        sink: &'a (dyn Fn(crate::source::KeyBatch<'_>) + Send + Sync),
-    ) -> crate::source::BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.for_each_id_batch(batch as u64, |ids| {
-            sink(crate::source::KeyBatch::Ints(ids));
-        }))
-    }
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

@@ -7,10 +7,10 @@ mod common;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use bloomgate_service::config::resources::ResourceConfig;
 use bloomgate_service::gate::Verdict;
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::resource::Resource;
-use bloomgate_service::resource_config::ResourceConfig;
 use bloomgate_service::Config;
 use common::{eventually, TestServer};
 use reqwest::Method;

@@ -5,7 +5,8 @@
 
 use serde::Deserialize;
 
-use crate::config::{BloomLayout, ConfigError, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
+use super::{ConfigError, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
+use crate::filter::BloomLayout;
 use crate::key::KeyType;
 
 /// Route segments a resource may not take: `/api/{name}/…` would shadow
@@ -116,7 +117,7 @@ impl ResourceConfig {
                     key(field),
                     format!(
                         "must be a plain SQL identifier (letters, digits, _), got {:?}",
-                        crate::input::clip(value)
+                        crate::text::clip(value)
                     ),
                 ));
             }
@@ -126,7 +127,7 @@ impl ResourceConfig {
                 key("columns"),
                 format!(
                     "must be plain SQL identifiers (letters, digits, _), got {:?}",
-                    crate::input::clip(bad)
+                    crate::text::clip(bad)
                 ),
             ));
         }
@@ -143,7 +144,7 @@ impl ResourceConfig {
             return Err(invalid(key("bloom_expected"), "must be at least 1"));
         }
         let bytes =
-            crate::gate::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
+            crate::filter::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
                 .map_err(|e| {
                     invalid(
                         key("bloom_expected"),
@@ -183,7 +184,7 @@ pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
             key,
             format!(
                 "must be a lower-case identifier (a-z, 0-9, _), got {:?}",
-                crate::input::clip(name)
+                crate::text::clip(name)
             ),
         ));
     }

@@ -1,0 +1,443 @@
+//! Shared rebuilds: the lock one instance takes to lead, the epochs it
+//! publishes (the library's snapshot format in segments of at most
+//! `cache.bloom_segment_bytes`, named by a `:meta` hash written last), and
+//! their adoption by the others (verified, then the creates since replayed).
+
+use super::*;
+
+/// Releases the shared-rebuild lock only if this instance still holds it.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// How long the shared-rebuild lock holds if its owner dies.
+const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
+
+/// How long an epoch's filter stays in Redis (the next epoch deletes it
+/// sooner).
+const EPOCH_TTL_SECS: u64 = 3600;
+
+/// The key of an epoch's `i`th segment.
+fn epoch_segment(counter: &str, epoch: u64, i: usize) -> String {
+    format!("{counter}:{epoch}:seg:{i}")
+}
+
+impl ChangeLog {
+    /// A connection for moving whole filters: the shared one answers
+    /// within `redis_timeout_ms`, too short for megabytes.
+    async fn bulk_conn(&self) -> redis::RedisResult<Conn> {
+        self.target
+            .connect(
+                self.timeout.max(Duration::from_millis(200)),
+                Duration::from_secs(60),
+            )
+            .await
+    }
+
+    /// Tries to take the shared-rebuild lock: `Some(true)` when this
+    /// instance now leads the rebuild every instance will adopt,
+    /// `Some(false)` when another instance holds it, `None` when Redis did
+    /// not answer.
+    pub async fn try_lead(&self) -> Option<bool> {
+        let mut conn = self.conn.clone();
+        let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(format!("{}bloom:rebuild:lock", self.prefix))
+            .arg(&self.instance)
+            .arg("NX")
+            .arg("PX")
+            .arg(REBUILD_LOCK_MS)
+            .query_async(&mut conn)
+            .await;
+        set.ok().map(|s| s.is_some())
+    }
+
+    /// Releases the lock if this instance holds it (best effort: it
+    /// expires anyway).
+    pub async fn release_lead(&self) {
+        let mut conn = self.conn.clone();
+        let released: redis::RedisResult<i64> = redis::Script::new(RELEASE)
+            .key(format!("{}bloom:rebuild:lock", self.prefix))
+            .arg(&self.instance)
+            .invoke_async(&mut conn)
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, "releasing the shared-rebuild lock failed; it expires by itself");
+        }
+    }
+
+    /// The newest epoch built or adopted here (0: none).
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        *self.epoch.borrow()
+    }
+
+    /// Waits until an epoch newer than `seen` is built or adopted here.
+    pub async fn wait_epoch_after(&self, seen: u64) -> u64 {
+        let mut rx = self.epoch.subscribe();
+        let newer = rx.wait_for(|&e| e > seen).await.map_or(seen, |e| *e);
+        newer
+    }
+
+    /// Publishes `gate`'s filter, just rebuilt from a scan that started
+    /// after entry `at`, as a new epoch for the other instances. On any
+    /// failure they are asked to rebuild from SQL instead.
+    ///
+    /// # Errors
+    /// Why the filter was not shared (already logged).
+    pub async fn publish_built(
+        &self,
+        gate: &Gate,
+        at: &str,
+        outbox: (i64, i64),
+    ) -> Result<u64, String> {
+        let result = self.publish_epoch(gate, at, outbox, true).await;
+        match &result {
+            Ok(epoch) => {
+                self.counters.rebuilds_led.fetch_add(1, Ordering::Relaxed);
+                self.counters.published.fetch_add(1, Ordering::Relaxed);
+                self.epoch.send_replace(*epoch);
+                tracing::info!(epoch, "shared rebuild published for the other instances");
+            }
+            Err(why) => {
+                tracing::warn!(%why, "the rebuilt filter was not shared; the other instances rebuild from SQL");
+                self.publish_rebuild().await;
+            }
+        }
+        result
+    }
+
+    /// After a start-up build from a scan that began after entry `at`:
+    /// stores the filter as a new epoch if Redis holds none, or always
+    /// when `replace` (this instance seeded the database: an epoch left
+    /// from before describes other data), so the next instances to start
+    /// adopt it instead of scanning SQL. Not announced: running instances
+    /// keep their filters.
+    pub async fn publish_first(&self, gate: &Gate, at: &str, outbox: (i64, i64), replace: bool) {
+        let mut conn = self.conn.clone();
+        let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
+            .arg(format!("{}bloom:epoch", self.prefix))
+            .query_async(&mut conn)
+            .await;
+        if !replace && !matches!(exists, Ok(false)) {
+            return;
+        }
+        match self.publish_epoch(gate, at, outbox, false).await {
+            Ok(epoch) => {
+                self.epoch.send_replace(epoch);
+                tracing::info!(
+                    epoch,
+                    "start-up filter stored for the next instances to adopt"
+                );
+            }
+            Err(why) => tracing::warn!(%why, "the start-up filter was not stored in Redis"),
+        }
+    }
+
+    /// At start: adopts the newest epoch (made for this layout and rate)
+    /// instead of scanning SQL, replaying the creates since its scan
+    /// began. Returns the last change-log entry replayed and the outbox
+    /// position the epoch is complete up to.
+    ///
+    /// # Errors
+    /// Why not (the caller scans SQL).
+    pub async fn adopt_latest(
+        &self,
+        gate: &Gate,
+        fpp: f64,
+        store: &crate::store::SkuStore,
+    ) -> Result<(String, i64, i64), String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let epoch: Option<u64> = redis::cmd("GET")
+            .arg(format!("{}bloom:epoch", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let epoch = epoch.ok_or("no epoch in Redis")?;
+        let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("{}bloom:epoch:{epoch}:meta", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let field = |name: &str| {
+            meta.get(name)
+                .cloned()
+                .ok_or_else(|| format!("epoch {epoch} has no {name}"))
+        };
+        let (at, capacity) = (field("at")?, field("capacity")?);
+        let outbox_at: i64 = field("outbox")?
+            .parse()
+            .map_err(|_| format!("epoch {epoch} has a bad outbox position"))?;
+        let covered: i64 = field("covered")?
+            .parse()
+            .map_err(|_| format!("epoch {epoch} has a bad rebuild coverage"))?;
+        if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
+            return Err(format!("epoch {epoch} was made for another layout or rate"));
+        }
+        let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
+        let rows = store.count().await.map_err(|e| e.to_string())?;
+        let (replayed, last) = self
+            .load_epoch(gate, epoch, &at, Some(outbox_at), capacity, Some(rows))
+            .await?;
+        self.epoch.send_replace(epoch);
+        tracing::info!(
+            epoch,
+            replayed,
+            "filter adopted from Redis at start; no SQL scan"
+        );
+        Ok((last, outbox_at, covered))
+    }
+
+    /// `outbox`: the outbox watermark before the filter's scan (replays
+    /// start after it) and the largest seq visible then (the rebuild
+    /// requests it covers).
+    async fn publish_epoch(
+        &self,
+        gate: &Gate,
+        at: &str,
+        outbox: (i64, i64),
+        announce: bool,
+    ) -> Result<u64, String> {
+        let (outbox_at, covered) = outbox;
+        let filter = gate.published().ok_or("no filter published")?;
+        let bytes = tokio::task::spawn_blocking(move || crate::filter::encode(&filter))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let counter = format!("{}bloom:epoch", self.prefix);
+        let epoch: u64 = redis::cmd("INCR")
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        // The segments first, one string each (a cluster spreads them over
+        // its nodes), then the meta that names them: an epoch whose meta
+        // exists has every segment written.
+        let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let _: () = redis::cmd("SET")
+                .arg(epoch_segment(&counter, epoch, i))
+                .arg(*chunk)
+                .arg("EX")
+                .arg(EPOCH_TTL_SECS)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let meta = format!("{counter}:{epoch}:meta");
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg(&meta)
+            .arg("segments")
+            .arg(chunks.len())
+            .arg("bytes")
+            .arg(bytes.len())
+            .arg("at")
+            .arg(at)
+            .arg("outbox")
+            .arg(outbox_at)
+            .arg("covered")
+            .arg(covered)
+            .arg("capacity")
+            .arg(gate.capacity())
+            .arg("fpp")
+            .arg(gate.fpp().to_string())
+            .arg("layout")
+            .arg(format!("{:?}", gate.layout()))
+            .ignore()
+            .cmd("EXPIRE")
+            .arg(&meta)
+            .arg(EPOCH_TTL_SECS)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if epoch > 1 {
+            self.delete_epoch(&conn, &counter, epoch - 1).await;
+        }
+        if !announce {
+            return Ok(epoch);
+        }
+        self.append(&[
+            ("kind", "b".into()),
+            ("epoch", epoch.to_string()),
+            ("at", at.to_string()),
+            ("outbox", outbox_at.to_string()),
+            ("covered", covered.to_string()),
+            ("capacity", gate.capacity().to_string()),
+        ])
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(epoch)
+    }
+
+    /// Adopts another instance's epoch: load, verify, replay the creates
+    /// since `at`, swap in. Falls back to a rebuild from SQL.
+    pub(super) async fn adopt(
+        &self,
+        gate: &Arc<Gate>,
+        epoch: u64,
+        at: &str,
+        outbox_at: Option<i64>,
+        covered: Option<i64>,
+        capacity: u64,
+    ) {
+        match self
+            .load_epoch(gate, epoch, at, outbox_at, capacity, None)
+            .await
+        {
+            Ok((replayed, _)) => {
+                if let Some(c) = covered {
+                    self.outbox.cover(c);
+                }
+                self.counters
+                    .rebuilds_adopted
+                    .fetch_add(1, Ordering::Relaxed);
+                self.epoch.send_replace(epoch);
+                tracing::info!(
+                    epoch,
+                    replayed,
+                    "adopted another instance's rebuild; no SQL scan"
+                );
+            }
+            Err(why) => {
+                self.counters.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(epoch, %why, "cannot adopt another instance's rebuild; rebuilding from SQL");
+                drop(gate.request_rebuild());
+            }
+        }
+    }
+
+    async fn load_epoch(
+        &self,
+        gate: &Gate,
+        epoch: u64,
+        at: &str,
+        outbox_at: Option<i64>,
+        capacity: u64,
+        rows: Option<u64>,
+    ) -> Result<(usize, String), String> {
+        let bytes = self.read_epoch(epoch).await?;
+        let layout = gate.layout();
+        let filter = tokio::task::spawn_blocking(move || crate::filter::decode(layout, &bytes))
+            .await
+            .map_err(|e| e.to_string())??;
+        // From here every insert here reaches the new filter too; the
+        // replay adds what was created (anywhere) since the leader's scan
+        // began. An own create inserted before and appended after the
+        // replay's read is added again after its append (see the create
+        // route).
+        let filter = gate
+            .begin_adopt(filter)
+            .ok_or("a rebuild runs here; its filter is as new")?;
+        let replay = self.created_since(at).await;
+        let (mut created, last) = match replay {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                gate.abandon_adopt(&filter);
+                return Err("the change log no longer holds the rebuild's start".into());
+            }
+            Err(e) => {
+                gate.abandon_adopt(&filter);
+                return Err(e.to_string());
+            }
+        };
+        // The outbox in SQL holds every create after the scan began, also
+        // those the Redis log never got (a writer that died with its
+        // appends queued).
+        let from_sql = match outbox_at {
+            Some(from) => self.outbox.created_after(from).await,
+            None => {
+                gate.abandon_adopt(&filter);
+                return Err("the epoch predates the change outbox".into());
+            }
+        };
+        match from_sql {
+            Ok(Some(ids)) => created.extend(ids),
+            Ok(None) => {
+                gate.abandon_adopt(&filter);
+                return Err("the change outbox was trimmed past the rebuild's start".into());
+            }
+            Err(e) => {
+                gate.abandon_adopt(&filter);
+                return Err(e.to_string());
+            }
+        }
+        created.sort_unstable();
+        created.dedup();
+        if let Some(rows) = rows {
+            if let Err(why) = crate::filter::accounts_for(rows, &filter, created.len(), "epoch") {
+                gate.abandon_adopt(&filter);
+                return Err(why);
+            }
+        }
+        for &id in &created {
+            filter.insert(id);
+        }
+        if !gate.finish_adopt(&filter, capacity) {
+            return Err("a rebuild took over; its filter is as new".into());
+        }
+        Ok((created.len(), last))
+    }
+
+    /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).
+    fn segment_len(&self) -> usize {
+        usize::try_from(self.segment_bytes.min(bloomgate_redis::MAX_SEGMENT_BYTES))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Deletes an older epoch's meta, then its segments (best effort:
+    /// they expire anyway).
+    async fn delete_epoch(&self, conn: &Conn, counter: &str, epoch: u64) {
+        let meta = format!("{counter}:{epoch}:meta");
+        let segments: redis::RedisResult<Option<usize>> = redis::cmd("HGET")
+            .arg(&meta)
+            .arg("segments")
+            .query_async(&mut conn.clone())
+            .await;
+        let mut dels = vec![{
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(&meta);
+            cmd
+        }];
+        for i in 0..segments.ok().flatten().unwrap_or(0) {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(epoch_segment(counter, epoch, i));
+            dels.push(cmd);
+        }
+        let _: redis::RedisResult<Vec<i64>> = query_each(conn, dels).await;
+    }
+
+    /// An epoch's filter bytes, from its segments.
+    async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, String> {
+        let gone = || "the epoch's filter is gone (a newer one replaced it)".to_string();
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let counter = format!("{}bloom:epoch", self.prefix);
+        let (segments, len): (Option<usize>, Option<usize>) = redis::cmd("HMGET")
+            .arg(format!("{counter}:{epoch}:meta"))
+            .arg("segments")
+            .arg("bytes")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (Some(segments), Some(len)) = (segments, len) else {
+            return Err(gone());
+        };
+        let mut bytes = Vec::with_capacity(len);
+        for i in 0..segments {
+            let part: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(epoch_segment(&counter, epoch, i))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            bytes.extend(part.ok_or_else(gone)?);
+        }
+        if bytes.len() != len {
+            return Err(format!(
+                "epoch {epoch} holds {} of its {len} bytes",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,182 @@
+//! The in-process filter in the configured layout (`GateFilter`), its
+//! sizing for the configuration's checks, and its snapshot encoding, below
+//! everything that keeps, ships or restores one (the gate, the snapshot
+//! file, the shared-rebuild epochs).
+
+use bloomgate_filter::{
+    sizing, AtomicBloom, AtomicClassicBloom, BlockedBloom, BloomKey, ClassicBloom, Filter, KeyKind,
+    Snapshot,
+};
+use serde::Deserialize;
+
+use crate::key::Key;
+
+/// One batch of a key scan.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyBatch<'a> {
+    /// SKU ids.
+    Ints(&'a [i64]),
+    /// A resource's keys.
+    Keys(&'a [Key]),
+}
+
+/// Which filter the gate uses (`cache.bloom_layout`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloomLayout {
+    /// 256-bit blocks: one cache line per check, ~10% more bits than classic.
+    #[default]
+    Blocked,
+    /// Seed 000's scheme: `k` positions over the whole array, fewest bits,
+    /// up to `k` cache lines per check.
+    Classic,
+}
+
+/// The lowest `cache.bloom_fpp` accepted: below it the blocked layout needs
+/// more than ~140 bits per key and sizing stops being sensible.
+pub const MIN_BLOOM_FPP: f64 = 1e-9;
+/// The highest `cache.bloom_fpp` accepted: past one half a filter passes
+/// more absent ids than it stops.
+pub const MAX_BLOOM_FPP: f64 = 0.5;
+/// The largest filter the service will allocate (4 GiB).
+pub const MAX_FILTER_BYTES: u64 = 4 << 30;
+
+/// SKUs written to SQL behind the change log's back (`bloomgate seed`, a
+/// bulk load) are in no stored filter and no replay: a filter from a
+/// `source` (snapshot, epoch) is trusted only if SQL's `rows` are at most
+/// its items plus the `replayed` creates.
+///
+/// # Errors
+/// A sentence for the log when SQL holds more.
+pub fn accounts_for(
+    rows: u64,
+    filter: &GateFilter,
+    replayed: usize,
+    source: &str,
+) -> Result<(), String> {
+    let items = filter.as_filter().items();
+    if rows > items + replayed as u64 {
+        return Err(format!(
+            "SQL holds {rows} SKUs, more than the {source}'s {items} plus {replayed} created since: some were written behind the change log's back"
+        ));
+    }
+    Ok(())
+}
+
+/// A gate filter in the library's snapshot format.
+pub fn encode(filter: &GateFilter) -> Vec<u8> {
+    match filter {
+        GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
+        GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
+    }
+}
+
+/// A gate filter of `layout` from snapshot bytes, checksum verified.
+///
+/// # Errors
+/// A sentence naming what failed to verify.
+pub fn decode(layout: BloomLayout, bytes: &[u8]) -> Result<GateFilter, String> {
+    match layout {
+        BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
+            .and_then(|(f, _)| AtomicBloom::from_blocked(&f))
+            .map(GateFilter::Blocked),
+        BloomLayout::Classic => ClassicBloom::from_bytes(bytes)
+            .and_then(|(f, _)| AtomicClassicBloom::from_classic(&f))
+            .map(GateFilter::Classic),
+    }
+    .map_err(|e| format!("the snapshot fails to verify: {e}"))
+}
+
+/// The in-process filter, in the configured layout.
+#[derive(Debug)]
+pub enum GateFilter {
+    /// One 256-bit block per id.
+    Blocked(AtomicBloom),
+    /// Seed 000's classic scheme.
+    Classic(AtomicClassicBloom),
+}
+
+impl GateFilter {
+    /// An empty filter for `n` ids at rate `p`.
+    ///
+    /// # Errors
+    /// The filter crate's sizing errors.
+    pub fn with_fpr(layout: BloomLayout, n: u64, p: f64) -> bloomgate_filter::Result<Self> {
+        Ok(match layout {
+            BloomLayout::Blocked => Self::Blocked(AtomicBloom::with_fpr(n, p)?),
+            BloomLayout::Classic => Self::Classic(AtomicClassicBloom::with_fpr(n, p)?),
+        })
+    }
+
+    /// Membership of an id.
+    #[inline]
+    #[must_use]
+    pub fn contains<K: BloomKey>(&self, id: K) -> bool {
+        match self {
+            Self::Blocked(f) => f.contains(&id),
+            Self::Classic(f) => f.contains(&id),
+        }
+    }
+
+    /// Adds an id.
+    #[inline]
+    pub fn insert<K: BloomKey>(&self, id: K) {
+        match self {
+            Self::Blocked(f) => {
+                f.insert(&id);
+            }
+            Self::Classic(f) => {
+                f.insert(&id);
+            }
+        }
+    }
+
+    /// Adds many ids.
+    pub fn insert_many<K: BloomKey>(&self, ids: &[K]) {
+        match self {
+            Self::Blocked(f) => f.insert_many(ids),
+            Self::Classic(f) => f.insert_many(ids),
+        }
+    }
+
+    /// Membership of many keys, written into `out` (the blocked filter's
+    /// batch call; the classic one answers key by key).
+    pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) {
+        if let Self::Blocked(f) = self {
+            if f.contains_many(keys, out).is_ok() {
+                return;
+            }
+        }
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.contains(k);
+        }
+    }
+
+    /// Adds one batch of a key scan.
+    pub fn insert_batch(&self, batch: KeyBatch<'_>) {
+        match batch {
+            KeyBatch::Ints(ids) => self.insert_many(ids),
+            KeyBatch::Keys(keys) => self.insert_many(keys),
+        }
+    }
+
+    /// The filter's figures.
+    #[must_use]
+    pub fn as_filter(&self) -> &dyn Filter {
+        match self {
+            Self::Blocked(f) => f,
+            Self::Classic(f) => f,
+        }
+    }
+}
+
+/// Bytes of a gate filter for `n` ids at rate `p` in `layout`.
+///
+/// # Errors
+/// The filter crate's sizing errors (a rate it cannot serve, too large).
+pub fn filter_bytes(layout: BloomLayout, n: u64, p: f64) -> bloomgate_filter::Result<u64> {
+    Ok(match layout {
+        BloomLayout::Blocked => sizing::blocked(n, p, 256)?.bits().div_ceil(8),
+        BloomLayout::Classic => sizing::classic(n, p)?.bits.div_ceil(8),
+    })
+}

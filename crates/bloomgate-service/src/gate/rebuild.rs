@@ -1,0 +1,302 @@
+//! The gate's rebuild worker: requests numbered, coalesced and answered
+//! through a `watch` channel by one worker task that scans the source and
+//! publishes; start-up retries with capped backoff; the rebuilds owed
+//! after a lost change-feed position.
+
+use super::*;
+
+/// The outcome of one rebuild.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RebuildReport {
+    /// Ids streamed from SQL into the new filter.
+    pub added: u64,
+    /// Bits of the new filter.
+    pub bits: u64,
+    /// Hashes of the new filter.
+    pub hashes: u32,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// Why a rebuild failed. Cheap to clone: every caller that shared the
+/// rebuild gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RebuildError {
+    /// Scanning SQL failed; the old filter stays published.
+    #[error(transparent)]
+    Store(Arc<StoreError>),
+    /// The filter could not be sized or allocated.
+    #[error("filter: {0}")]
+    Filter(Arc<bloomgate_filter::Error>),
+    /// The rebuild worker stopped without an answer (it panicked, or the
+    /// runtime is shutting down).
+    #[error("the rebuild worker stopped: {0}")]
+    Stopped(String),
+}
+
+/// What the rebuild worker last finished: every request numbered up to
+/// `through` is answered by `outcome`.
+#[derive(Debug, Clone)]
+pub(super) struct Completed {
+    pub(super) through: u64,
+    pub(super) outcome: Result<RebuildReport, RebuildError>,
+}
+
+/// Request bookkeeping, under a short lock.
+#[derive(Debug, Default)]
+pub(super) struct Requests {
+    /// Number of the newest request.
+    pub(super) requested: u64,
+    /// Number of the newest request the running (or last) rebuild covers.
+    pub(super) started: u64,
+    /// A worker task is running.
+    pub(super) worker: bool,
+}
+
+/// Rebuilds kept in [`Gate::history`].
+pub const HISTORY: usize = 32;
+
+/// One rebuild, for the stats endpoint and the dashboard.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RebuildRecord {
+    /// When it finished, Unix time in milliseconds.
+    pub finished_at_ms: u64,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// Ids added (when it succeeded).
+    pub added: Option<u64>,
+    /// Why it failed (when it did).
+    pub error: Option<String>,
+}
+
+/// A registered rebuild request; [`RebuildTicket::wait`] resolves when a
+/// rebuild that started after the request has finished. Dropping the
+/// ticket does not cancel anything.
+#[derive(Debug)]
+pub struct RebuildTicket {
+    number: u64,
+    completed: watch::Receiver<Completed>,
+}
+
+impl RebuildTicket {
+    /// Waits for the rebuild that serves this request and returns its
+    /// outcome (shared with every request it served).
+    ///
+    /// # Errors
+    /// [`RebuildError`]; the previously published filter stays in use.
+    pub async fn wait(mut self) -> Result<RebuildReport, RebuildError> {
+        let number = self.number;
+        match self.completed.wait_for(|c| c.through >= number).await {
+            Ok(c) => c.outcome.clone(),
+            Err(_) => Err(RebuildError::Stopped("the gate was dropped".into())),
+        }
+    }
+}
+
+impl Gate {
+    /// Asks for a rebuild this instance needs because it may have missed
+    /// creates (its change-feed position was lost, rows were written that
+    /// no entry names): until one succeeds, a filter "no" is
+    /// [`Verdict::Unvouched`]; a failed rebuild is retried with backoff.
+    /// Calls `done` once a rebuild succeeded.
+    pub fn rebuild_owed(self: &Arc<Self>, done: impl FnOnce() + Send + 'static) {
+        self.owed_rebuilds.fetch_add(1, Ordering::Relaxed);
+        let gate = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let Some(g) = gate.upgrade() else { return };
+                let ticket = g.request_rebuild();
+                drop(g);
+                let ok = ticket.wait().await.is_ok();
+                let Some(g) = gate.upgrade() else { return };
+                if ok {
+                    g.owed_rebuilds.fetch_sub(1, Ordering::Relaxed);
+                    done();
+                    return;
+                }
+                drop(g);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    /// True while a rebuild asked for by [`Gate::rebuild_owed`] has not
+    /// succeeded yet (the filter may lack creates).
+    #[must_use]
+    pub fn rebuild_is_owed(&self) -> bool {
+        self.owed_rebuilds.load(Ordering::Relaxed) > 0
+    }
+
+    /// Asks for a rebuild whose SQL scan starts after this call, starting
+    /// the worker if none runs. Must be called within a Tokio runtime.
+    pub fn request_rebuild(self: &Arc<Self>) -> RebuildTicket {
+        let completed = self.completed.subscribe();
+        let mut r = lock(&self.requests);
+        r.requested += 1;
+        let number = r.requested;
+        if !r.worker {
+            r.worker = true;
+            tokio::spawn(Arc::clone(self).work());
+        }
+        RebuildTicket { number, completed }
+    }
+
+    /// Asks for a rebuild and waits for it: `request_rebuild().wait()`.
+    ///
+    /// # Errors
+    /// [`RebuildError`].
+    pub async fn rebuild(self: &Arc<Self>) -> Result<RebuildReport, RebuildError> {
+        self.request_rebuild().wait().await
+    }
+
+    /// Builds until a build succeeds: on failure, waits `min` and retries,
+    /// doubling the wait up to `max`. Reads fail open meanwhile.
+    pub async fn build_until_ready(self: Arc<Self>, min: Duration, max: Duration) {
+        let mut wait = min;
+        loop {
+            match self.rebuild().await {
+                Ok(_) => return,
+                Err(e) => {
+                    let attempt = self.retries.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(error = %e, attempt, retry_in_ms = wait.as_millis() as u64,
+                        "building the filter failed; reads fail open until it succeeds");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(max);
+                }
+            }
+        }
+    }
+
+    /// The worker: runs rebuilds while requests are waiting for one.
+    async fn work(self: Arc<Self>) {
+        loop {
+            let through = {
+                let mut r = lock(&self.requests);
+                if r.started == r.requested {
+                    r.worker = false;
+                    return;
+                }
+                r.started = r.requested;
+                r.started
+            };
+            let started = Instant::now();
+            let outcome = std::panic::AssertUnwindSafe(self.rebuild_once())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    self.building.store(None);
+                    self.rebuilding.store(false, Ordering::Relaxed);
+                    Err(RebuildError::Stopped("the rebuild panicked".into()))
+                });
+            self.record(started.elapsed(), &outcome);
+            match &outcome {
+                Ok(_) => {
+                    *lock(&self.last_error) = None;
+                    // A new filter starts a new window, with a clean slate.
+                    *lock(&self.window) = (self.rejected.get(), self.passed_missing.get());
+                    let still = self.structural_alarm(false);
+                    if lock(&self.alarm).take().is_some() && still.is_none() {
+                        tracing::info!("bloom filter alarm cleared by the rebuild");
+                    }
+                    if let Some(alarm) = still {
+                        self.raise(alarm);
+                    }
+                }
+                Err(e) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    *lock(&self.last_error) = Some(e.to_string());
+                }
+            }
+            self.completed.send_replace(Completed { through, outcome });
+        }
+    }
+
+    fn record(&self, took: Duration, outcome: &Result<RebuildReport, RebuildError>) {
+        self.rebuild_seconds.record(took.as_secs_f64());
+        let record = RebuildRecord {
+            finished_at_ms: crate::model::now_millis(),
+            duration_ms: took.as_millis() as u64,
+            added: outcome.as_ref().ok().map(|r| r.added),
+            error: outcome.as_ref().err().map(ToString::to_string),
+        };
+        let mut h = lock(&self.history);
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(record);
+    }
+
+    /// One rebuild: the published filter changes only if it succeeds, and
+    /// `building` is cleared either way.
+    async fn rebuild_once(&self) -> Result<RebuildReport, RebuildError> {
+        self.rebuilding.store(true, Ordering::Relaxed);
+        let result = self.scan_and_publish().await;
+        {
+            let _slots = lock(&self.slots);
+            self.building.store(None);
+        }
+        self.rebuilding.store(false, Ordering::Relaxed);
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "filter rebuild failed; the previous filter stays in use");
+        }
+        result
+    }
+
+    async fn scan_and_publish(&self) -> Result<RebuildReport, RebuildError> {
+        let store_err = |e| RebuildError::Store(Arc::new(e));
+        let started = Instant::now();
+        let GateConfig {
+            layout,
+            expected,
+            fpp,
+            ..
+        } = self.config;
+        // Size for the configured capacity, or for the actual count with
+        // room to grow when the catalogue has outgrown it.
+        let count = self.keys.count_keys().await.map_err(store_err)?;
+        let capacity = expected
+            .max(count.saturating_mul(5) / 4)
+            .max(self.min_capacity.load(Ordering::Relaxed));
+        if capacity > expected {
+            tracing::warn!(
+                count,
+                expected,
+                capacity,
+                "catalogue outgrew cache.bloom_expected; sizing the filter for the actual count"
+            );
+        }
+        let filter = Arc::new(
+            GateFilter::with_fpr(layout, capacity, fpp)
+                .map_err(|e| RebuildError::Filter(Arc::new(e)))?,
+        );
+        {
+            let _slots = lock(&self.slots);
+            self.building.store(Some(Arc::clone(&filter)));
+        }
+        let deleted_before = self.deleted_since_build.load(Ordering::Relaxed);
+        let sink = |batch: KeyBatch<'_>| filter.insert_batch(batch);
+        let added = self
+            .keys
+            .scan_keys(10_000, &sink)
+            .await
+            .map_err(store_err)?;
+        self.after_scan.pass(0).await;
+        self.current.store(Some(Arc::clone(&filter)));
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.deleted_since_build
+            .fetch_sub(deleted_before, Ordering::Relaxed);
+        let duration_ms = started.elapsed().as_millis() as u64;
+        self.rebuilds.fetch_add(1, Ordering::Relaxed);
+        self.last_rebuild_ms.store(duration_ms, Ordering::Relaxed);
+        let f = filter.as_filter();
+        tracing::info!(added, duration_ms, bits = f.bits(), "bloom filter rebuilt");
+        Ok(RebuildReport {
+            added,
+            bits: f.bits(),
+            hashes: f.hashes(),
+            duration_ms,
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! The schema: migrations applied in order and recorded in
+//! `bloomgate_migrations` (the SKU table in portable DDL, the change outbox
+//! whose auto-increment column each backend spells its own way, its state
+//! row and index), safe when several instances migrate at once.
+
+use super::*;
+
+/// Migrations, applied in order and recorded in `bloomgate_migrations`:
+/// the SKU table (portable DDL), then the change outbox (whose
+/// auto-increment column each backend spells its own way) and its state
+/// row.
+fn migrations(backend: Backend) -> Vec<(i64, String)> {
+    let seq = match backend {
+        Backend::Sqlite => "seq INTEGER PRIMARY KEY AUTOINCREMENT",
+        Backend::MySql => "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+        Backend::Postgres => "seq BIGSERIAL PRIMARY KEY",
+    };
+    // Start positions and trimming look entries up by age: MySQL takes the
+    // index inside CREATE TABLE, the others in a statement of their own.
+    let (at_index, index_ddl) = match backend {
+        Backend::MySql => (", INDEX bloomgate_changes_at (at)", "SELECT 1"),
+        _ => (
+            "",
+            "CREATE INDEX IF NOT EXISTS bloomgate_changes_at ON bloomgate_changes (at)",
+        ),
+    };
+    vec![
+        (
+            1,
+            "CREATE TABLE IF NOT EXISTS skus (\
+                id BIGINT NOT NULL PRIMARY KEY, \
+                name VARCHAR(255) NOT NULL, \
+                original_price BIGINT NOT NULL, \
+                seckill_price BIGINT NOT NULL, \
+                stock BIGINT NOT NULL, \
+                seckill_start BIGINT NOT NULL, \
+                seckill_end BIGINT NOT NULL, \
+                updated_at BIGINT NOT NULL)"
+                .into(),
+        ),
+        (
+            2,
+            format!(
+                "CREATE TABLE IF NOT EXISTS bloomgate_changes ({seq}, \
+                    resource VARCHAR(64) NOT NULL, \
+                    item_key VARCHAR(255) NOT NULL, \
+                    kind VARCHAR(1) NOT NULL, \
+                    origin VARCHAR(32) NOT NULL, \
+                    at BIGINT NOT NULL{at_index})"
+            ),
+        ),
+        (
+            3,
+            "CREATE TABLE IF NOT EXISTS bloomgate_outbox_state (\
+                name VARCHAR(64) NOT NULL PRIMARY KEY, \
+                value BIGINT NOT NULL)"
+                .into(),
+        ),
+        (
+            4,
+            "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trimmed_through', 0)".into(),
+        ),
+        (5, index_ddl.into()),
+    ]
+}
+
+impl SkuStore {
+    /// Applies the migrations not applied yet.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            .execute(&self.pool)
+            .within(&self.limit, "migrate")
+            .await
+            .map_err(err("migrate"))?;
+        let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
+            .fetch_all(&self.pool)
+            .within(&self.limit, "migrate")
+            .await
+            .map_err(err("migrate"))?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(err("migrate"))?;
+        for (version, ddl) in migrations(self.backend) {
+            if applied.contains(&version) {
+                continue;
+            }
+            let res = sqlx::query(&ddl)
+                .execute(&self.pool)
+                .within(&self.limit, "migrate")
+                .await;
+            // Two instances migrating at once: a seeding insert collides.
+            if let Err(e) = res {
+                if !is_unique_violation(&e) {
+                    return Err(err("migrate")(e));
+                }
+            }
+            let q = format!(
+                "INSERT INTO bloomgate_migrations (version, applied_at) VALUES ({}, {})",
+                self.ph(1),
+                self.ph(2)
+            );
+            let res = sqlx::query(&q)
+                .bind(version)
+                .bind(crate::model::now_secs())
+                .execute(&self.pool)
+                .within(&self.limit, "record migration")
+                .await;
+            // Two instances migrating at once: the loser's insert collides.
+            if let Err(e) = res {
+                if !is_unique_violation(&e) {
+                    return Err(err("migrate")(e));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,187 @@
+//! The change outbox's write side: every SKU write in one transaction with
+//! its entry (`write_recorded`, re-recording a late commit), single entries
+//! (`record`, kind `r` for rows written behind the outbox's back) and a
+//! resource's many (`record_many`, multi-row `INSERT`s).
+
+use super::*;
+
+impl SkuStore {
+    /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
+    /// in one transaction; returns the rows `write` affected (nothing is
+    /// recorded, and the transaction rolls back, when that is zero). A
+    /// transaction that took longer than `rerecord_after` between taking
+    /// its outbox sequence number and committing records the change again
+    /// in a short transaction of its own, so a follower that gave that
+    /// number up as a gap (see `crate::outbox`) still sees it.
+    pub(super) async fn write_recorded<'q>(
+        &self,
+        write: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+        op: &'static str,
+        id: i64,
+        kind: char,
+        before_commit: impl FnOnce() + Send,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .within(&self.limit, "begin")
+            .await
+            .map_err(err(op))?;
+        let affected = write
+            .execute(&mut *tx)
+            .within(&self.limit, op)
+            .await
+            .map_err(err(op))?
+            .rows_affected();
+        if affected == 0 {
+            tx.rollback().await.map_err(err(op))?;
+            return Ok(0);
+        }
+        let recorded = Instant::now();
+        self.record_in(&mut tx, SKU_RESOURCE, &id.to_string(), kind)
+            .await?;
+        before_commit();
+        self.before_commit.pass(id).await;
+        tx.commit()
+            .within(&self.limit, "commit")
+            .await
+            .map_err(err(op))?;
+        if recorded.elapsed() > self.rerecord_after {
+            tracing::warn!(
+                id,
+                took_ms = recorded.elapsed().as_millis() as u64,
+                "a write committed late; recording its change again"
+            );
+            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+            // The row committed: the write succeeded whatever happens here.
+            // The entry is retried until it lands (the followers may have
+            // given the first number up).
+            if let Err(e) = self.record(&id.to_string(), kind).await {
+                tracing::warn!(id, error = %e, "re-recording a late write failed; retrying in the background");
+                let store = self.clone();
+                tokio::spawn(async move {
+                    let mut backoff = Duration::from_millis(100);
+                    while store.record(&id.to_string(), kind).await.is_err() {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                });
+            }
+        }
+        Ok(affected)
+    }
+
+    /// One outbox entry inside `tx`.
+    pub(super) async fn record_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        resource: &str,
+        key: &str,
+        kind: char,
+    ) -> Result<(), StoreError> {
+        let q = format!(
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
+            self.phs(1, 4),
+            self.now_ms_sql()
+        );
+        sqlx::query(&q)
+            .bind(resource.to_string())
+            .bind(key.to_string())
+            .bind(kind.to_string())
+            .bind(self.origin.to_string())
+            .execute(&mut **tx)
+            .within(&self.limit, "record change")
+            .await
+            .map_err(err("record change"))?;
+        Ok(())
+    }
+
+    /// One outbox entry in a transaction of its own: `kind` `r` asks
+    /// every instance to rebuild its filter (rows were written that no
+    /// entry names, as `bloomgate seed` does).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn record(&self, key: &str, kind: char) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .within(&self.limit, "begin")
+            .await
+            .map_err(err("record change"))?;
+        self.record_in(&mut tx, SKU_RESOURCE, key, kind).await?;
+        tx.commit()
+            .within(&self.limit, "commit")
+            .await
+            .map_err(err("record change"))?;
+        Ok(())
+    }
+
+    /// Entries `(resource, key, kind)` for every key, in one statement
+    /// (a resource's `keys` and `invalidate` calls). One slower than half
+    /// of `sql.outbox_gap_ms` records them again, as a late write does
+    /// (retried in the background until it lands), so no follower that
+    /// gave their numbers up as gaps misses them.
+    ///
+    /// # Errors
+    /// [`StoreError`]; some entries may have been recorded (recording
+    /// them again is harmless).
+    pub async fn record_many(
+        &self,
+        resource: &str,
+        keys: &[String],
+        kind: char,
+    ) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        // SQLite takes at most 32,766 bound values in a statement.
+        for chunk in keys.chunks(1000) {
+            self.insert_entries(resource, chunk, kind).await?;
+        }
+        if started.elapsed() > self.rerecord_after {
+            self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
+            let (store, resource, keys) = (self.clone(), resource.to_owned(), keys.to_vec());
+            tokio::spawn(async move {
+                let mut backoff = Duration::from_millis(100);
+                while let Err(e) = store.insert_entries(&resource, &keys, kind).await {
+                    tracing::warn!(error = %e, "re-recording late outbox entries failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// One multi-row `INSERT` of outbox entries (atomic by itself).
+    async fn insert_entries(
+        &self,
+        resource: &str,
+        keys: &[String],
+        kind: char,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<String> = (0..keys.len())
+            .map(|i| format!("({}, {})", self.phs(1 + 4 * i, 4), self.now_ms_sql()))
+            .collect();
+        let q = format!(
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query(&q);
+        for key in keys {
+            query = query
+                .bind(resource.to_owned())
+                .bind(key.clone())
+                .bind(kind.to_string())
+                .bind(self.origin.to_string());
+        }
+        query
+            .execute(&self.pool)
+            .within(&self.limit, "record changes")
+            .await
+            .map_err(err("record changes"))?;
+        Ok(())
+    }
+}
