@@ -22,17 +22,9 @@ use crate::redis_link::{query_each, RedisTarget};
 use crate::config::CacheConfig;
 use crate::model::Sku;
 
-/// The namespace of SKU keys: `{prefix}sku:{id}`.
-pub const SKU_NAMESPACE: &str = "sku:";
-
-/// The namespace of a resource's keys: `{prefix}r:{name}:{key}`.
-#[must_use]
-pub fn resource_namespace(name: &str) -> String {
-    format!("r:{name}:")
-}
-
 mod guard;
 
+pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
 use guard::{BreakerWatch, Doubling, Guard};
 

@@ -42,6 +42,7 @@ use redis::streams::{StreamRangeReply, StreamReadReply};
 use tokio::sync::watch;
 
 use crate::redis_link::{query_each, RedisTarget};
+use crate::wire::kind;
 
 use crate::gate::Gate;
 use crate::reader::ShieldedReader;
@@ -63,9 +64,9 @@ pub enum ChangeKind {
 impl ChangeKind {
     const fn code(self) -> &'static str {
         match self {
-            Self::Created => "c",
-            Self::Updated => "u",
-            Self::Deleted => "d",
+            Self::Created => kind::CREATED,
+            Self::Updated => kind::UPDATED,
+            Self::Deleted => kind::DELETED,
         }
     }
 }
@@ -98,9 +99,6 @@ pub struct ChangeCounters {
     /// Epochs that could not be adopted (a local rebuild ran instead).
     pub adopt_failures: AtomicU64,
 }
-
-/// The kind of an entry that only rings the outbox followers.
-const RING: &str = "n";
 
 /// Appends waiting for Redis, oldest first.
 #[derive(Debug, Default)]
@@ -168,7 +166,7 @@ impl ChangeLog {
         Ok(Self {
             target: target.clone(),
             conn,
-            key: format!("{prefix}changes"),
+            key: crate::wire::changes_key(prefix),
             prefix: prefix.to_string(),
             max_len,
             timeout,
@@ -282,7 +280,7 @@ impl ChangeLog {
                 }
             };
             let ok = if overflowed {
-                self.append(&[("kind", "r".into())]).await.is_ok()
+                self.append(&[("kind", kind::REBUILD.into())]).await.is_ok()
             } else if let Some((id, kind)) = next {
                 self.append(&[("id", id.to_string()), ("kind", kind.code().into())])
                     .await
@@ -312,7 +310,7 @@ impl ChangeLog {
     /// invalidations were recorded in the outbox). Best effort: without it
     /// they read the outbox within `sql.outbox_poll_ms` anyway.
     pub async fn ring(&self) {
-        if self.append(&[("kind", RING.into())]).await.is_ok() {
+        if self.append(&[("kind", kind::RING.into())]).await.is_ok() {
             self.counters.published.fetch_add(1, Ordering::Relaxed);
         } else {
             self.counters
@@ -325,7 +323,7 @@ impl ChangeLog {
     /// operator's warm with `rebuild_bloom` reached one instance behind the
     /// load balancer). Best effort: a failure is logged.
     pub async fn publish_rebuild(&self) {
-        if self.append(&[("kind", "b".into())]).await.is_ok() {
+        if self.append(&[("kind", kind::BUILT.into())]).await.is_ok() {
             self.counters.published.fetch_add(1, Ordering::Relaxed);
         } else {
             self.counters
@@ -344,7 +342,7 @@ impl ChangeLog {
     /// # Errors
     /// Redis errors.
     pub async fn mark(&self) -> redis::RedisResult<String> {
-        self.append(&[("kind", "m".into())]).await
+        self.append(&[("kind", kind::MARK.into())]).await
     }
 
     /// The last entry this instance's follower has applied: every write
@@ -386,7 +384,7 @@ impl ChangeLog {
                 return Ok(Some((created, last)));
             }
             for entry in &page.ids {
-                if entry.get::<String>("kind").as_deref() == Some("c") {
+                if entry.get::<String>("kind").as_deref() == Some(kind::CREATED) {
                     if let Some(id) = entry.get::<i64>("id") {
                         created.push(id);
                     }

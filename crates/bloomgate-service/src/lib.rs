@@ -43,6 +43,8 @@ pub mod sync;
 pub mod table;
 pub mod telemetry;
 pub mod text;
+pub mod wire;
+pub mod write;
 
 use std::future::Future;
 use std::sync::Arc;

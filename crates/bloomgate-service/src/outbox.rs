@@ -349,7 +349,7 @@ impl Outbox {
         loop {
             let page = self.after(cursor).await?;
             for e in &page {
-                if e.kind == "c" {
+                if e.kind == crate::wire::kind::CREATED {
                     if let Ok(id) = e.key.parse() {
                         created.push(id);
                     }

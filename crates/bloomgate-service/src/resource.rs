@@ -260,7 +260,7 @@ impl Resource {
                 "redis did not confirm dropping the keys' cached \"not found\"; call again".into(),
             ));
         }
-        self.record(keys, 'c').await?;
+        self.record(keys, crate::wire::kind::CREATED).await?;
         self.counters
             .keys_added
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
@@ -275,7 +275,7 @@ impl Resource {
     /// As [`Resource::add_keys`].
     pub async fn invalidate(&self, keys: &[Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
-        let recorded = self.record(keys, 'u').await;
+        let recorded = self.record(keys, crate::wire::kind::UPDATED).await;
         let confirmed = self.reader.invalidate_many(keys).await;
         recorded?;
         if !confirmed {
@@ -290,7 +290,7 @@ impl Resource {
         Ok(())
     }
 
-    async fn record(&self, keys: &[Key], kind: char) -> Result<(), AppError> {
+    async fn record(&self, keys: &[Key], kind: &'static str) -> Result<(), AppError> {
         let spelled: Vec<String> = keys.iter().map(ToString::to_string).collect();
         self.store
             .record_many(&self.name, &spelled, kind)

@@ -14,12 +14,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::admin::authorize;
-use crate::changes::ChangeKind;
 use crate::error::AppError;
 use crate::gate::RebuildError;
 use crate::input::{json_body, parse_id};
 use crate::metrics::Outcome;
-use crate::model::{now_secs, Sku, SkuInput};
+use crate::model::{Sku, SkuInput};
 use crate::reader::Lookup;
 use crate::state::AppState;
 
@@ -274,47 +273,7 @@ pub async fn create_sku(
     authorize(state.admin_token.as_deref(), &headers, "/api/skus")?;
     let input: SkuInput = json_body(&headers, &body)?;
     input.validate().map_err(AppError::BadRequest)?;
-    let store = &state.reader.store;
-    let explicit = input.id;
-    let mut sku = None;
-    for _ in 0..5 {
-        let id = match explicit {
-            Some(id) => id,
-            None => store.next_id().await?.ok_or_else(|| {
-                AppError::Conflict(format!(
-                    "no automatic id is left: the largest id in use is {}; give an explicit id",
-                    i64::MAX
-                ))
-            })?,
-        };
-        let candidate = input.clone().into_sku(id, now_secs());
-        // The id enters the filter inside the transaction, before the
-        // commit makes the row visible anywhere.
-        let gate = &state.reader.gate;
-        if store
-            .insert_then(&candidate, || gate.insert(candidate.id))
-            .await?
-        {
-            sku = Some(candidate);
-            break;
-        }
-        if explicit.is_some() {
-            return Err(AppError::Conflict(format!("sku {id} already exists")));
-        }
-    }
-    let sku = sku.ok_or_else(|| AppError::Conflict("could not allocate an id; retry".into()))?;
-    // Any cached "not found" for it (in Redis or L1, or being loaded) is
-    // dropped, so the next read loads it from SQL.
-    if let Some(shared) = &state.reader.shared {
-        shared.insert(sku.id).await;
-    }
-    state.reader.invalidate(&sku.id).await;
-    publish(&state, sku.id, ChangeKind::Created).await;
-    // Again after the append (a no-op unless the filter was swapped for
-    // another instance's in between): an adopting instance replays the log
-    // up to some entry, so a create appended after that read must enter
-    // the adopted filter here.
-    state.reader.gate.ensure(sku.id);
+    let sku = crate::write::create(&state, input).await?;
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
@@ -347,12 +306,7 @@ pub async fn update_sku(
             "id in the body differs from the path".into(),
         ));
     }
-    let sku = input.into_sku(id, now_secs());
-    if !state.reader.store.update(&sku).await? {
-        return Err(AppError::NotFound(format!("sku {id} not found")));
-    }
-    state.reader.invalidate(&id).await;
-    publish(&state, id, ChangeKind::Updated).await;
+    let sku = crate::write::update(&state, id, input).await?;
     Ok(Json(sku))
 }
 
@@ -374,23 +328,6 @@ pub async fn delete_sku(
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
-    if !state.reader.store.delete(id).await? {
-        return Err(AppError::NotFound(format!("sku {id} not found")));
-    }
-    state.reader.invalidate(&id).await;
-    publish(&state, id, ChangeKind::Deleted).await;
-    // The plain filter cannot forget the id; it keeps answering "maybe",
-    // which costs one cached lookup. Enough deletes trigger a rebuild.
-    // The gate's worker runs it; nobody waits for the answer.
-    if state.reader.gate.note_delete(state.rebuild_after_deletes) {
-        drop(state.reader.gate.request_rebuild());
-    }
+    crate::write::delete(&state, id).await?;
     Ok(Json(json!({ "deleted": id })))
-}
-
-/// Tells the other instances about a committed write.
-async fn publish(state: &AppState, id: i64, kind: ChangeKind) {
-    if let Some(log) = &state.changes {
-        log.publish(id, kind).await;
-    }
 }

@@ -85,7 +85,7 @@ impl SharedFilter {
         timeout: Duration,
         store: SkuStore,
     ) -> Result<Self, SharedError> {
-        let key = format!("{prefix}bloom");
+        let key = crate::wire::shared_filter_key(prefix);
         let fail = |source, hint| SharedError {
             key: key.clone(),
             source,

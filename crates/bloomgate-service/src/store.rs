@@ -13,6 +13,7 @@ use sqlx::{AnyPool, Row};
 
 use crate::config::SqlConfig;
 use crate::model::Sku;
+use crate::wire::kind;
 
 mod limits;
 mod migrations;
@@ -382,7 +383,7 @@ impl SkuStore {
                 bind_sku(sqlx::query(&q), sku),
                 "insert",
                 sku.id,
-                'c',
+                kind::CREATED,
                 before_commit,
             )
             .await
@@ -430,7 +431,7 @@ impl SkuStore {
             .bind(sku.updated_at)
             .bind(sku.id);
         Ok(self
-            .write_recorded(write, "update", sku.id, 'u', || {})
+            .write_recorded(write, "update", sku.id, kind::UPDATED, || {})
             .await?
             > 0)
     }
@@ -443,7 +444,10 @@ impl SkuStore {
     pub async fn delete(&self, id: i64) -> Result<bool, StoreError> {
         let q = format!("DELETE FROM skus WHERE id = {}", self.ph(1));
         let write = sqlx::query(&q).bind(id);
-        Ok(self.write_recorded(write, "delete", id, 'd', || {}).await? > 0)
+        Ok(self
+            .write_recorded(write, "delete", id, kind::DELETED, || {})
+            .await?
+            > 0)
     }
 
     /// Inserts the deterministic catalogue SKUs with ids `from..=to` that do
@@ -502,7 +506,8 @@ impl SkuStore {
                 .await
                 .map_err(err("seed"))?;
             if res.rows_affected() > 0 {
-                self.record_in(&mut tx, SKU_RESOURCE, "", 'r').await?;
+                self.record_in(&mut tx, SKU_RESOURCE, "", kind::REBUILD)
+                    .await?;
             }
             tx.commit()
                 .within(&self.limit, "commit")

@@ -382,7 +382,10 @@ async fn a_load_that_read_before_a_full_invalidation_does_not_refill_l1() {
         .execute(&pool)
         .await
         .unwrap();
-    other.record("", 'r').await.unwrap();
+    other
+        .record("", bloomgate_service::wire::kind::REBUILD)
+        .await
+        .unwrap();
     eventually(10, "the follower acts on the rebuild request", || async {
         counter(&server.stats().await, &["outbox", "rebuilds"]) >= 1
     })

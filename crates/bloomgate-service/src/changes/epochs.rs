@@ -19,10 +19,6 @@ const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
 const EPOCH_TTL_SECS: u64 = 3600;
 
 /// The key of an epoch's `i`th segment.
-fn epoch_segment(counter: &str, epoch: u64, i: usize) -> String {
-    format!("{counter}:{epoch}:seg:{i}")
-}
-
 impl ChangeLog {
     /// A connection for moving whole filters: the shared one answers
     /// within `redis_timeout_ms`, too short for megabytes.
@@ -42,7 +38,7 @@ impl ChangeLog {
     pub async fn try_lead(&self) -> Option<bool> {
         let mut conn = self.conn.clone();
         let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
-            .arg(format!("{}bloom:rebuild:lock", self.prefix))
+            .arg(crate::wire::rebuild_lock_key(&self.prefix))
             .arg(&self.instance)
             .arg("NX")
             .arg("PX")
@@ -57,7 +53,7 @@ impl ChangeLog {
     pub async fn release_lead(&self) {
         let mut conn = self.conn.clone();
         let released: redis::RedisResult<i64> = redis::Script::new(RELEASE)
-            .key(format!("{}bloom:rebuild:lock", self.prefix))
+            .key(crate::wire::rebuild_lock_key(&self.prefix))
             .arg(&self.instance)
             .invoke_async(&mut conn)
             .await;
@@ -116,7 +112,7 @@ impl ChangeLog {
     pub async fn publish_first(&self, gate: &Gate, at: &str, outbox: (i64, i64), replace: bool) {
         let mut conn = self.conn.clone();
         let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
-            .arg(format!("{}bloom:epoch", self.prefix))
+            .arg(crate::wire::epoch_counter_key(&self.prefix))
             .query_async(&mut conn)
             .await;
         if !replace && !matches!(exists, Ok(false)) {
@@ -149,13 +145,16 @@ impl ChangeLog {
     ) -> Result<(String, i64, i64), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: Option<u64> = redis::cmd("GET")
-            .arg(format!("{}bloom:epoch", self.prefix))
+            .arg(crate::wire::epoch_counter_key(&self.prefix))
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
         let epoch = epoch.ok_or("no epoch in Redis")?;
         let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("{}bloom:epoch:{epoch}:meta", self.prefix))
+            .arg(crate::wire::epoch_meta_key(
+                &crate::wire::epoch_counter_key(&self.prefix),
+                epoch,
+            ))
             .query_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
@@ -204,7 +203,7 @@ impl ChangeLog {
             .await
             .map_err(|e| e.to_string())?;
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
-        let counter = format!("{}bloom:epoch", self.prefix);
+        let counter = crate::wire::epoch_counter_key(&self.prefix);
         let epoch: u64 = redis::cmd("INCR")
             .arg(&counter)
             .query_async(&mut conn)
@@ -216,7 +215,7 @@ impl ChangeLog {
         let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let _: () = redis::cmd("SET")
-                .arg(epoch_segment(&counter, epoch, i))
+                .arg(crate::wire::epoch_segment_key(&counter, epoch, i))
                 .arg(*chunk)
                 .arg("EX")
                 .arg(EPOCH_TTL_SECS)
@@ -224,7 +223,7 @@ impl ChangeLog {
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        let meta = format!("{counter}:{epoch}:meta");
+        let meta = crate::wire::epoch_meta_key(&counter, epoch);
         let _: () = redis::pipe()
             .cmd("HSET")
             .arg(&meta)
@@ -259,7 +258,7 @@ impl ChangeLog {
             return Ok(epoch);
         }
         self.append(&[
-            ("kind", "b".into()),
+            ("kind", crate::wire::kind::BUILT.into()),
             ("epoch", epoch.to_string()),
             ("at", at.to_string()),
             ("outbox", outbox_at.to_string()),
@@ -389,7 +388,7 @@ impl ChangeLog {
     /// Deletes an older epoch's meta, then its segments (best effort:
     /// they expire anyway).
     async fn delete_epoch(&self, conn: &Conn, counter: &str, epoch: u64) {
-        let meta = format!("{counter}:{epoch}:meta");
+        let meta = crate::wire::epoch_meta_key(counter, epoch);
         let segments: redis::RedisResult<Option<usize>> = redis::cmd("HGET")
             .arg(&meta)
             .arg("segments")
@@ -402,7 +401,7 @@ impl ChangeLog {
         }];
         for i in 0..segments.ok().flatten().unwrap_or(0) {
             let mut cmd = redis::cmd("DEL");
-            cmd.arg(epoch_segment(counter, epoch, i));
+            cmd.arg(crate::wire::epoch_segment_key(counter, epoch, i));
             dels.push(cmd);
         }
         let _: redis::RedisResult<Vec<i64>> = query_each(conn, dels).await;
@@ -412,9 +411,9 @@ impl ChangeLog {
     async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, String> {
         let gone = || "the epoch's filter is gone (a newer one replaced it)".to_string();
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
-        let counter = format!("{}bloom:epoch", self.prefix);
+        let counter = crate::wire::epoch_counter_key(&self.prefix);
         let (segments, len): (Option<usize>, Option<usize>) = redis::cmd("HMGET")
-            .arg(format!("{counter}:{epoch}:meta"))
+            .arg(crate::wire::epoch_meta_key(&counter, epoch))
             .arg("segments")
             .arg("bytes")
             .query_async(&mut conn)
@@ -426,7 +425,7 @@ impl ChangeLog {
         let mut bytes = Vec::with_capacity(len);
         for i in 0..segments {
             let part: Option<Vec<u8>> = redis::cmd("GET")
-                .arg(epoch_segment(&counter, epoch, i))
+                .arg(crate::wire::epoch_segment_key(&counter, epoch, i))
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| e.to_string())?;

@@ -90,7 +90,7 @@ impl ChangeLog {
                             let kind = entry.get::<String>("kind");
                             match (kind.as_deref(), entry.get::<i64>("id")) {
                                 // An operator's rebuild through another instance.
-                                (Some("b"), _) => {
+                                (Some(kind::BUILT), _) => {
                                     log.counters
                                         .rebuilds_requested
                                         .fetch_add(1, Ordering::Relaxed);
@@ -122,9 +122,9 @@ impl ChangeLog {
                                     }
                                 }
                                 // A resource's entries are in the outbox.
-                                (Some(RING), _) => log.outbox.ring(),
+                                (Some(kind::RING), _) => log.outbox.ring(),
                                 // Another instance dropped queued entries.
-                                (Some("r"), _) => {
+                                (Some(kind::REBUILD), _) => {
                                     log.counters.gaps.fetch_add(1, Ordering::Relaxed);
                                     tracing::warn!("another instance lost change-log entries: rebuilding the filter");
                                     drop(reader.gate.request_rebuild());
@@ -134,7 +134,7 @@ impl ChangeLog {
                                     // The doorbell: the outbox follower
                                     // reads SQL now.
                                     log.outbox.ring();
-                                    if kind == "c" {
+                                    if kind == crate::wire::kind::CREATED {
                                         reader.gate.learn(id);
                                     }
                                     reader.invalidate_local(&id);

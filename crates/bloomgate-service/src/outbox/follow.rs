@@ -4,6 +4,7 @@
 //! watchdog; the rebuilds after a lost position.
 
 use super::*;
+use crate::wire::kind;
 
 impl Outbox {
     /// Follows the table from `from`, applying other instances' changes to
@@ -194,7 +195,7 @@ impl Outbox {
                 tracing::warn!(seq = e.seq, resource = %e.resource, key = %e.key, "change outbox: a key the resource cannot parse; skipped");
                 return;
             };
-            if e.kind == "c" {
+            if e.kind == kind::CREATED {
                 r.gate.learn(&key);
             }
             if !own {
@@ -206,10 +207,10 @@ impl Outbox {
         // An own create is learned too (a no-op unless it is still between
         // its commit and its insert here): past the watermark, every
         // create is in the filter, whoever made it.
-        if own && e.kind != "c" {
+        if own && e.kind != kind::CREATED {
             return;
         }
-        if e.kind == "r" {
+        if e.kind == kind::REBUILD {
             if e.seq <= lock(&self.follow).rebuilds_covered {
                 return;
             }
@@ -226,7 +227,7 @@ impl Outbox {
             tracing::warn!(seq = e.seq, key = %e.key, "change outbox: an entry with a key that is not a SKU id; skipped");
             return;
         };
-        if e.kind == "c" {
+        if e.kind == kind::CREATED {
             reader.gate.learn(id);
         }
         if own {

@@ -18,7 +18,7 @@ impl SkuStore {
         write: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
         op: &'static str,
         id: i64,
-        kind: char,
+        kind: &'static str,
         before_commit: impl FnOnce() + Send,
     ) -> Result<u64, StoreError> {
         let mut tx = self
@@ -77,7 +77,7 @@ impl SkuStore {
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         resource: &str,
         key: &str,
-        kind: char,
+        kind: &'static str,
     ) -> Result<(), StoreError> {
         let q = format!(
             "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
@@ -102,7 +102,7 @@ impl SkuStore {
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn record(&self, key: &str, kind: char) -> Result<(), StoreError> {
+    pub async fn record(&self, key: &str, kind: &'static str) -> Result<(), StoreError> {
         let mut tx = self
             .pool
             .begin()
@@ -130,7 +130,7 @@ impl SkuStore {
         &self,
         resource: &str,
         keys: &[String],
-        kind: char,
+        kind: &'static str,
     ) -> Result<(), StoreError> {
         if keys.is_empty() {
             return Ok(());
@@ -160,7 +160,7 @@ impl SkuStore {
         &self,
         resource: &str,
         keys: &[String],
-        kind: char,
+        kind: &'static str,
     ) -> Result<(), StoreError> {
         let rows: Vec<String> = (0..keys.len())
             .map(|i| format!("({}, {})", self.phs(1 + 4 * i, 4), self.now_ms_sql()))

@@ -1,0 +1,69 @@
+//! What other processes read, named once: the kind codes of change entries
+//! (the outbox's `kind` column and the Redis stream's `kind` field) and
+//! the Redis keys under `cache.redis_prefix`. Changing one of these is a
+//! protocol change between instances of different versions.
+
+/// Change-entry kinds.
+pub mod kind {
+    /// A row was created (or a resource's key added).
+    pub const CREATED: &str = "c";
+    /// A row was updated (or a resource's key invalidated).
+    pub const UPDATED: &str = "u";
+    /// A row was deleted.
+    pub const DELETED: &str = "d";
+    /// Rebuild: rows were written that no entry names (outbox), or an
+    /// instance dropped queued stream entries (stream).
+    pub const REBUILD: &str = "r";
+    /// Stream only: a shared rebuild's epoch to adopt, or, without one, a
+    /// rebuild every instance runs from SQL.
+    pub const BUILT: &str = "b";
+    /// Stream only: an instance's start marker.
+    pub const MARK: &str = "m";
+    /// Stream only: the outbox holds new entries (a resource's call).
+    pub const RING: &str = "n";
+}
+
+/// The namespace of SKU values: `{prefix}sku:{id}`.
+pub const SKU_NAMESPACE: &str = "sku:";
+
+/// The namespace of a resource's values: `{prefix}r:{name}:{key}`.
+#[must_use]
+pub fn resource_namespace(name: &str) -> String {
+    format!("r:{name}:")
+}
+
+/// The change stream.
+#[must_use]
+pub fn changes_key(prefix: &str) -> String {
+    format!("{prefix}changes")
+}
+
+/// The shared filter of `strict` and `redis` modes.
+#[must_use]
+pub fn shared_filter_key(prefix: &str) -> String {
+    format!("{prefix}bloom")
+}
+
+/// The lock of a shared rebuild's leader.
+#[must_use]
+pub fn rebuild_lock_key(prefix: &str) -> String {
+    format!("{prefix}bloom:rebuild:lock")
+}
+
+/// The epoch counter; an epoch's keys are named after it.
+#[must_use]
+pub fn epoch_counter_key(prefix: &str) -> String {
+    format!("{prefix}bloom:epoch")
+}
+
+/// Epoch `n`'s meta hash (segments, bytes, position, shape), written last.
+#[must_use]
+pub fn epoch_meta_key(counter: &str, n: u64) -> String {
+    format!("{counter}:{n}:meta")
+}
+
+/// Segment `i` of epoch `n`.
+#[must_use]
+pub fn epoch_segment_key(counter: &str, n: u64, i: usize) -> String {
+    format!("{counter}:{n}:seg:{i}")
+}

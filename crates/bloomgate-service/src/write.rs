@@ -1,0 +1,102 @@
+//! The write protocol, one place the handlers call: a SKU create, update
+//! or delete commits with its outbox entry (`store`), then, in this order,
+//! the filter (a create's id enters it inside the transaction), the shared
+//! filter (`strict`), the caches (Redis `DEL`, L1 through the shards), the
+//! Redis change log, and for a create `Gate::ensure` (an adopted filter
+//! swapped in meanwhile). It knows nothing of HTTP beyond `AppError`.
+
+use crate::changes::ChangeKind;
+use crate::error::AppError;
+use crate::model::{now_secs, Sku, SkuInput};
+use crate::state::AppState;
+
+/// Creates a SKU from a validated `input` (the next free id when it has
+/// none; a few tries when another create takes that id first).
+///
+/// # Errors
+/// [`AppError::Conflict`] for a taken id or no id left; store failures.
+pub async fn create(state: &AppState, input: SkuInput) -> Result<Sku, AppError> {
+    let store = &state.reader.store;
+    let explicit = input.id;
+    let mut sku = None;
+    for _ in 0..5 {
+        let id = match explicit {
+            Some(id) => id,
+            None => store.next_id().await?.ok_or_else(|| {
+                AppError::Conflict(format!(
+                    "no automatic id is left: the largest id in use is {}; give an explicit id",
+                    i64::MAX
+                ))
+            })?,
+        };
+        let candidate = input.clone().into_sku(id, now_secs());
+        // The id enters the filter inside the transaction, before the
+        // commit makes the row visible anywhere.
+        let gate = &state.reader.gate;
+        if store
+            .insert_then(&candidate, || gate.insert(candidate.id))
+            .await?
+        {
+            sku = Some(candidate);
+            break;
+        }
+        if explicit.is_some() {
+            return Err(AppError::Conflict(format!("sku {id} already exists")));
+        }
+    }
+    let sku = sku.ok_or_else(|| AppError::Conflict("could not allocate an id; retry".into()))?;
+    // Any cached "not found" for it (in Redis or L1, or being loaded) is
+    // dropped, so the next read loads it from SQL.
+    if let Some(shared) = &state.reader.shared {
+        shared.insert(sku.id).await;
+    }
+    state.reader.invalidate(&sku.id).await;
+    publish(state, sku.id, ChangeKind::Created).await;
+    // Again after the append (a no-op unless the filter was swapped for
+    // another instance's in between): an adopting instance replays the log
+    // up to some entry, so a create appended after that read must enter
+    // the adopted filter here.
+    state.reader.gate.ensure(sku.id);
+    Ok(sku)
+}
+
+/// Replaces SKU `id`'s fields with a validated `input`.
+///
+/// # Errors
+/// [`AppError::NotFound`]; store failures.
+pub async fn update(state: &AppState, id: i64, input: SkuInput) -> Result<Sku, AppError> {
+    let sku = input.into_sku(id, now_secs());
+    if !state.reader.store.update(&sku).await? {
+        return Err(AppError::NotFound(format!("sku {id} not found")));
+    }
+    state.reader.invalidate(&id).await;
+    publish(state, id, ChangeKind::Updated).await;
+    Ok(sku)
+}
+
+/// Deletes SKU `id`; enough deletes since the last build ask for a rebuild
+/// (the filter cannot forget an id).
+///
+/// # Errors
+/// [`AppError::NotFound`]; store failures.
+pub async fn delete(state: &AppState, id: i64) -> Result<(), AppError> {
+    if !state.reader.store.delete(id).await? {
+        return Err(AppError::NotFound(format!("sku {id} not found")));
+    }
+    state.reader.invalidate(&id).await;
+    publish(state, id, ChangeKind::Deleted).await;
+    // The plain filter cannot forget the id; it keeps answering "maybe",
+    // which costs one cached lookup. Enough deletes trigger a rebuild.
+    // The gate's worker runs it; nobody waits for the answer.
+    if state.reader.gate.note_delete(state.rebuild_after_deletes) {
+        drop(state.reader.gate.request_rebuild());
+    }
+    Ok(())
+}
+
+/// Tells the other instances about a committed write.
+async fn publish(state: &AppState, id: i64, kind: ChangeKind) {
+    if let Some(log) = &state.changes {
+        log.publish(id, kind).await;
+    }
+}
