@@ -236,7 +236,11 @@ impl RedisTier {
     ///
     /// # Errors
     /// The client's error when the URL is bad or the server unreachable.
-    pub async fn connect(target: &RedisTarget, c: &CacheConfig) -> redis::RedisResult<Self> {
+    pub async fn connect(
+        target: &RedisTarget,
+        c: &CacheConfig,
+        bg: &crate::tasks::Background,
+    ) -> redis::RedisResult<Self> {
         let timeout = Duration::from_millis(c.redis_timeout_ms);
         let conn = target
             .connect(timeout.max(Duration::from_millis(200)), timeout)
@@ -269,7 +273,7 @@ impl RedisTier {
             }),
             counters: Arc::default(),
         };
-        tokio::spawn(deliver_owed(
+        bg.spawn(deliver_owed(
             Arc::downgrade(&tier.guard),
             tier.conn.clone(),
             Arc::clone(&tier.counters),

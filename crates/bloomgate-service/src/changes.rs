@@ -136,6 +136,8 @@ pub struct ChangeLog {
     outbox: crate::outbox::Outbox,
     /// Counters, shared by clones.
     pub counters: Arc<ChangeCounters>,
+    /// The instance's shutdown signal.
+    background: crate::tasks::Background,
 }
 
 impl std::fmt::Debug for ChangeLog {
@@ -177,7 +179,15 @@ impl ChangeLog {
             pending: Arc::default(),
             outbox,
             counters: Arc::default(),
+            background: crate::tasks::Background::new(),
         })
+    }
+
+    /// Ends the follower and the queue's drain at `bg`'s signal.
+    #[must_use]
+    pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
+        self.background = bg;
+        self
     }
 
     /// Appends a write. Never fatal (the write itself has committed): when
@@ -215,7 +225,7 @@ impl ChangeLog {
         };
         if start {
             let log = self.clone();
-            tokio::spawn(async move { log.drain().await });
+            self.background.spawn(async move { log.drain().await });
         }
     }
 

@@ -176,6 +176,8 @@ pub struct Gate {
     restores: AtomicU64,
     /// Filters adopted from another instance's rebuild.
     adoptions: AtomicU64,
+    /// The instance's shutdown signal (its own when used alone).
+    background: crate::tasks::Background,
 }
 
 impl Gate {
@@ -219,7 +221,15 @@ impl Gate {
             rebuild_seconds: ::metrics::Histogram::noop(),
             restores: AtomicU64::new(0),
             adoptions: AtomicU64::new(0),
+            background: crate::tasks::Background::new(),
         }
+    }
+
+    /// Ends the gate's loops (the monitor, owed rebuilds) at `bg`'s signal.
+    #[must_use]
+    pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
+        self.background = bg;
+        self
     }
 
     /// Records every rebuild's duration in `h` as well.

@@ -41,6 +41,7 @@ pub mod stats;
 pub mod store;
 pub mod sync;
 pub mod table;
+pub mod tasks;
 pub mod telemetry;
 pub mod text;
 pub mod wire;
@@ -58,7 +59,9 @@ pub use state::{AppState, StartError};
 /// accepting and drains in-flight requests for at most
 /// `http.shutdown_grace_secs`. After that it returns anyway; the requests
 /// still running end when the runtime shuts down (for `bloomgate serve`,
-/// when the process exits).
+/// when the process exits). Then it saves the last snapshot and ends every
+/// background loop of `state` through its one signal
+/// ([`tasks::Background::stop`]).
 ///
 /// # Errors
 /// I/O errors from the listener.
@@ -68,6 +71,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let background = state.background.clone();
     let persist = state
         .persist
         .clone()
@@ -114,6 +118,13 @@ pub async fn run(
             Err(e) => tracing::warn!(error = %e, "saving the filter snapshot at shutdown failed"),
         }
     }
+    // Then every background loop, through the one signal.
+    if !background.stop(grace).await {
+        tracing::warn!(
+            still_running = background.running(),
+            "background tasks still running after the shutdown grace period"
+        );
+    }
     result
 }
 
@@ -147,7 +158,9 @@ pub async fn prepare(
         }
     }
     let c = &config.cache;
-    state.metrics.spawn_upkeep(Duration::from_secs(5));
+    state
+        .metrics
+        .spawn_upkeep(Duration::from_secs(5), &state.background);
     let mut restored = false;
     // The change log's last entry before the start-up scan.
     let mut start_position = None;
@@ -237,6 +250,7 @@ pub async fn prepare(
         persist.spawn_saver(
             &state.reader.gate,
             Duration::from_secs(c.bloom_snapshot_every_secs),
+            &state.background,
         );
     }
     if c.bloom_enabled {
@@ -252,7 +266,7 @@ pub async fn prepare(
             Duration::from_millis(c.bloom_retry_max_ms),
         );
         let share = state.changes.clone().zip(start_position);
-        return Ok(Some(tokio::spawn(async move {
+        return Ok(Some(state.background.spawn(async move {
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.
             if let Some((log, at)) = share {

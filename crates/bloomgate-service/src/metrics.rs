@@ -311,9 +311,13 @@ impl ServiceMetrics {
     /// Drains the latency samples into their histograms every `every`,
     /// so memory stays bounded between scrapes; stops when the metrics
     /// are dropped.
-    pub fn spawn_upkeep(self: &Arc<Self>, every: std::time::Duration) {
+    pub fn spawn_upkeep(
+        self: &Arc<Self>,
+        every: std::time::Duration,
+        bg: &crate::tasks::Background,
+    ) {
         let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
+        bg.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 match weak.upgrade() {

@@ -152,6 +152,8 @@ pub struct Outbox {
     /// The resources guarded beside the SKUs, by name: their entries are
     /// applied to them.
     resources: Arc<Mutex<BTreeMap<String, ShieldedReader<SourceRows>>>>,
+    /// The instance's shutdown signal.
+    background: crate::tasks::Background,
 }
 
 impl Outbox {
@@ -171,7 +173,15 @@ impl Outbox {
             counters: Arc::default(),
             before_poll: Arc::default(),
             resources: Arc::default(),
+            background: crate::tasks::Background::new(),
         }
+    }
+
+    /// Ends the follower and the watchdog at `bg`'s signal.
+    #[must_use]
+    pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
+        self.background = bg;
+        self
     }
 
     /// Follows `name`'s entries into `reader` (created keys into its

@@ -234,9 +234,9 @@ impl Persist {
 
     /// Saves after every rebuild (checked each second) and every `every`,
     /// until the gate is dropped.
-    pub fn spawn_saver(&self, gate: &Arc<Gate>, every: Duration) {
+    pub fn spawn_saver(&self, gate: &Arc<Gate>, every: Duration, bg: &crate::tasks::Background) {
         let (persist, gate) = (self.clone(), Arc::downgrade(gate));
-        tokio::spawn(async move {
+        bg.spawn(async move {
             let mut saved_rebuilds = None;
             let mut last_save = tokio::time::Instant::now();
             loop {

@@ -65,6 +65,8 @@ pub struct Shared {
     pub outbox: crate::outbox::Outbox,
     /// L1 sizes and the filter switches.
     pub cache: CacheConfig,
+    /// The instance's shutdown signal.
+    pub background: crate::tasks::Background,
 }
 
 /// Counters of the resource's calls.
@@ -97,6 +99,7 @@ pub struct Resource {
     pub counters: CallCounters,
     store: SkuStore,
     changes: Option<crate::changes::ChangeLog>,
+    background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
     watch_every_ms: AtomicU64,
 }
@@ -152,7 +155,8 @@ impl Resource {
                 auto_rebuild: c.bloom_auto_rebuild,
             },
             Arc::new(ScanOf(Arc::clone(&source))),
-        );
+        )
+        .with_background(shared.background.clone());
         let l1 = new_l1(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
@@ -178,6 +182,7 @@ impl Resource {
             counters: CallCounters::default(),
             store: shared.store.clone(),
             changes: shared.changes.clone(),
+            background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
         })
     }
@@ -212,9 +217,11 @@ impl Resource {
         gate.spawn_monitor(monitor_every);
         let every = self.watch_every_ms.load(Ordering::Relaxed);
         if every > 0 && self.table.is_some() {
-            tokio::spawn(watch(Arc::downgrade(self), Duration::from_millis(every)));
+            self.background
+                .spawn(watch(Arc::downgrade(self), Duration::from_millis(every)));
         }
-        tokio::spawn(gate.build_until_ready(retry.0, retry.1))
+        self.background
+            .spawn(gate.build_until_ready(retry.0, retry.1))
     }
 
     /// Reads one key through the funnel.

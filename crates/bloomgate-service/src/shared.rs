@@ -49,6 +49,8 @@ pub struct SharedFilter {
     refilling: Arc<AtomicBool>,
     /// Counters, shared by clones.
     pub counters: Arc<SharedCounters>,
+    /// The instance's shutdown signal (ends a refill).
+    background: crate::tasks::Background,
 }
 
 impl std::fmt::Debug for SharedFilter {
@@ -122,6 +124,7 @@ impl SharedFilter {
             store,
             refilling: Arc::default(),
             counters: Arc::default(),
+            background: crate::tasks::Background::new(),
         };
         if created {
             shared.fill().await;
@@ -161,6 +164,13 @@ impl SharedFilter {
             Ok(_) => tracing::info!(key = %self.key, added, "shared filter filled from SQL"),
             Err(e) => tracing::warn!(error = %e, "scanning SQL for the shared filter failed"),
         }
+    }
+
+    /// Ends a refill at `bg`'s signal.
+    #[must_use]
+    pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
+        self.background = bg;
+        self
     }
 
     /// True unless Redis says the id is certainly absent. Failures answer
@@ -203,7 +213,7 @@ impl SharedFilter {
         }
         tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
         let this = self.clone();
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             // Scan SQL while the lost segments are still missing (checks on
             // them fail, so they answer "maybe" on every instance), then
             // allocate them and add the ids at once: a reallocated segment

@@ -34,6 +34,8 @@ pub struct AppState {
     pub resources: Vec<Arc<crate::resource::Resource>>,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
+    /// The one shutdown signal of every background loop (`run` gives it).
+    pub background: crate::tasks::Background,
 }
 
 /// Why the service could not start.
@@ -77,12 +79,14 @@ impl AppState {
             tables.push((rc, crate::table::SqlTable::open(&store, rc, i).await??));
         }
         store.migrate().await?;
-        let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql);
+        let background = crate::tasks::Background::new();
+        let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
+            .with_background(background.clone());
         let c = &config.cache;
         let target = config.redis();
         let (redis, changes) = match &target {
             Some(target) => (
-                Some(RedisTier::connect(target, c).await?),
+                Some(RedisTier::connect(target, c, &background).await?),
                 Some(
                     crate::changes::ChangeLog::connect(
                         target,
@@ -92,7 +96,8 @@ impl AppState {
                         c.bloom_segment_bytes,
                         outbox.clone(),
                     )
-                    .await?,
+                    .await?
+                    .with_background(background.clone()),
                 ),
             ),
             None => (None, None),
@@ -108,7 +113,8 @@ impl AppState {
             },
             Arc::new(store.clone()),
         )
-        .with_rebuild_histogram(metrics.rebuild_histogram());
+        .with_rebuild_histogram(metrics.rebuild_histogram())
+        .with_background(background.clone());
         let l1 = new_l1(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
@@ -131,7 +137,8 @@ impl AppState {
                     Duration::from_millis(c.redis_timeout_ms),
                     store,
                 )
-                .await?,
+                .await?
+                .with_background(background.clone()),
             );
         }
         Ok(Self {
@@ -155,6 +162,7 @@ impl AppState {
             outbox,
             resources: Vec::new(),
             cache: c.clone(),
+            background,
         }
         .with_tables(tables))
     }
@@ -194,6 +202,7 @@ impl AppState {
             changes: self.changes.clone(),
             outbox: self.outbox.clone(),
             cache: self.cache.clone(),
+            background: self.background.clone(),
         }
     }
 

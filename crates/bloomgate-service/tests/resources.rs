@@ -377,8 +377,13 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
         .await;
     assert_eq!(status, 400, "{body}");
 
+    // One signal ends every background loop (followers, watchdog, the
+    // filters' monitors, the watch) when the server stops.
+    let (bg_a, bg_b) = (a.state.background.clone(), b.state.background.clone());
+    assert!(bg_a.running() >= 5, "{} loops", bg_a.running());
     a.stop().await;
     b.stop().await;
+    assert_eq!((bg_a.running(), bg_b.running()), (0, 0));
 }
 
 fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {

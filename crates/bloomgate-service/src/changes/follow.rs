@@ -13,7 +13,7 @@ impl ChangeLog {
         let log = self.clone();
         let reader = reader.clone();
         log.set_applied(&from);
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let mut last = from;
             let mut conn = None;
             let mut backoff = Duration::from_millis(100);

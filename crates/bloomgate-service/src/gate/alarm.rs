@@ -163,7 +163,7 @@ impl Gate {
     /// Runs [`Gate::monitor_step`] every `every` until the gate is dropped.
     pub fn spawn_monitor(self: &Arc<Self>, every: Duration) {
         let gate = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(gate) = gate.upgrade() else {

@@ -102,7 +102,7 @@ impl Gate {
     pub fn rebuild_owed(self: &Arc<Self>, done: impl FnOnce() + Send + 'static) {
         self.owed_rebuilds.fetch_add(1, Ordering::Relaxed);
         let gate = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let mut backoff = Duration::from_millis(100);
             loop {
                 let Some(g) = gate.upgrade() else { return };

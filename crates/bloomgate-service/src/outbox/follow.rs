@@ -25,7 +25,7 @@ impl Outbox {
         }
         self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
         let (outbox, follower_reader) = (self.clone(), reader.clone());
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let reader = follower_reader;
             let mut failing = false;
             let mut trimmed_at = Instant::now();
@@ -66,7 +66,7 @@ impl Outbox {
             }
         });
         let (outbox, reader) = (self.clone(), reader.clone());
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let _guard = Gate::follow(&reader.gate);
             while !Gate::only_followers_left(&reader.gate) {
                 tokio::time::sleep(outbox.poll).await;

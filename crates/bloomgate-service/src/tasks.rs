@@ -1,0 +1,103 @@
+//! One shutdown signal for every background loop of an instance (the
+//! filter's rebuild worker and monitor, the change followers, the outbox
+//! watchdog, the Redis tier's owed invalidations, the snapshot saver, the
+//! shared filter's refill, the metrics upkeep, a resource's build and
+//! watch): each is spawned through [`Background::spawn`], which ends it
+//! when the signal is given, and [`Background::stop`] gives it and waits
+//! for them (`run` does, after the drain and the last snapshot). A loop
+//! also ends when what it serves is dropped (its `Weak` no longer
+//! upgrades), so a part used alone, without a running service, stops too.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The signal and the tasks it ends. Cheap to clone; clones share both.
+#[derive(Debug, Clone, Default)]
+pub struct Background {
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Background {
+    /// A fresh signal with no tasks.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Spawns `task`, which ends at its own end or when the signal is
+    /// given, whichever comes first.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let token = self.token.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = task => {}
+            }
+        })
+    }
+
+    /// True once the signal was given.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Gives the signal and waits at most `within` for every task to end;
+    /// false when some had not.
+    pub async fn stop(&self, within: Duration) -> bool {
+        self.token.cancel();
+        self.tracker.close();
+        tokio::time::timeout(within, self.tracker.wait())
+            .await
+            .is_ok()
+    }
+
+    /// Tasks still running.
+    #[must_use]
+    pub fn running(&self) -> usize {
+        self.tracker.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Count {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn stop_ends_every_loop_and_waits_for_it() {
+        let bg = Background::new();
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for _ in 0..3 {
+            // Dropped with the task, polled or not.
+            let count = Count(std::sync::Arc::clone(&ended));
+            bg.spawn(async move {
+                let _count = count;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(bg.running(), 3);
+        assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(bg.stop(Duration::from_secs(5)).await);
+        assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(bg.running(), 0);
+        assert!(bg.is_stopping());
+    }
+}
