@@ -476,17 +476,18 @@ impl Gate {
         }
     }
 
-    /// Adds an id another instance created (from the change log): always
-    /// to a filter being built, to the published one only if it does not
-    /// already answer "maybe" (so replays do not inflate the item count).
+    /// Adds an id created here or elsewhere (from the outbox or the change
+    /// log) to the filter being built and the published one, each only if
+    /// it does not already answer "maybe": a "maybe" means every bit of the
+    /// id is set, so nothing is lost, and replays (an own create seen again
+    /// while a rebuild is paused, say) do not inflate the item count.
     pub fn learn<K: BloomKey>(self: &Arc<Self>, id: K) {
         let _slots = lock(&self.slots);
-        if let Some(f) = self.building.load().as_deref() {
-            f.insert(&id);
-        }
-        if let Some(f) = self.current.load().as_deref() {
-            if !f.contains(&id) {
-                f.insert(&id);
+        for slot in [&self.building, &self.current] {
+            if let Some(f) = slot.load().as_deref() {
+                if !f.contains(&id) {
+                    f.insert(&id);
+                }
             }
         }
     }

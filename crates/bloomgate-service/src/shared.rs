@@ -213,7 +213,9 @@ impl SharedFilter {
         }
         tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
         let this = self.clone();
-        self.background.spawn(async move {
+        // Tracked, not cancelled: stopping between reallocating a segment
+        // and refilling it would leave definite "no"s in Redis.
+        self.background.track(async move {
             // Scan SQL while the lost segments are still missing (checks on
             // them fail, so they answer "maybe" on every instance), then
             // allocate them and add the ids at once: a reallocated segment

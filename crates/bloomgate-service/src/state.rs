@@ -71,7 +71,10 @@ impl AppState {
     /// [`StartError`].
     pub async fn connect(config: &Config) -> Result<Self, StartError> {
         config.validate()?;
-        let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql).await?;
+        let background = crate::tasks::Background::new();
+        let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
+            .await?
+            .with_background(background.clone());
         // The configured tables are checked before anything is written: a
         // bad one stops the start with the database as it was.
         let mut tables = Vec::with_capacity(config.resources.len());
@@ -79,7 +82,6 @@ impl AppState {
             tables.push((rc, crate::table::SqlTable::open(&store, rc, i).await??));
         }
         store.migrate().await?;
-        let background = crate::tasks::Background::new();
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         let c = &config.cache;

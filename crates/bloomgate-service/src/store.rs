@@ -122,6 +122,9 @@ pub struct SkuStore {
     /// its transaction commits (keyed by the SKU id).
     #[doc(hidden)]
     pub before_commit: Arc<crate::pause::PausePoint>,
+    /// The instance's shutdown signal (its own when used alone): late
+    /// entries recorded again are tracked by it.
+    background: crate::tasks::Background,
 }
 
 impl SkuStore {
@@ -142,6 +145,13 @@ impl SkuStore {
         let store = Self::connect_unmigrated(url, c).await?;
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Tracks the background work this store starts under `bg`.
+    #[must_use]
+    pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
+        self.background = bg;
+        self
     }
 
     /// As [`SkuStore::connect_with`] without running the migrations (call
@@ -186,6 +196,7 @@ impl SkuStore {
             rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
             before_commit: Arc::default(),
+            background: crate::tasks::Background::new(),
         };
         Ok(store)
     }

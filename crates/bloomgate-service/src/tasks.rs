@@ -1,12 +1,20 @@
-//! One shutdown signal for every background loop of an instance (the
-//! filter's rebuild worker and monitor, the change followers, the outbox
-//! watchdog, the Redis tier's owed invalidations, the snapshot saver, the
-//! shared filter's refill, the metrics upkeep, a resource's build and
-//! watch): each is spawned through [`Background::spawn`], which ends it
-//! when the signal is given, and [`Background::stop`] gives it and waits
-//! for them (`run` does, after the drain and the last snapshot). A loop
-//! also ends when what it serves is dropped (its `Weak` no longer
-//! upgrades), so a part used alone, without a running service, stops too.
+//! One shutdown signal for every background loop of an instance: the
+//! gate's monitor and owed rebuilds, both change followers and the outbox
+//! watchdog, the change log's drain, the Redis tier's owed invalidations,
+//! the snapshot saver, the metrics upkeep, a resource's build and watch.
+//! Each is spawned through [`Background::spawn`], which ends it when the
+//! signal is given; [`Background::stop`] gives it and waits for them
+//! (`run` does, after the drain and the last snapshot). Work that must not
+//! be cut halfway (the shared filter's refill, an outbox entry recorded
+//! again after a late commit) goes through [`Background::track`]: `stop`
+//! waits for it, within its bound, but does not cancel it. The rebuild
+//! worker and single-flight loads are plain tasks that end by themselves
+//! (cancelling one would leave its callers' tickets unanswered).
+//!
+//! After the signal the instance's parts are not restarted (a queue left
+//! draining, a rebuild left owed): an `AppState` that `run` returned from
+//! is not served again. A loop also ends when what it serves is dropped
+//! (its `Weak` no longer upgrades), so a part used alone stops too.
 
 use std::future::Future;
 use std::time::Duration;
@@ -41,6 +49,15 @@ impl Background {
                 () = task => {}
             }
         })
+    }
+
+    /// Spawns `task` to run to its end: [`Background::stop`] waits for it
+    /// (within its bound) but does not cancel it.
+    pub fn track<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tracker.spawn(task)
     }
 
     /// True once the signal was given.

@@ -18,7 +18,6 @@ const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
 /// sooner).
 const EPOCH_TTL_SECS: u64 = 3600;
 
-/// The key of an epoch's `i`th segment.
 impl ChangeLog {
     /// A connection for moving whole filters: the shared one answers
     /// within `redis_timeout_ms`, too short for megabytes.

@@ -138,6 +138,9 @@ impl Gate {
         let number = r.requested;
         if !r.worker {
             r.worker = true;
+            // A plain task, not under the shutdown signal: it ends when
+            // the requests are served, and cancelling it would leave
+            // `worker` set and the tickets unanswered.
             tokio::spawn(Arc::clone(self).work());
         }
         RebuildTicket { number, completed }

@@ -59,7 +59,7 @@ impl SkuStore {
             if let Err(e) = self.record(&id.to_string(), kind).await {
                 tracing::warn!(id, error = %e, "re-recording a late write failed; retrying in the background");
                 let store = self.clone();
-                tokio::spawn(async move {
+                self.background.track(async move {
                     let mut backoff = Duration::from_millis(100);
                     while store.record(&id.to_string(), kind).await.is_err() {
                         tokio::time::sleep(backoff).await;
@@ -143,12 +143,14 @@ impl SkuStore {
         if started.elapsed() > self.rerecord_after {
             self.counters.rerecorded.fetch_add(1, Ordering::Relaxed);
             let (store, resource, keys) = (self.clone(), resource.to_owned(), keys.to_vec());
-            tokio::spawn(async move {
-                let mut backoff = Duration::from_millis(100);
-                while let Err(e) = store.insert_entries(&resource, &keys, kind).await {
-                    tracing::warn!(error = %e, "re-recording late outbox entries failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+            self.background.track(async move {
+                for chunk in keys.chunks(1000) {
+                    let mut backoff = Duration::from_millis(100);
+                    while let Err(e) = store.insert_entries(&resource, chunk, kind).await {
+                        tracing::warn!(error = %e, "re-recording late outbox entries failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
                 }
             });
         }
