@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ::metrics::{Label, SharedString};
 use serde_json::json;
 
+use crate::cache::RedisCounters;
 use crate::metrics::ServiceMetrics;
 use crate::paths::SECKILL_ROUTE;
+use crate::reader::L1Counters;
 use crate::state::AppState;
 
 /// The `/api/cache/stats` body: seed 000's `bloom` keys first, then every
@@ -152,31 +154,19 @@ fn export_resource(m: &ServiceMetrics, res: &crate::resource::Resource) {
         vec![name()],
         g.estimated_items,
     );
-    let l1 = &r.l1_counters;
-    for (result, c) in [
-        ("hit", &l1.hits),
-        ("negative_hit", &l1.negative_hits),
-        ("miss", &l1.misses),
-    ] {
-        m.counter(
-            "bloomgate_resource_l1_lookups_total",
-            vec![name(), label("result", result)],
-            c.get(),
-        );
-    }
+    l1_lookups(
+        m,
+        "bloomgate_resource_l1_lookups_total",
+        &[name()],
+        &r.l1_counters,
+    );
     if let Some(redis) = &r.redis {
-        let c = &redis.counters;
-        for (result, v) in [
-            ("hit", &c.hits),
-            ("nil_hit", &c.nil_hits),
-            ("miss", &c.misses),
-        ] {
-            m.counter(
-                "bloomgate_resource_redis_lookups_total",
-                vec![name(), label("result", result)],
-                get(v),
-            );
-        }
+        redis_lookups(
+            m,
+            "bloomgate_resource_redis_lookups_total",
+            &[name()],
+            &redis.counters,
+        );
     }
     if let Some(t) = &res.table {
         m.counter(
@@ -198,6 +188,32 @@ fn export_resource(m: &ServiceMetrics, res: &crate::resource::Resource) {
             vec![name(), label("call", call)],
             get(v),
         );
+    }
+}
+
+/// `metric{labels…, result}` for L1's hits, negative hits and misses.
+fn l1_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], l1: &L1Counters) {
+    for (result, c) in [
+        ("hit", &l1.hits),
+        ("negative_hit", &l1.negative_hits),
+        ("miss", &l1.misses),
+    ] {
+        let mut l = labels.to_vec();
+        l.push(label("result", result));
+        m.counter(metric, l, c.get());
+    }
+}
+
+/// `metric{labels…, result}` for Redis's hits, nil hits and misses.
+fn redis_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], c: &RedisCounters) {
+    for (result, v) in [
+        ("hit", &c.hits),
+        ("nil_hit", &c.nil_hits),
+        ("miss", &c.misses),
+    ] {
+        let mut l = labels.to_vec();
+        l.push(label("result", result));
+        m.counter(metric, l, v.load(Ordering::Relaxed));
     }
 }
 
@@ -290,33 +306,12 @@ pub async fn export(state: &crate::state::AppState) -> String {
         vec![],
         state.outbox.last_ok_ms() as f64 / 1e3,
     );
-    let l1 = &r.l1_counters;
-    for (result, c) in [
-        ("hit", &l1.hits),
-        ("negative_hit", &l1.negative_hits),
-        ("miss", &l1.misses),
-    ] {
-        m.counter(
-            "bloomgate_l1_lookups_total",
-            vec![label("result", result)],
-            c.get(),
-        );
-    }
+    l1_lookups(m, "bloomgate_l1_lookups_total", &[], &r.l1_counters);
     m.gauge("bloomgate_l1_entries", vec![], r.l1.entry_count() as f64);
     if let Some(redis) = &r.redis {
         let c = &redis.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        for (result, v) in [
-            ("hit", &c.hits),
-            ("nil_hit", &c.nil_hits),
-            ("miss", &c.misses),
-        ] {
-            m.counter(
-                "bloomgate_redis_lookups_total",
-                vec![label("result", result)],
-                get(v),
-            );
-        }
+        redis_lookups(m, "bloomgate_redis_lookups_total", &[], c);
         m.counter(
             "bloomgate_redis_keys_written_total",
             vec![],

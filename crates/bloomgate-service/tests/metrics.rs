@@ -10,16 +10,7 @@ use common::{prom_value, TestServer};
 const READ: &str = "/api/seckill/{sku_id}";
 
 async fn metrics(server: &TestServer) -> String {
-    let r = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
-    r.text().await.unwrap()
+    server.metrics_text().await
 }
 
 fn requests(text: &str, outcome: &str, status: &str) -> f64 {

@@ -259,15 +259,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     assert_eq!(stats["outbox"]["in_step"], false);
     assert!(counter(&stats, &["outbox", "out_of_step"]) >= 1);
     assert!(counter(&stats, &["outbox", "unvouched"]) >= 1);
-    let text = b
-        .client
-        .get(b.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = b.metrics_text().await;
     assert_eq!(
         common::prom_value(&text, "bloomgate_changes_in_step", &[]),
         Some(0.0),

@@ -199,15 +199,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
         counter(&stats, &["resources", "members", "bloom", "rejected"]),
         0
     );
-    let metrics = a
-        .client
-        .get(a.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = a.metrics_text().await;
     let rejected = common::prom_value(
         &metrics,
         "bloomgate_resource_filter_checks_total",

@@ -214,6 +214,16 @@ impl TestServer {
         r.text().await.unwrap()
     }
 
+    /// `GET /metrics`: the Prometheus text (checked to be 200 and the
+    /// exposition format's content type).
+    pub async fn metrics_text(&self) -> String {
+        let r = self.client.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+        r.text().await.unwrap()
+    }
+
     pub async fn stats(&self) -> serde_json::Value {
         self.get("/api/cache/stats").await.1
     }
