@@ -1,7 +1,8 @@
 //! The service's own cost per request, without the network: the same
 //! requests through `router()` and through the bare axum router of
 //! `bare_axum.rs`, alternating in rounds on one thread (tower `oneshot`),
-//! median ns per request. What `scripts/service_bench.sh` measures with
+//! median ns per request; a configured resource (seed 002's `users`, text
+//! keys) beside the SKUs, through the same generic funnel. What `scripts/service_bench.sh` measures with
 //! wrk includes the kernel's TCP work, the same for both; this isolates
 //! what the service's layers and handlers add to it.
 //!
@@ -47,10 +48,51 @@ async fn main() {
         ..bloomgate_service::Config::default()
     };
     config.listen = "127.0.0.1:0".parse().unwrap();
+    let users = sqlx::SqlitePool::connect(&format!("{}?mode=rwc", config.database_url))
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE users (id VARCHAR(32) PRIMARY KEY, name TEXT NOT NULL)")
+        .execute(&users)
+        .await
+        .unwrap();
+    for i in 0..1000 {
+        sqlx::query("INSERT INTO users VALUES (?, ?)")
+            .bind(format!("u{i:06}"))
+            .bind(format!("user {i}"))
+            .execute(&users)
+            .await
+            .unwrap();
+    }
+    users.close().await;
+    config.resources = vec![bloomgate_service::config::resources::ResourceConfig {
+        name: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+        key_type: bloomgate_service::key::KeyType::Text,
+        columns: Vec::new(),
+        bloom_expected: 100_000,
+        bloom_fpp: 0.001,
+        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
+        max_batch_keys: 1000,
+        watch_column: None,
+        watch_every_ms: 1000,
+    }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {
         build.await.unwrap();
     }
+    let gate = std::sync::Arc::clone(state.resources[0].gate());
+    while !gate.is_ready() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let refused = (0..)
+        .map(|n| format!("x{n:07}"))
+        .find(|k| {
+            gate.probe(bloomgate_service::key::Key::Text(k.clone()))
+                == bloomgate_service::gate::Verdict::Reject
+        })
+        .unwrap();
+    let refused = format!("/api/users/{refused}");
     let service = bloomgate_service::router(state);
     let bare = Router::new().route(
         "/api/seckill/{sku_id}",
@@ -58,13 +100,18 @@ async fn main() {
     );
     // The L1 hit needs the SKU in L1 first.
     time(&service, "/api/seckill/42", 1, 200).await;
+    time(&service, "/api/users/u000042", 1, 200).await;
     let (mut b, mut reject, mut hit) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut r_reject, mut r_hit) = (Vec::new(), Vec::new());
     for _ in 0..7 {
         b.push(time(&bare, "/api/seckill/200100", n, 200).await);
         reject.push(time(&service, "/api/seckill/200100", n, 404).await);
         hit.push(time(&service, "/api/seckill/42", n, 200).await);
+        r_reject.push(time(&service, &refused, n, 404).await);
+        r_hit.push(time(&service, "/api/users/u000042", n, 200).await);
     }
     let (b, reject, hit) = (median(b), median(reject), median(hit));
+    let (r_reject, r_hit) = (median(r_reject), median(r_hit));
     println!("bare axum route     {b:7.0} ns/request");
     println!(
         "filter rejection    {reject:7.0} ns/request  (+{:.0} ns)",
@@ -73,5 +120,13 @@ async fn main() {
     println!(
         "L1 hit              {hit:7.0} ns/request  (+{:.0} ns)",
         hit - b
+    );
+    println!(
+        "users: rejection    {r_reject:7.0} ns/request  (+{:.0} ns)",
+        r_reject - b
+    );
+    println!(
+        "users: L1 hit       {r_hit:7.0} ns/request  (+{:.0} ns)",
+        r_hit - b
     );
 }

@@ -110,6 +110,28 @@ pub fn sku_not_found(id: i64) -> Response {
         .into_response()
 }
 
+/// A 404 `{"error":"not_found","message":…}` as [`AppError::NotFound`]
+/// renders it, in one buffer (a resource's read under a random-key
+/// attack answers mostly this).
+#[must_use]
+pub fn not_found(message: &str) -> Response {
+    const HEAD: &[u8] = br#"{"error":"not_found","message":"#;
+    let mut body = Vec::with_capacity(HEAD.len() + message.len() + 8);
+    body.extend_from_slice(HEAD);
+    // A `str` always serialises.
+    let _ = serde_json::to_writer(&mut body, message);
+    body.push(b'}');
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
 /// The JSON error body every failure answers with, for `status`.
 #[must_use]
 pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
@@ -125,7 +147,7 @@ pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response
 
 #[cfg(test)]
 mod tests {
-    use super::{sku_not_found, AppError};
+    use super::{not_found, sku_not_found, AppError};
     use axum::response::IntoResponse;
 
     async fn parts(res: axum::response::Response) -> (u16, String, Vec<u8>) {
@@ -142,6 +164,18 @@ mod tests {
         for id in [1, 42, 200_100, i64::MAX] {
             let slow = AppError::NotFound(format!("sku {id} not found")).into_response();
             assert_eq!(parts(sku_not_found(id)).await, parts(slow).await, "{id}");
+        }
+        for message in [
+            "users u1001 not found",
+            "users \"quoted\" \\ ✓ not found",
+            "",
+        ] {
+            let slow = AppError::NotFound(message.to_owned()).into_response();
+            assert_eq!(
+                parts(not_found(message)).await,
+                parts(slow).await,
+                "{message}"
+            );
         }
     }
 }

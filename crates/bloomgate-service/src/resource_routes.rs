@@ -60,7 +60,7 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
         Ok(k) => k,
         Err(e) => return AppError::BadRequest(e).into_response(),
     };
-    let answer = r.get(key.clone()).await;
+    let answer = r.get(key).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::telemetry::record_outcome_only(outcome.label());
     let res = match answer {
@@ -69,12 +69,11 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
             cached.json.clone(),
         )
             .into_response(),
-        Ok(Lookup::Missing(_)) => AppError::NotFound(format!(
+        Ok(Lookup::Missing(_)) => crate::error::not_found(&format!(
             "{} {} not found",
             r.name,
-            crate::input::clip(&key.to_string())
-        ))
-        .into_response(),
+            crate::input::clip(&raw)
+        )),
         Err(e) => e.into_response(),
     };
     outcome.note();
