@@ -334,15 +334,6 @@ impl Gate {
         lock(&self.history).iter().cloned().collect()
     }
 
-    /// When the last successful rebuild finished, Unix milliseconds.
-    pub fn last_success_ms(&self) -> Option<u64> {
-        lock(&self.history)
-            .iter()
-            .rev()
-            .find(|r| r.error.is_none())
-            .map(|r| r.finished_at_ms)
-    }
-
     /// Judges an id; counts rejections and passes.
     #[inline]
     pub fn check<K: BloomKey>(&self, id: K) -> Verdict {

@@ -1,17 +1,16 @@
-//! The service's figures, in one place: [`json`] assembles
-//! `/api/cache/stats` and [`export`] copies the same counters into the
-//! instance's Prometheus recorder for `GET /metrics`. Both read the
-//! atomics the levels keep; nothing is counted here.
+//! The service's figures, assembled once: [`json`] reads every level's
+//! counters into the `/api/cache/stats` snapshot, and [`render`] writes
+//! that same snapshot as Prometheus text for `GET /metrics` (through the
+//! instance's recorder, which also holds the request counters and latency
+//! histograms). Nothing is counted here, and no figure is read twice.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use ::metrics::{Label, SharedString};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::cache::RedisCounters;
 use crate::metrics::ServiceMetrics;
 use crate::paths::SECKILL_ROUTE;
-use crate::reader::L1Counters;
 use crate::state::AppState;
 
 /// The `/api/cache/stats` body: seed 000's `bloom` keys first, then every
@@ -126,245 +125,249 @@ pub async fn json(state: &AppState) -> serde_json::Value {
     body
 }
 
-/// A resource's series, each labelled `resource="<name>"`.
-fn export_resource(m: &ServiceMetrics, res: &crate::resource::Resource) {
-    let name = || label("resource", res.name.to_string());
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let r = &res.reader;
-    let g = r.gate.stats();
-    for (verdict, n) in [("rejected", g.rejected), ("passed", g.passed)] {
-        m.counter(
-            "bloomgate_resource_filter_checks_total",
-            vec![name(), label("verdict", verdict)],
-            n,
-        );
-    }
-    m.gauge(
-        "bloomgate_resource_filter_ready",
-        vec![name()],
-        f64::from(u8::from(g.ready)),
-    );
-    m.gauge(
-        "bloomgate_resource_filter_fill_ratio",
-        vec![name()],
-        g.fill_ratio,
-    );
-    m.gauge(
-        "bloomgate_resource_filter_items_estimated",
-        vec![name()],
-        g.estimated_items,
-    );
-    l1_lookups(
-        m,
-        "bloomgate_resource_l1_lookups_total",
-        &[name()],
-        &r.l1_counters,
-    );
-    if let Some(redis) = &r.redis {
-        redis_lookups(
-            m,
-            "bloomgate_resource_redis_lookups_total",
-            &[name()],
-            &redis.counters,
-        );
-    }
-    if let Some(t) = &res.table {
-        m.counter(
-            "bloomgate_resource_sql_statements_total",
-            vec![name()],
-            get(&t.counters.statements),
-        );
-    }
-    let c = &res.counters;
-    for (call, v) in [
-        ("keys", &c.keys_added),
-        ("invalidate", &c.invalidated),
-        ("exists", &c.exists_checked),
-        ("batch", &c.batch_keys),
-        ("watch", &c.watched),
+/// The number at `path` in a snapshot (0 when absent).
+fn num(v: &Value, path: &[&str]) -> f64 {
+    path.iter().fold(v, |v, k| &v[*k]).as_f64().unwrap_or(0.0)
+}
+
+/// The count at `path` in a snapshot (0 when absent).
+fn count(v: &Value, path: &[&str]) -> u64 {
+    path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0)
+}
+
+/// 1 when the boolean at `path` is true.
+fn flag(v: &Value, path: &[&str]) -> f64 {
+    f64::from(u8::from(path.iter().fold(v, |v, k| &v[*k]) == true))
+}
+
+/// Copies the [`json`] snapshot into `state`'s recorder and renders
+/// `GET /metrics`: the same figures, assembled once, in the other format.
+pub async fn export(state: &AppState) -> String {
+    let snapshot = json(state).await;
+    render(&state.metrics, &snapshot)
+}
+
+/// The Prometheus text of a [`json`] snapshot (requests by route, outcome
+/// and status, and the latency histograms, come from the recorder).
+pub fn render(m: &ServiceMetrics, s: &Value) -> String {
+    let b = &s["bloom"];
+    for (name, key) in [
+        ("bloomgate_filter_rejected_total", "rejected"),
+        ("bloomgate_filter_passed_total", "passed"),
+        ("bloomgate_filter_passed_missing_total", "passed_missing"),
+        ("bloomgate_filter_rebuilds_total", "rebuilds"),
+        (
+            "bloomgate_filter_rebuild_failures_total",
+            "rebuild_failures",
+        ),
+        ("bloomgate_filter_alarms_total", "alarms_raised"),
     ] {
-        m.counter(
-            "bloomgate_resource_call_keys_total",
-            vec![name(), label("call", call)],
-            get(v),
-        );
+        m.counter(name, vec![], count(b, &[key]));
     }
-}
-
-/// `metric{labels…, result}` for L1's hits, negative hits and misses.
-fn l1_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], l1: &L1Counters) {
-    for (result, c) in [
-        ("hit", &l1.hits),
-        ("negative_hit", &l1.negative_hits),
-        ("miss", &l1.misses),
+    for (name, key) in [
+        ("bloomgate_filter_observed_fpr", "observed_fpr"),
+        ("bloomgate_filter_expected_fpr", "expected_fpr"),
+        ("bloomgate_filter_target_fpr", "target_fpr"),
+        ("bloomgate_filter_items", "added"),
+        ("bloomgate_filter_estimated_items", "estimated_items"),
+        ("bloomgate_filter_capacity", "capacity"),
+        ("bloomgate_filter_fill_ratio", "fill_ratio"),
     ] {
-        let mut l = labels.to_vec();
-        l.push(label("result", result));
-        m.counter(metric, l, c.get());
+        m.gauge(name, vec![], num(b, &[key]));
     }
-}
-
-/// `metric{labels…, result}` for Redis's hits, nil hits and misses.
-fn redis_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], c: &RedisCounters) {
-    for (result, v) in [
-        ("hit", &c.hits),
-        ("nil_hit", &c.nil_hits),
-        ("miss", &c.misses),
-    ] {
-        let mut l = labels.to_vec();
-        l.push(label("result", result));
-        m.counter(metric, l, v.load(Ordering::Relaxed));
-    }
-}
-
-fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
-    Label::new(k, v.into())
-}
-
-/// Copies the values the JSON stats show into `state`'s recorder and
-/// renders `GET /metrics`. Both read the same counters.
-pub async fn export(state: &crate::state::AppState) -> String {
-    let m = &state.metrics;
-    let r = &state.reader;
-    let g = r.gate.stats();
-    m.counter("bloomgate_filter_rejected_total", vec![], g.rejected);
-    m.counter("bloomgate_filter_passed_total", vec![], g.passed);
-    m.counter(
-        "bloomgate_filter_passed_missing_total",
-        vec![],
-        g.passed_missing,
-    );
-    m.gauge("bloomgate_filter_observed_fpr", vec![], g.observed_fpr);
-    m.gauge("bloomgate_filter_expected_fpr", vec![], g.expected_fpr);
-    m.gauge("bloomgate_filter_target_fpr", vec![], g.target_fpr);
-    m.gauge("bloomgate_filter_items", vec![], g.added as f64);
     m.gauge(
-        "bloomgate_filter_estimated_items",
+        "bloomgate_filter_size_bytes",
         vec![],
-        g.estimated_items,
+        (count(b, &["bits"]) / 8) as f64,
     );
-    m.gauge("bloomgate_filter_capacity", vec![], g.capacity as f64);
-    m.gauge("bloomgate_filter_fill_ratio", vec![], g.fill_ratio);
-    m.gauge("bloomgate_filter_size_bytes", vec![], (g.bits / 8) as f64);
-    m.gauge(
-        "bloomgate_filter_ready",
-        vec![],
-        f64::from(u8::from(g.ready)),
-    );
-    m.counter("bloomgate_filter_rebuilds_total", vec![], g.rebuilds);
-    m.counter(
-        "bloomgate_filter_rebuild_failures_total",
-        vec![],
-        g.rebuild_failures,
-    );
-    if let Some(ms) = r.gate.last_success_ms() {
+    m.gauge("bloomgate_filter_ready", vec![], flag(b, &["ready"]));
+    let last_success = s["rebuild_history"]
+        .as_array()
+        .and_then(|h| h.iter().rev().find(|r| r["error"].is_null()))
+        .map(|r| num(r, &["finished_at_ms"]));
+    if let Some(ms) = last_success {
         m.gauge(
             "bloomgate_filter_last_rebuild_timestamp_seconds",
             vec![],
-            ms as f64 / 1e3,
+            ms / 1e3,
         );
     }
     for kind in crate::gate::Alarm::KINDS {
-        let on = g.alarm_kind == Some(kind);
+        let on = b["alarm_kind"] == kind;
         m.gauge(
             "bloomgate_filter_alarm",
             vec![label("alarm", kind)],
             f64::from(u8::from(on)),
         );
     }
-    m.counter("bloomgate_filter_alarms_total", vec![], g.alarms_raised);
-    let o = &state.outbox.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    m.gauge(
-        "bloomgate_changes_in_step",
-        vec![],
-        f64::from(u8::from(r.gate.in_step())),
-    );
+    let o = &s["outbox"];
+    m.gauge("bloomgate_changes_in_step", vec![], flag(o, &["in_step"]));
     m.counter(
         "bloomgate_filter_unvouched_total",
         vec![],
-        r.gate.unvouched(),
+        count(o, &["unvouched"]),
     );
-    m.counter("bloomgate_outbox_applied_total", vec![], get(&o.applied));
-    m.counter(
-        "bloomgate_outbox_poll_failures_total",
-        vec![],
-        get(&o.poll_failures),
-    );
-    m.counter(
-        "bloomgate_outbox_out_of_step_total",
-        vec![],
-        get(&o.out_of_step),
-    );
-    m.gauge(
-        "bloomgate_outbox_open_gaps",
-        vec![],
-        state.outbox.open_gaps() as f64,
-    );
+    for (name, key) in [
+        ("bloomgate_outbox_applied_total", "applied"),
+        ("bloomgate_outbox_poll_failures_total", "poll_failures"),
+        ("bloomgate_outbox_out_of_step_total", "out_of_step"),
+    ] {
+        m.counter(name, vec![], count(o, &[key]));
+    }
+    m.gauge("bloomgate_outbox_open_gaps", vec![], num(o, &["open_gaps"]));
     m.gauge(
         "bloomgate_outbox_last_read_timestamp_seconds",
         vec![],
-        state.outbox.last_ok_ms() as f64 / 1e3,
+        num(o, &["last_read_ms"]) / 1e3,
     );
-    l1_lookups(m, "bloomgate_l1_lookups_total", &[], &r.l1_counters);
-    m.gauge("bloomgate_l1_entries", vec![], r.l1.entry_count() as f64);
-    if let Some(redis) = &r.redis {
-        let c = &redis.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        redis_lookups(m, "bloomgate_redis_lookups_total", &[], c);
+    l1_lookups(m, "bloomgate_l1_lookups_total", &[], &s["l1"]);
+    m.gauge("bloomgate_l1_entries", vec![], num(s, &["l1", "entries"]));
+    let redis = &s["redis"];
+    if redis["enabled"] == true {
+        redis_lookups(m, "bloomgate_redis_lookups_total", &[], redis);
         m.counter(
             "bloomgate_redis_keys_written_total",
             vec![],
-            get(&c.keys_written),
+            count(redis, &["keys_written"]),
         );
-        for (kind, v) in [
-            ("error", &c.errors),
-            ("timeout", &c.timeouts),
-            ("skipped", &c.skipped),
+        for (kind, key) in [
+            ("error", "errors"),
+            ("timeout", "timeouts"),
+            ("skipped", "skipped"),
         ] {
             m.counter(
                 "bloomgate_redis_errors_total",
                 vec![label("kind", kind)],
-                get(v),
+                count(redis, &[key]),
             );
         }
-        let open = redis.breaker_state() != crate::cache::BreakerState::Closed;
+        let open = redis["breaker"] != "closed";
         m.gauge(
             "bloomgate_redis_breaker_open",
             vec![],
             f64::from(u8::from(open)),
         );
     }
-    let sql = &r.store.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    for (result, v) in [("found", &sql.found), ("missing", &sql.missing)] {
+    let sql = &s["sql"];
+    for result in ["found", "missing"] {
         m.counter(
             "bloomgate_sql_queries_total",
             vec![label("result", result)],
-            get(v),
+            count(sql, &[result]),
         );
     }
-    for (kind, v) in [("error", &sql.errors), ("timeout", &sql.timeouts)] {
+    for (kind, key) in [("error", "errors"), ("timeout", "timeouts")] {
         m.counter(
             "bloomgate_sql_errors_total",
             vec![label("kind", kind)],
-            get(v),
+            count(sql, &[key]),
         );
     }
-    for (statement, n) in sql.slow_by_statement() {
-        m.counter(
-            "bloomgate_sql_slow_queries_total",
-            vec![label("statement", statement)],
-            n,
-        );
+    if let Some(slow) = sql["slow"].as_object() {
+        for (statement, n) in slow {
+            m.counter(
+                "bloomgate_sql_slow_queries_total",
+                vec![label("statement", statement.clone())],
+                n.as_u64().unwrap_or(0),
+            );
+        }
     }
     m.counter(
         "bloomgate_sql_bulkhead_rejected_total",
         vec![],
-        r.bulkhead.rejected.get(),
+        count(sql, &["bulkhead_rejected"]),
     );
-    for res in &state.resources {
-        export_resource(m, res);
+    if let Some(resources) = s["resources"].as_object() {
+        for (name, r) in resources {
+            render_resource(m, name, r);
+        }
     }
     m.render()
+}
+
+/// A resource's series, each labelled `resource="<name>"`.
+fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
+    let name = || label("resource", name.to_owned());
+    for verdict in ["rejected", "passed"] {
+        m.counter(
+            "bloomgate_resource_filter_checks_total",
+            vec![name(), label("verdict", verdict)],
+            count(r, &["bloom", verdict]),
+        );
+    }
+    m.gauge(
+        "bloomgate_resource_filter_ready",
+        vec![name()],
+        flag(r, &["bloom", "ready"]),
+    );
+    m.gauge(
+        "bloomgate_resource_filter_fill_ratio",
+        vec![name()],
+        num(r, &["bloom", "fill_ratio"]),
+    );
+    m.gauge(
+        "bloomgate_resource_filter_items_estimated",
+        vec![name()],
+        num(r, &["bloom", "estimated_items"]),
+    );
+    l1_lookups(
+        m,
+        "bloomgate_resource_l1_lookups_total",
+        &[name()],
+        &r["l1"],
+    );
+    if r["redis"].is_object() {
+        redis_lookups(
+            m,
+            "bloomgate_resource_redis_lookups_total",
+            &[name()],
+            &r["redis"],
+        );
+    }
+    if r["sql"].is_object() {
+        m.counter(
+            "bloomgate_resource_sql_statements_total",
+            vec![name()],
+            count(r, &["sql", "statements"]),
+        );
+    }
+    for (call, key) in [
+        ("keys", "keys_added"),
+        ("invalidate", "invalidated"),
+        ("exists", "exists_checked"),
+        ("batch", "batch_keys"),
+        ("watch", "watched"),
+    ] {
+        m.counter(
+            "bloomgate_resource_call_keys_total",
+            vec![name(), label("call", call)],
+            count(r, &["calls", key]),
+        );
+    }
+}
+
+/// `metric{labels…, result}` for L1's hits, negative hits and misses.
+fn l1_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], l1: &Value) {
+    for (result, key) in [
+        ("hit", "hits"),
+        ("negative_hit", "negative_hits"),
+        ("miss", "misses"),
+    ] {
+        let mut l = labels.to_vec();
+        l.push(label("result", result));
+        m.counter(metric, l, count(l1, &[key]));
+    }
+}
+
+/// `metric{labels…, result}` for Redis's hits, nil hits and misses.
+fn redis_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], redis: &Value) {
+    for (result, key) in [("hit", "hits"), ("nil_hit", "nil_hits"), ("miss", "misses")] {
+        let mut l = labels.to_vec();
+        l.push(label("result", result));
+        m.counter(metric, l, count(redis, &[key]));
+    }
+}
+
+fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
+    Label::new(k, v.into())
 }
