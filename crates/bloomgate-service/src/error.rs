@@ -99,15 +99,7 @@ pub fn sku_not_found(id: i64) -> Response {
     body.extend_from_slice(HEAD.as_bytes());
     body.extend_from_slice(id.as_bytes());
     body.extend_from_slice(TAIL.as_bytes());
-    (
-        StatusCode::NOT_FOUND,
-        [(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    json_404(body)
 }
 
 /// A 404 `{"error":"not_found","message":…}` as [`AppError::NotFound`]
@@ -121,6 +113,11 @@ pub fn not_found(message: &str) -> Response {
     // A `str` always serialises.
     let _ = serde_json::to_writer(&mut body, message);
     body.push(b'}');
+    json_404(body)
+}
+
+/// A 404 with a JSON body written by the caller.
+fn json_404(body: Vec<u8>) -> Response {
     (
         StatusCode::NOT_FOUND,
         [(

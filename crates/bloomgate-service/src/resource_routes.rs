@@ -80,45 +80,65 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
     res
 }
 
-async fn batch(r: Arc<Resource>, headers: HeaderMap, body: Bytes) -> Result<Response, AppError> {
-    let keys = keys_of(&r, &headers, &body)?;
-    let answer = r.batch(&keys).await?;
-    let found: Vec<serde_json::Value> = answer
-        .found
-        .iter()
-        .map(|(k, row)| json!({ "key": k.to_json(), "row": row.row }))
-        .collect();
-    let missing: Vec<serde_json::Value> = answer.missing.iter().map(Key::to_json).collect();
-    Ok(Json(json!({ "found": found, "missing": missing })).into_response())
+/// The calls that read a `{"keys": [...]}` body.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Batch,
+    Exists,
+    Keys,
+    Invalidate,
 }
 
-async fn exists(r: Arc<Resource>, headers: HeaderMap, body: Bytes) -> Result<Response, AppError> {
-    let keys = keys_of(&r, &headers, &body)?;
-    Ok(Json(json!({ "exists": r.exists(&keys)? })).into_response())
+impl Call {
+    const ALL: [Self; 4] = [Self::Batch, Self::Exists, Self::Keys, Self::Invalidate];
+
+    /// The last segment of its path.
+    const fn word(self) -> &'static str {
+        match self {
+            Self::Batch => "batch",
+            Self::Exists => "exists",
+            Self::Keys => "keys",
+            Self::Invalidate => "invalidate",
+        }
+    }
 }
 
-async fn add_keys(
+/// One call: `keys` and `invalidate` are admin calls (writes made
+/// elsewhere); `batch` and `exists` are reads.
+async fn call(
     r: Arc<Resource>,
     token: Option<Arc<str>>,
+    call: Call,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    authorize(token.as_deref(), &headers, "/api/{name}/keys")?;
+    if matches!(call, Call::Keys | Call::Invalidate) {
+        let path = format!("/api/{{name}}/{}", call.word());
+        authorize(token.as_deref(), &headers, &path)?;
+    }
     let keys = keys_of(&r, &headers, &body)?;
-    r.add_keys(&keys).await?;
-    Ok(Json(json!({ "added": keys.len() })).into_response())
-}
-
-async fn invalidate(
-    r: Arc<Resource>,
-    token: Option<Arc<str>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, AppError> {
-    authorize(token.as_deref(), &headers, "/api/{name}/invalidate")?;
-    let keys = keys_of(&r, &headers, &body)?;
-    r.invalidate(&keys).await?;
-    Ok(Json(json!({ "invalidated": keys.len() })).into_response())
+    let answer = match call {
+        Call::Batch => {
+            let answer = r.batch(&keys).await?;
+            let found: Vec<serde_json::Value> = answer
+                .found
+                .iter()
+                .map(|(k, row)| json!({ "key": k.to_json(), "row": row.row }))
+                .collect();
+            let missing: Vec<serde_json::Value> = answer.missing.iter().map(Key::to_json).collect();
+            json!({ "found": found, "missing": missing })
+        }
+        Call::Exists => json!({ "exists": r.exists(&keys)? }),
+        Call::Keys => {
+            r.add_keys(&keys).await?;
+            json!({ "added": keys.len() })
+        }
+        Call::Invalidate => {
+            r.invalidate(&keys).await?;
+            json!({ "invalidated": keys.len() })
+        }
+    };
+    Ok(Json(answer).into_response())
 }
 
 /// Every resource's routes.
@@ -126,49 +146,24 @@ pub fn routes(state: &AppState) -> Router<Arc<AppState>> {
     let mut router = Router::new();
     for r in &state.resources {
         let base = format!("/api/{}", r.name);
-        let token = state.admin_token.clone();
-        let (r1, r2, r3, r4, r5) = (
-            Arc::clone(r),
-            Arc::clone(r),
-            Arc::clone(r),
-            Arc::clone(r),
-            Arc::clone(r),
-        );
-        let t2 = token.clone();
-        // A GET of a key spelled like a call (`/api/users/keys`) reads
-        // that key: the static route would otherwise answer 405.
-        let reads = |word: &'static str| {
-            let r = Arc::clone(r);
-            get(move || read(Arc::clone(&r), word.to_owned()))
-        };
-        let bodies = Router::new()
-            .route(
-                &format!("{base}/batch"),
-                reads("batch").post(move |h: HeaderMap, b: Bytes| batch(Arc::clone(&r2), h, b)),
-            )
-            .route(
-                &format!("{base}/exists"),
-                reads("exists").post(move |h: HeaderMap, b: Bytes| exists(Arc::clone(&r3), h, b)),
-            )
-            .route(
-                &format!("{base}/keys"),
-                reads("keys").post(move |h: HeaderMap, b: Bytes| {
-                    add_keys(Arc::clone(&r4), token.clone(), h, b)
-                }),
-            )
-            .route(
-                &format!("{base}/invalidate"),
-                reads("invalidate").post(move |h: HeaderMap, b: Bytes| {
-                    invalidate(Arc::clone(&r5), t2.clone(), h, b)
-                }),
-            )
-            .layer(DefaultBodyLimit::max(state.http.body_limit_bytes));
+        let mut bodies = Router::new();
+        for c in Call::ALL {
+            let (for_get, for_post) = (Arc::clone(r), Arc::clone(r));
+            let token = state.admin_token.clone();
+            // A GET of a key spelled like a call (`/api/users/keys`) reads
+            // that key: the static route would otherwise answer 405.
+            let route = get(move || read(Arc::clone(&for_get), c.word().to_owned())).post(
+                move |h: HeaderMap, b: Bytes| call(Arc::clone(&for_post), token.clone(), c, h, b),
+            );
+            bodies = bodies.route(&format!("{base}/{}", c.word()), route);
+        }
+        let r = Arc::clone(r);
         router = router
             .route(
                 &format!("{base}/{{key}}"),
-                get(move |Path(raw): Path<String>| read(Arc::clone(&r1), raw)),
+                get(move |Path(raw): Path<String>| read(Arc::clone(&r), raw)),
             )
-            .merge(bodies);
+            .merge(bodies.layer(DefaultBodyLimit::max(state.http.body_limit_bytes)));
     }
     router
 }

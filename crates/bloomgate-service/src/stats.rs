@@ -220,11 +220,17 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         vec![],
         num(o, &["last_read_ms"]) / 1e3,
     );
-    l1_lookups(m, "bloomgate_l1_lookups_total", &[], &s["l1"]);
+    lookups(m, "bloomgate_l1_lookups_total", &[], &s["l1"], L1_RESULTS);
     m.gauge("bloomgate_l1_entries", vec![], num(s, &["l1", "entries"]));
     let redis = &s["redis"];
     if redis["enabled"] == true {
-        redis_lookups(m, "bloomgate_redis_lookups_total", &[], redis);
+        lookups(
+            m,
+            "bloomgate_redis_lookups_total",
+            &[],
+            redis,
+            REDIS_RESULTS,
+        );
         m.counter(
             "bloomgate_redis_keys_written_total",
             vec![],
@@ -310,18 +316,20 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
         vec![name()],
         num(r, &["bloom", "estimated_items"]),
     );
-    l1_lookups(
+    lookups(
         m,
         "bloomgate_resource_l1_lookups_total",
         &[name()],
         &r["l1"],
+        L1_RESULTS,
     );
     if r["redis"].is_object() {
-        redis_lookups(
+        lookups(
             m,
             "bloomgate_resource_redis_lookups_total",
             &[name()],
             &r["redis"],
+            REDIS_RESULTS,
         );
     }
     if r["sql"].is_object() {
@@ -346,27 +354,30 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
     }
 }
 
-/// `metric{labels…, result}` for L1's hits, negative hits and misses.
-fn l1_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], l1: &Value) {
-    for (result, key) in [
-        ("hit", "hits"),
-        ("negative_hit", "negative_hits"),
-        ("miss", "misses"),
-    ] {
+/// `metric{labels…, result}` for each `(result, key)` of a level's lookups.
+fn lookups(
+    m: &ServiceMetrics,
+    metric: &'static str,
+    labels: &[Label],
+    level: &Value,
+    results: [(&'static str, &str); 3],
+) {
+    for (result, key) in results {
         let mut l = labels.to_vec();
         l.push(label("result", result));
-        m.counter(metric, l, count(l1, &[key]));
+        m.counter(metric, l, count(level, &[key]));
     }
 }
 
-/// `metric{labels…, result}` for Redis's hits, nil hits and misses.
-fn redis_lookups(m: &ServiceMetrics, metric: &'static str, labels: &[Label], redis: &Value) {
-    for (result, key) in [("hit", "hits"), ("nil_hit", "nil_hits"), ("miss", "misses")] {
-        let mut l = labels.to_vec();
-        l.push(label("result", result));
-        m.counter(metric, l, count(redis, &[key]));
-    }
-}
+/// L1's lookups: hits, negative hits, misses.
+const L1_RESULTS: [(&str, &str); 3] = [
+    ("hit", "hits"),
+    ("negative_hit", "negative_hits"),
+    ("miss", "misses"),
+];
+/// Redis's lookups: hits, nil hits, misses.
+const REDIS_RESULTS: [(&str, &str); 3] =
+    [("hit", "hits"), ("nil_hit", "nil_hits"), ("miss", "misses")];
 
 fn label(k: &'static str, v: impl Into<SharedString>) -> Label {
     Label::new(k, v.into())
