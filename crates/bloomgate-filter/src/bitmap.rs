@@ -1,25 +1,7 @@
 //! A bitmap over 64-bit words, stored in 64-byte aligned cache lines.
 
-use bytemuck::{Pod, Zeroable};
-
 use crate::error::{Error, Result};
-use crate::storage::Storage;
-
-/// One 64-byte cache line of eight 64-bit words; the unit of allocation.
-///
-/// ```
-/// use bloomgate_filter::{Bitmap, Line, LINE_BITS};
-/// let mut b = Bitmap::new(LINE_BITS).unwrap();
-/// b.set(3).unwrap();
-/// assert_eq!(Line([8, 0, 0, 0, 0, 0, 0, 0]).0[0], b.words()[0]);
-/// assert_eq!(std::mem::align_of::<Line>(), 64);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C, align(64))]
-pub struct Line(pub [u64; 8]);
-
-/// Bits in one [`Line`].
-pub const LINE_BITS: u64 = 512;
+use crate::storage::{Line, Storage};
 
 /// A fixed-length array of bits.
 ///

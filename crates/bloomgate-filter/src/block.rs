@@ -28,6 +28,8 @@
 use crate::hash::{splitmix64, HashPair};
 use crate::storage::AtomicLine;
 
+mod simd;
+
 /// Multipliers for the 256-bit layout: bit `i` of a key uses `SALTS[i]`.
 pub(crate) const SALTS: [u32; 32] = [
     0x47b6_137b,
@@ -140,10 +142,10 @@ pub(crate) fn contains256<S: Blocks256 + ?Sized>(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
         // CPU has AVX2, and nothing else makes them.
-        Kernel256::Avx2Eight => unsafe { crate::simd::contains256_k8_avx2(store, blocks, h1) },
+        Kernel256::Avx2Eight => unsafe { simd::contains256_k8_avx2(store, blocks, h1) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Kernel256::Avx2 => unsafe { crate::simd::contains256_avx2(store, blocks, h1, k) },
+        Kernel256::Avx2 => unsafe { simd::contains256_avx2(store, blocks, h1, k) },
         _ => covers(
             &store.load(block_index256(h1, blocks)),
             &mask256_scalar(h1, k),
@@ -197,7 +199,7 @@ fn missing256<S: Blocks256 + ?Sized>(
     if kernel.avx2() {
         // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
         // CPU has AVX2, and nothing else makes them.
-        return unsafe { crate::simd::missing256_avx2(store, idx, h1, k) };
+        return unsafe { simd::missing256_avx2(store, idx, h1, k) };
     }
     let _ = kernel;
     let (block, m) = (store.load(idx), mask256_scalar(h1, k));
@@ -211,7 +213,7 @@ pub(crate) fn covers256_with(avx2: bool, block: &[u64; 4], h1: u64, k: u32) -> b
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::covers256_avx2(block, h1, k) };
+        return unsafe { simd::covers256_avx2(block, h1, k) };
     }
     let _ = avx2;
     covers(block, &mask256_scalar(h1, k))
@@ -224,7 +226,7 @@ pub(crate) fn apply256_with(avx2: bool, block: &mut [u64; 4], h1: u64, k: u32) -
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::apply256_avx2(block, h1, k) };
+        return unsafe { simd::apply256_avx2(block, h1, k) };
     }
     let _ = avx2;
     apply(block, &mask256_scalar(h1, k))
@@ -331,7 +333,7 @@ pub(crate) fn covers512_with(avx2: bool, block: &[u64; 8], h1: u64, k: u32) -> b
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        return unsafe { crate::simd::covers512_avx2(block, h1, k) };
+        return unsafe { simd::covers512_avx2(block, h1, k) };
     }
     let _ = avx2;
     covers512(block, h1, k)
@@ -660,7 +662,7 @@ pub(crate) fn set_batch256(
     if kernel.avx2() {
         // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
         // CPU has AVX2, and nothing else makes them.
-        unsafe { crate::simd::set_batch_avx2(lines, blocks, k, n, h1_of) };
+        unsafe { simd::set_batch_avx2(lines, blocks, k, n, h1_of) };
         return;
     }
     set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
@@ -683,7 +685,7 @@ pub(crate) fn probe_batch256<S: Blocks256 + ?Sized>(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        unsafe { crate::simd::probe_batch_avx2(store, blocks, k, h1_of, out) };
+        unsafe { simd::probe_batch_avx2(store, blocks, k, h1_of, out) };
         return;
     }
     let _ = avx2;
@@ -705,7 +707,7 @@ pub(crate) fn insert_batch256(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        unsafe { crate::simd::insert_batch_avx2(store, blocks, k, n, h1_of) };
+        unsafe { simd::insert_batch_avx2(store, blocks, k, n, h1_of) };
         return;
     }
     let _ = avx2;

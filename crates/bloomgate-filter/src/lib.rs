@@ -56,12 +56,11 @@ mod probe;
 mod scalable;
 #[cfg(feature = "serde")]
 mod serde_impl;
-mod simd;
 pub mod sizing;
 pub mod snapshot;
 mod storage;
 
-pub use bitmap::{Bitmap, Line, LINE_BITS};
+pub use bitmap::Bitmap;
 pub use block::l2_cache_bytes;
 pub use blocked::BlockedBloom;
 pub use classic::ClassicBloom;
@@ -76,3 +75,4 @@ pub use scalable::{
     ScalableBloom, ScalableOptions, SubFilterInfo, SCALABLE_FORMAT_VERSION, SCALABLE_MAGIC,
 };
 pub use snapshot::{KeyKind, Layout, Snapshot};
+pub use storage::{Line, LINE_BITS};

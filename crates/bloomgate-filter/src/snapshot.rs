@@ -264,13 +264,27 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> SnapshotError {
 /// # Errors
 /// A [`SnapshotError`] naming the first problem found.
 pub fn decode_header(bytes: &[u8], expect: Option<Layout>) -> Result<Header, SnapshotError> {
+    decode_header_of(
+        &bytes[..bytes.len().min(HEADER_LEN)],
+        bytes.len() as u64,
+        expect,
+    )
+}
+
+/// [`decode_header`] of a file of `have` bytes from its first bytes
+/// (`head`, at most [`HEADER_LEN`] of them).
+fn decode_header_of(
+    bytes: &[u8],
+    have: u64,
+    expect: Option<Layout>,
+) -> Result<Header, SnapshotError> {
     if bytes.len() < 8 || bytes[..8] != MAGIC {
         return Err(SnapshotError::BadMagic);
     }
     if bytes.len() < HEADER_LEN {
         return Err(SnapshotError::Truncated {
             expected: HEADER_LEN as u64,
-            found: bytes.len() as u64,
+            found: have,
         });
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
@@ -346,7 +360,6 @@ pub fn decode_header(bytes: &[u8], expect: Option<Layout>) -> Result<Header, Sna
         ));
     }
     let total = (HEADER_LEN + TRAILER_LEN) as u64 + payload_len;
-    let have = bytes.len() as u64;
     if have < total {
         return Err(SnapshotError::Truncated {
             expected: total,
@@ -541,6 +554,12 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
 /// # Errors
 /// [`Error::Io`] or [`Error::Snapshot`].
 pub fn read_header(path: &Path) -> Result<Header> {
-    let view = crate::mmap::MappedFile::open(path)?;
-    Ok(decode_header(view.bytes(), None)?)
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    let have = file.metadata().map_err(io_err(path))?.len();
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    file.take(HEADER_LEN as u64)
+        .read_to_end(&mut head)
+        .map_err(io_err(path))?;
+    Ok(decode_header_of(&head, have, None)?)
 }

@@ -14,8 +14,25 @@
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
-use crate::bitmap::Line;
+use bytemuck::{Pod, Zeroable};
+
 use crate::error::{Error, Result};
+
+/// One 64-byte cache line of eight 64-bit words; the unit of allocation.
+///
+/// ```
+/// use bloomgate_filter::{Bitmap, Line, LINE_BITS};
+/// let mut b = Bitmap::new(LINE_BITS).unwrap();
+/// b.set(3).unwrap();
+/// assert_eq!(Line([8, 0, 0, 0, 0, 0, 0, 0]).0[0], b.words()[0]);
+/// assert_eq!(std::mem::align_of::<Line>(), 64);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C, align(64))]
+pub struct Line(pub [u64; 8]);
+
+/// Bits in one [`Line`].
+pub const LINE_BITS: u64 = 512;
 
 /// Storage at or above this size is mapped with huge pages.
 const HUGE_PAGE_THRESHOLD: usize = 2 << 20;

@@ -143,6 +143,37 @@ fn truncated_and_extended_files_are_rejected() {
     );
 }
 
+/// `read_header` reads only the first bytes of the file, and judges it as
+/// `decode_header` judges the whole of it.
+#[test]
+fn reading_a_files_header_agrees_with_decoding_the_whole_file() {
+    let (f, _) = sample_blocked();
+    let good = f.to_bytes(KeyKind::Integer);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.bgf");
+    let mut longer = good.clone();
+    longer.extend_from_slice(&[0; 3]);
+    for bytes in [
+        good.clone(),
+        good[..good.len() - 1].to_vec(),
+        good[..HEADER_LEN].to_vec(),
+        good[..HEADER_LEN - 1].to_vec(),
+        good[..7].to_vec(),
+        longer,
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let read = bloomgate_filter::snapshot::read_header(&path).map_err(|e| match e {
+            Error::Snapshot(s) => s,
+            other => panic!("{other:?}"),
+        });
+        assert_eq!(read, decode_header(&bytes, None), "{} bytes", bytes.len());
+    }
+    assert!(
+        decode_header(&good, None).is_ok(),
+        "the good file is read as good"
+    );
+}
+
 #[test]
 fn header_field_changes_are_rejected_even_with_a_valid_checksum() {
     let (f, _) = sample_blocked();
