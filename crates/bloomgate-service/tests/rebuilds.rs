@@ -44,6 +44,15 @@ async fn seed_000s_first_warm_right_after_start_answers_200_and_ready() {
     // command at once, while the start-up build runs.
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, 200_000, false, |_| {}).await;
+    // The warm lands while the start-up build scans (not before its task
+    // has asked: then one rebuild, started after both, rightly serves
+    // both, and the count below would be 1).
+    let gate = Arc::clone(&server.state.reader.gate);
+    eventually(10, "the start-up build is scanning", || {
+        let gate = Arc::clone(&gate);
+        async move { gate.is_rebuilding() }
+    })
+    .await;
     assert!(
         !server.state.reader.gate.is_ready(),
         "the start-up build is still running"
