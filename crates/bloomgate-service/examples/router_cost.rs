@@ -16,7 +16,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tower::ServiceExt;
 
-async fn time(router: &Router, path: &str, n: u32, status: u16) -> f64 {
+async fn time<S>(router: &S, path: &str, n: u32, status: u16) -> f64
+where
+    S: tower::Service<
+            Request<Body>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone,
+{
     let started = Instant::now();
     for _ in 0..n {
         let req = Request::get(path).body(Body::empty()).unwrap();
@@ -93,6 +100,19 @@ async fn main() {
         })
         .unwrap();
     let refused = format!("/api/users/{refused}");
+    {
+        let state = std::sync::Arc::new(state.clone());
+        let handler = bloomgate_service::routes::sku_detail(
+            axum::extract::State(std::sync::Arc::clone(&state)),
+            axum::extract::Path("42".to_string()),
+        );
+        let lookup = state.reader.lookup(42);
+        println!(
+            "future sizes: sku_detail {} bytes, reader.lookup {} bytes",
+            std::mem::size_of_val(&handler),
+            std::mem::size_of_val(&lookup)
+        );
+    }
     let service = bloomgate_service::router(state);
     let bare = Router::new().route(
         "/api/seckill/{sku_id}",

@@ -1,4 +1,4 @@
-//! The cache tiers: L1 in process (moka), L2 in Redis.
+//! The cache tiers: L1 in process ([`l1`]), L2 in Redis.
 //!
 //! Redis values are written only by a reader that holds a *lease* on the
 //! key (after Facebook's "Scaling Memcache at Facebook", §3.2.1): a reader
@@ -12,10 +12,9 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bloomgate_redis::Conn;
-use moka::sync::Cache;
 
 use crate::redis_link::{query_each, RedisTarget};
 
@@ -23,10 +22,12 @@ use crate::config::CacheConfig;
 use crate::model::Sku;
 
 mod guard;
+mod l1;
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
 use guard::{BreakerWatch, Doubling, Guard};
+pub use l1::L1;
 
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
@@ -69,36 +70,6 @@ impl<T> Clone for Entry<T> {
             Self::Missing => Self::Missing,
         }
     }
-}
-
-struct EntryExpiry {
-    found: Duration,
-    missing: Duration,
-}
-
-impl<K, T> moka::Expiry<K, Entry<T>> for EntryExpiry {
-    fn expire_after_create(&self, _: &K, value: &Entry<T>, _: Instant) -> Option<Duration> {
-        Some(match value {
-            Entry::Found(_) => self.found,
-            Entry::Missing => self.missing,
-        })
-    }
-}
-
-/// The in-process L1 cache: bounded, short-lived, holding found rows and
-/// recent "not found" answers (with a shorter lifetime).
-pub fn new_l1<K, T>(capacity: u64, found_ttl: Duration, missing_ttl: Duration) -> Cache<K, Entry<T>>
-where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
-    T: Send + Sync + 'static,
-{
-    Cache::builder()
-        .max_capacity(capacity)
-        .expire_after(EntryExpiry {
-            found: found_ttl,
-            missing: missing_ttl,
-        })
-        .build()
 }
 
 /// What Redis holds for a key.

@@ -5,6 +5,12 @@
 //! histogram, the JSON error shape for errors that are not JSON yet, the
 //! `x-request-id` echoed on the response, and the request timeout.
 //!
+//! It wraps the whole router once ([`crate::router`]), not each route:
+//! `Router::layer` would box every route's service again and clone that
+//! box on every request, and nest one more future holding the request.
+//! So the edge finds the request's route itself, from the router's own
+//! route patterns (`matchit`, the matcher axum uses), once per request.
+//!
 //! What the stack cost, per request, measured by `examples/router_cost.rs`:
 //! every layer's future wrapping the next one (moved at each level), three
 //! clock reads, a timer registered and cancelled, the id formatted through
@@ -21,7 +27,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::MatchedPath;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
@@ -35,26 +40,68 @@ pub struct EdgeLayer {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug)]
 struct Shared {
     metrics: Arc<ServiceMetrics>,
+    /// Route pattern → index into `patterns`.
+    routes: matchit::Router<usize>,
+    /// Each pattern with its series in `metrics`.
+    patterns: Vec<(Box<str>, usize)>,
     timeout: Duration,
     /// `bg-<process>-`, the fixed part of generated ids.
     prefix: String,
+    /// The next block of ids not handed to a thread yet.
     next: AtomicU64,
+    /// Which layer this is, so a thread's block of ids is used only for
+    /// the layer that gave it (several instances in one process).
+    serial: u64,
+}
+
+/// Ids a thread takes from a layer's counter at once: one shared atomic
+/// increment per block instead of one per request, which both cores
+/// would otherwise fight over.
+const ID_BLOCK: u64 = 1024;
+
+thread_local! {
+    /// This thread's block of ids: (layer serial, next, end).
+    static IDS: std::cell::Cell<(u64, u64, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("patterns", &self.patterns)
+            .field("timeout", &self.timeout)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EdgeLayer {
-    /// Counts into `metrics`; answers 503 for a request not answered
-    /// within `timeout`.
+    /// Counts into `metrics` by the route `patterns` (axum's syntax, as
+    /// given to the router it wraps); answers 503 for a request not
+    /// answered within `timeout`. A pattern that conflicts with an
+    /// earlier one (the router refuses it too) counts as unmatched.
     #[must_use]
-    pub fn new(metrics: Arc<ServiceMetrics>, timeout: Duration) -> Self {
+    pub fn new(metrics: Arc<ServiceMetrics>, timeout: Duration, patterns: &[String]) -> Self {
+        let mut routes = matchit::Router::new();
+        let mut indexed = Vec::with_capacity(patterns.len());
+        for p in patterns {
+            if routes.insert(p.as_str(), indexed.len()).is_ok() {
+                indexed.push((Box::from(p.as_str()), metrics.route_index(p)));
+            }
+        }
         Self {
             shared: Arc::new(Shared {
+                routes,
+                patterns: indexed,
                 metrics,
                 timeout,
                 prefix: format!("bg-{:08x}-", fastrand::u32(..)),
                 next: AtomicU64::new(0),
+                serial: {
+                    static SERIAL: AtomicU64 = AtomicU64::new(1);
+                    SERIAL.fetch_add(1, Ordering::Relaxed)
+                },
             }),
         }
     }
@@ -78,9 +125,24 @@ pub struct Edge<S> {
 }
 
 impl Shared {
+    /// A number no other request of this layer got: the next of this
+    /// thread's block, or the first of a new block.
+    fn next_number(&self) -> u64 {
+        IDS.with(|ids| {
+            let (serial, next, end) = ids.get();
+            if serial == self.serial && next < end {
+                ids.set((serial, next + 1, end));
+                return next;
+            }
+            let start = self.next.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            ids.set((self.serial, start + 1, start + ID_BLOCK));
+            start
+        })
+    }
+
     /// `bg-<process>-<n>`, without `format!`.
     fn next_id(&self) -> HeaderValue {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.next_number();
         let mut buf = [0u8; 48];
         let p = self.prefix.as_bytes();
         buf[..p.len()].copy_from_slice(p);
@@ -110,12 +172,14 @@ where
             Some(given) => given.clone(),
             None => self.shared.next_id(),
         };
-        // One lookup of the matched route for the counters and the span.
-        let matched = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map(MatchedPath::as_str);
-        let route = matched.map_or(0, |p| self.shared.metrics.route_index(p));
+        // One lookup of the route for the counters and the span.
+        let (matched, route) = match self.shared.routes.at(req.uri().path()) {
+            Ok(m) => {
+                let (pattern, series) = &self.shared.patterns[*m.value];
+                (Some(&**pattern), *series)
+            }
+            Err(_) => (None, 0),
+        };
         let span = request_span(&req, matched, &id);
         EdgeFuture {
             inner: self.inner.call(req).instrument(span),
@@ -172,20 +236,80 @@ where
                 )
             }
         };
-        let mut res = crate::json_errors::json_errors(answered);
+        // A handler that notes its outcome answers JSON already (the read
+        // routes: see `Outcome::note`); any other response is checked.
+        let noted = Outcome::take_noted();
+        let mut res = if noted.is_some() {
+            answered
+        } else {
+            crate::json_errors::json_errors(answered)
+        };
         let status = res.status();
-        let outcome = Outcome::take_noted().unwrap_or_else(|| Outcome::of_status(status.as_u16()));
+        let outcome = noted.unwrap_or_else(|| Outcome::of_status(status.as_u16()));
         let latency = this.started.elapsed();
         this.shared
             .metrics
-            .record(*this.route, outcome, status.as_u16(), latency.as_secs_f64());
+            .record(*this.route, outcome, status.as_u16(), latency);
         if let Some(id) = this.id.take() {
             res.headers_mut().insert(REQUEST_ID, id);
         }
         // The request's log line belongs to its span.
         let span = this.inner.span();
-        let _entered = span.enter();
+        let _entered = (!span.is_none()).then(|| span.enter());
         on_response(&res, latency, span);
         Poll::Ready(Ok(res))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{EdgeLayer, ID_BLOCK};
+    use crate::metrics::ServiceMetrics;
+
+    fn layer() -> EdgeLayer {
+        EdgeLayer::new(Arc::new(ServiceMetrics::new()), Duration::from_secs(1), &[])
+    }
+
+    /// Ids come from per-thread blocks: across threads, and with two
+    /// layers used in turn on one thread, no id repeats within a layer.
+    #[test]
+    fn generated_ids_never_repeat_within_a_layer() {
+        let (a, b) = (layer(), layer());
+        let per_thread = 3 * ID_BLOCK as usize + 7;
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (a, b) = (a.clone(), b.clone());
+                std::thread::spawn(move || {
+                    let mut ids = (Vec::new(), Vec::new());
+                    for i in 0..per_thread {
+                        ids.0.push(a.shared.next_id());
+                        // Alternate layers in runs, so a thread's block
+                        // is abandoned and taken anew.
+                        if i % 500 < 3 {
+                            ids.1.push(b.shared.next_id());
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let (mut seen_a, mut seen_b) = (HashSet::new(), HashSet::new());
+        let mut total = (0, 0);
+        for t in threads {
+            let (ia, ib) = t.join().unwrap();
+            total.0 += ia.len();
+            total.1 += ib.len();
+            seen_a.extend(ia);
+            seen_b.extend(ib);
+        }
+        assert_eq!(seen_a.len(), total.0);
+        assert_eq!(seen_b.len(), total.1);
+        assert!(seen_a
+            .iter()
+            .all(|id| id.to_str().unwrap().starts_with(&a.shared.prefix)));
     }
 }

@@ -32,6 +32,7 @@ pub mod reader;
 pub mod redis_link;
 pub mod resource;
 pub mod resource_routes;
+pub mod route_table;
 pub mod router;
 pub mod routes;
 pub mod shared;
@@ -87,14 +88,20 @@ pub async fn run(
     let app = router(state);
     let served = async move {
         if per_client {
-            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            let app =
+                axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+                    std::net::SocketAddr,
+                >(app);
             axum::serve(listener, app)
                 .with_graceful_shutdown(signal)
                 .await
         } else {
-            axum::serve(listener, app.into_make_service())
-                .with_graceful_shutdown(signal)
-                .await
+            axum::serve(
+                listener,
+                axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
+            )
+            .with_graceful_shutdown(signal)
+            .await
         }
     };
     let bound = async move {

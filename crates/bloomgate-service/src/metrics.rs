@@ -5,10 +5,12 @@
 //! the gate, reader, Redis tier and store); at each scrape
 //! [`ServiceMetrics::render`] copies them into the `metrics` facade's
 //! Prometheus recorder (`metrics-exporter-prometheus`), which renders the
-//! text format with help text and histogram buckets. Histograms (request
-//! latency, rebuild duration) are recorded into that recorder as they
-//! happen. Each service instance owns its recorder (none is installed
-//! globally), so several instances in one process keep apart.
+//! text format with help text and histogram buckets. The rebuild duration
+//! histogram is recorded into that recorder as rebuilds happen; request
+//! latency, recorded on every request, has a histogram of its own
+//! ([`latency`]: fixed buckets, sharded, no allocation) appended to the
+//! recorder's text. Each service instance owns its recorder (none is
+//! installed globally), so several instances in one process keep apart.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -18,6 +20,10 @@ use ::metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
+
+mod latency;
+
+pub use latency::{HistogramSnapshot, LatencyHistogram, LATENCY_BUCKETS};
 
 const SHARDS: usize = 16;
 
@@ -115,7 +121,8 @@ impl Outcome {
     /// calls it just before it returns (after its last `.await`), and
     /// [`crate::edge`] takes it when the route's future is ready, in the
     /// same poll on the same thread. An extension on the response would
-    /// cost an allocation per request.
+    /// cost an allocation per request. A handler that notes answers JSON
+    /// (the edge then skips the check that rewrites non-JSON errors).
     pub fn note(self) {
         NOTED.set(Some(self));
     }
@@ -176,7 +183,7 @@ const SERIES_PER_ROUTE: usize = Outcome::LABELS.len() * (STATUSES.len() + 1);
 struct RouteSeries {
     route: Box<str>,
     counts: Box<[OnceLock<Box<Counter>>]>,
-    seconds: Box<[OnceLock<::metrics::Histogram>]>,
+    seconds: Box<[OnceLock<Box<LatencyHistogram>>]>,
 }
 
 impl RouteSeries {
@@ -196,7 +203,7 @@ type Labels = Vec<Label>;
 /// Metric names, kinds and help text.
 const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_requests_total", Kind::Counter, "HTTP requests by route, outcome and status."),
-    ("bloomgate_request_duration_seconds", Kind::Histogram, "HTTP request latency by route and outcome."),
+    (REQUEST_DURATION, Kind::Own, "HTTP request latency by route and outcome."),
     ("bloomgate_filter_rejected_total", Kind::Counter, "Reads answered 404 by the Bloom filter alone."),
     ("bloomgate_filter_passed_total", Kind::Counter, "Reads the Bloom filter let through."),
     ("bloomgate_filter_passed_missing_total", Kind::Counter, "Reads the filter let through that SQL or the caches then did not find (false positives and deleted SKUs)."),
@@ -234,18 +241,16 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_sql_bulkhead_rejected_total", Kind::Counter, "Read-path loads turned away because the SQL bulkhead was full."),
 ];
 
+const REQUEST_DURATION: &str = "bloomgate_request_duration_seconds";
+
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Counter,
     Gauge,
     Histogram,
+    /// Rendered by this module, not the recorder ([`latency`]).
+    Own,
 }
-
-/// Seconds: request latency buckets, 50 µs to 10 s.
-const LATENCY_BUCKETS: &[f64] = &[
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0,
-];
 /// Seconds: rebuild duration buckets, 1 ms to 10 min.
 const REBUILD_BUCKETS: &[f64] = &[
     0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -277,15 +282,9 @@ impl ServiceMetrics {
     pub fn new() -> Self {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(
-                Matcher::Full("bloomgate_request_duration_seconds".into()),
-                LATENCY_BUCKETS,
+                Matcher::Full("bloomgate_filter_rebuild_duration_seconds".into()),
+                REBUILD_BUCKETS,
             )
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("bloomgate_filter_rebuild_duration_seconds".into()),
-                    REBUILD_BUCKETS,
-                )
-            })
             .expect("bucket lists are not empty");
         let recorder = builder.build_recorder();
         for &(name, kind, help) in DESCRIPTIONS {
@@ -294,6 +293,7 @@ impl ServiceMetrics {
                 Kind::Counter => recorder.describe_counter(key, Some(Unit::Count), help),
                 Kind::Gauge => recorder.describe_gauge(key, None, help),
                 Kind::Histogram => recorder.describe_histogram(key, Some(Unit::Seconds), help),
+                Kind::Own => {}
             }
         }
         let handle = recorder.handle();
@@ -363,26 +363,62 @@ impl ServiceMetrics {
     }
 
     /// Counts one request of series `route`.
-    pub(crate) fn record(&self, route: usize, outcome: Outcome, status: u16, seconds: f64) {
+    pub(crate) fn record(
+        &self,
+        route: usize,
+        outcome: Outcome,
+        status: u16,
+        latency: std::time::Duration,
+    ) {
         let Some(r) = self.routes.get(route).and_then(OnceLock::get) else {
             return;
         };
         let slot = outcome.0 * (STATUSES.len() + 1) + status_slot(status);
         r.counts[slot].get_or_init(Box::default).incr();
         r.seconds[outcome.0]
-            .get_or_init(|| {
-                self.recorder.register_histogram(
-                    &Key::from_parts(
-                        "bloomgate_request_duration_seconds",
-                        vec![
-                            Label::new("route", r.route.to_string()),
-                            Label::new("outcome", outcome.label()),
-                        ],
-                    ),
-                    &METADATA,
-                )
-            })
-            .record(seconds);
+            .get_or_init(Box::default)
+            .record(latency);
+    }
+
+    /// The latency histogram of (`route`, `outcome`) so far, if it has a
+    /// sample.
+    #[must_use]
+    pub fn latency(&self, route: &str, outcome: Outcome) -> Option<HistogramSnapshot> {
+        let r = self
+            .routes
+            .iter()
+            .filter_map(OnceLock::get)
+            .find(|r| *r.route == *route)?;
+        r.seconds[outcome.0].get().map(|h| h.snapshot())
+    }
+
+    /// The request latency family in the text format.
+    fn render_latency(&self, out: &mut String) {
+        let help = DESCRIPTIONS
+            .iter()
+            .find(|d| d.0 == REQUEST_DURATION)
+            .map_or("", |d| d.2);
+        let mut header = false;
+        for r in self.routes.iter().filter_map(OnceLock::get) {
+            for (o, h) in r.seconds.iter().enumerate() {
+                let Some(h) = h.get() else { continue };
+                if !header {
+                    out.push_str(&format!(
+                        "# HELP {REQUEST_DURATION} {help}\n# TYPE {REQUEST_DURATION} histogram\n"
+                    ));
+                    header = true;
+                }
+                latency::write_series(
+                    out,
+                    REQUEST_DURATION,
+                    &[("route", &r.route), ("outcome", Outcome::LABELS[o])],
+                    &h.snapshot(),
+                );
+            }
+        }
+        if header {
+            out.push('\n');
+        }
     }
 
     /// Requests so far by (route, outcome, status), without empty series.
@@ -451,7 +487,12 @@ impl ServiceMetrics {
             );
         }
         self.handle.run_upkeep();
-        self.handle.render()
+        let mut out = self.handle.render();
+        if !out.is_empty() && !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+        self.render_latency(&mut out);
+        out
     }
 }
 
@@ -463,9 +504,19 @@ mod tests {
     fn labels_stay_bounded_whatever_arrives() {
         let m = ServiceMetrics::new();
         for i in 0..(MAX_ROUTES as u64 + 8) {
-            m.record(m.route_index(&format!("/r{i}")), Outcome::OK, 200, 0.001);
+            m.record(
+                m.route_index(&format!("/r{i}")),
+                Outcome::OK,
+                200,
+                std::time::Duration::from_millis(1),
+            );
         }
-        m.record(m.route_index("/r0"), Outcome::of_status(418), 418, 0.001);
+        m.record(
+            m.route_index("/r0"),
+            Outcome::of_status(418),
+            418,
+            std::time::Duration::from_millis(1),
+        );
         let all = m.requests();
         let routes: std::collections::BTreeSet<&str> = all.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(routes.len(), MAX_ROUTES);

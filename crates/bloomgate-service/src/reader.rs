@@ -24,7 +24,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use moka::sync::Cache;
 use tokio::sync::watch;
 
 use bloomgate_filter::BloomKey;
@@ -264,7 +263,7 @@ pub struct ShieldedReader<R: Rows = SkuStore> {
     pub gate: Arc<Gate>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
     /// an insert that bypasses the shard protocol may cache a stale answer.
-    pub l1: Cache<R::Key, Entry<R::Row>>,
+    pub l1: crate::cache::L1<R::Key, R::Row>,
     /// The Redis tier, when configured.
     pub redis: Option<RedisTier>,
     /// The source of truth (the SQL store for SKUs).
@@ -315,7 +314,7 @@ impl<R: Rows> ShieldedReader<R> {
     #[must_use]
     pub fn new(
         gate: Arc<Gate>,
-        l1: Cache<R::Key, Entry<R::Row>>,
+        l1: crate::cache::L1<R::Key, R::Row>,
         redis: Option<RedisTier>,
         store: R,
         bulkhead: Bulkhead,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{new_l1, resource_namespace, Entry, RedisTier};
+use crate::cache::{resource_namespace, Entry, RedisTier, L1};
 use crate::config::{BloomLayout, CacheConfig};
 use crate::error::AppError;
 use crate::gate::{Gate, GateConfig, Verdict};
@@ -157,7 +157,7 @@ impl Resource {
             Arc::new(ScanOf(Arc::clone(&source))),
         )
         .with_background(shared.background.clone());
-        let l1 = new_l1(
+        let l1 = L1::new(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
             Duration::from_secs(c.l1_negative_ttl_secs),

@@ -16,7 +16,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -27,6 +27,7 @@ use crate::key::Key;
 use crate::metrics::Outcome;
 use crate::reader::Lookup;
 use crate::resource::Resource;
+use crate::route_table::Routes;
 use crate::state::AppState;
 
 /// The body of every resource call.
@@ -142,11 +143,11 @@ async fn call(
 }
 
 /// Every resource's routes.
-pub fn routes(state: &AppState) -> Router<Arc<AppState>> {
-    let mut router = Router::new();
+pub fn routes(state: &AppState) -> Routes {
+    let mut router = Routes::new();
     for r in &state.resources {
         let base = format!("/api/{}", r.name);
-        let mut bodies = Router::new();
+        let mut bodies = Routes::new();
         for c in Call::ALL {
             let (for_get, for_post) = (Arc::clone(r), Arc::clone(r));
             let token = state.admin_token.clone();
@@ -163,7 +164,7 @@ pub fn routes(state: &AppState) -> Router<Arc<AppState>> {
                 &format!("{base}/{{key}}"),
                 get(move |Path(raw): Path<String>| read(Arc::clone(&r), raw)),
             )
-            .merge(bodies.layer(DefaultBodyLimit::max(state.http.body_limit_bytes)));
+            .merge(bodies.map(|b| b.layer(DefaultBodyLimit::max(state.http.body_limit_bytes))));
     }
     router
 }

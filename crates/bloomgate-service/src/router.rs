@@ -11,27 +11,32 @@ use axum::routing::{get, post, put};
 use axum::Router;
 
 use crate::error::AppError;
+use crate::route_table::Routes;
 use crate::routes::{
     create_sku, delete_sku, metrics, ping, sku_detail, stats, update_sku, warm, SECKILL_ROUTE,
 };
 use crate::state::AppState;
 
+/// The service: every route, wrapped once in the edge layer.
+pub type App = crate::edge::Edge<Router>;
+
 /// The service's routes over `state`, with the body limit, a request
 /// timeout (`edge`), the optional per-client rate limit on the read
 /// route, and JSON for every error.
-pub fn router(state: AppState) -> Router {
-    let mut read = Router::new().route(SECKILL_ROUTE, get(sku_detail));
+pub fn router(state: AppState) -> App {
+    let mut read = Routes::new().route(SECKILL_ROUTE, get(sku_detail));
     if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
-        read = read.layer(limit);
+        read = read.map(|r| r.layer(limit));
     }
     // The routes that read a body, under the body limit (a layer that
     // costs the others an extension per request for nothing).
-    let with_bodies = Router::new()
+    let limit = DefaultBodyLimit::max(state.http.body_limit_bytes);
+    let with_bodies = Routes::new()
         .route("/api/cache/warm", post(warm))
         .route("/api/skus", post(create_sku))
         .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
-        .layer(DefaultBodyLimit::max(state.http.body_limit_bytes));
-    Router::new()
+        .map(|r| r.layer(limit));
+    let (router, patterns) = Routes::new()
         .merge(read)
         .merge(with_bodies)
         .merge(crate::resource_routes::routes(&state))
@@ -41,6 +46,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/ping", get(ping))
         .route("/healthz", get(ping))
         .route("/openapi.json", get(crate::openapi::serve))
+        .into_parts();
+    let router = router
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
             crate::error::error_response(
@@ -48,14 +55,13 @@ pub fn router(state: AppState) -> Router {
                 "method_not_allowed",
                 "method not allowed on this route",
             )
-        })
-        // One layer for what every request needs (id, span, counters,
-        // JSON errors, timeout: see `edge`), applied once: each
-        // `Router::layer` call would box and clone every route's service
-        // again on every request.
-        .layer(crate::edge::EdgeLayer::new(
-            Arc::clone(&state.metrics),
-            std::time::Duration::from_millis(state.http.request_timeout_ms),
-        ))
-        .with_state(Arc::new(state))
+        });
+    // One layer for what every request needs (id, span, counters, JSON
+    // errors, timeout: see `edge`), around the whole router.
+    let edge = crate::edge::EdgeLayer::new(
+        Arc::clone(&state.metrics),
+        std::time::Duration::from_millis(state.http.request_timeout_ms),
+        &patterns,
+    );
+    tower::Layer::layer(&edge, router.with_state(Arc::new(state)))
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{new_l1, RedisTier};
+use crate::cache::{RedisTier, L1};
 use crate::config::{BloomMode, Config};
 use crate::gate::{Gate, GateConfig};
 use crate::reader::{Bulkhead, ShieldedReader};
@@ -117,7 +117,7 @@ impl AppState {
         )
         .with_rebuild_histogram(metrics.rebuild_histogram())
         .with_background(background.clone());
-        let l1 = new_l1(
+        let l1 = L1::new(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
             Duration::from_secs(c.l1_negative_ttl_secs),

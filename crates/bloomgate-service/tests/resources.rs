@@ -206,6 +206,17 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
         &[("resource", "users"), ("verdict", "rejected")],
     );
     assert!(rejected.is_some_and(|v| v >= 285.0), "{rejected:?}");
+    // The requests themselves count under the resource's route pattern.
+    let attack = common::prom_value(
+        &metrics,
+        "bloomgate_requests_total",
+        &[
+            ("route", "/api/users/{key}"),
+            ("outcome", "filter_rejected"),
+            ("status", "404"),
+        ],
+    );
+    assert!(attack.is_some_and(|v| v >= 285.0), "{attack:?}");
 
     // A row inserted behind the service's back: 404 until `keys`, then 200
     // on every instance; the watched resource admits it without a call.
