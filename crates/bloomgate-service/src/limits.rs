@@ -1,30 +1,79 @@
-//! The optional per-client rate limit on the public read route
-//! (tower_governor, keyed by the peer IP address). Off by default: a flash
-//! sale's legitimate clients may sit behind few addresses, so an operator
-//! chooses the rate. Over the limit: 429 with the JSON error shape.
+//! The optional per-client rate limit on the public read route (`governor`,
+//! keyed by the peer IP address). Off by default: a flash sale's legitimate
+//! clients may sit behind few addresses, so an operator chooses the rate.
+//! Over the limit: 429 with the JSON error shape and `Retry-After`.
+//!
+//! A middleware of our own rather than tower_governor's layer: that layer
+//! needs tower_governor's `axum` feature, which turns on all of axum's
+//! default features, and two of those (`matched-path`, `original-uri`)
+//! add extensions to every request of every route, limited or not.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use governor::middleware::NoOpMiddleware;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::PeerIpKeyExtractor;
-use tower_governor::GovernorLayer;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::config::HttpConfig;
 
-/// The layer, when `http.rate_limit_per_sec` is set.
-pub type RateLimit = GovernorLayer<PeerIpKeyExtractor, NoOpMiddleware, Body>;
+/// Checks between two sweeps of the addresses whose bucket is full again.
+const SWEEP_EVERY: u64 = 1 << 16;
 
-/// A rate-limit layer for `c`, or `None` when rate limiting is off.
+/// The limiter of the read route, when `http.rate_limit_per_sec` is set.
+#[derive(Debug)]
+pub struct RateLimit {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    checks: AtomicU64,
+}
+
+/// A limiter for `c`, or `None` when rate limiting is off.
 #[must_use]
-pub fn rate_limit_layer(c: &HttpConfig) -> Option<RateLimit> {
+pub fn rate_limit(c: &HttpConfig) -> Option<Arc<RateLimit>> {
     if c.rate_limit_per_sec == 0 {
         return None;
     }
-    let config = GovernorConfigBuilder::default()
-        .period(Duration::from_nanos(1_000_000_000 / c.rate_limit_per_sec))
-        .burst_size(c.rate_limit_burst)
-        .finish()?;
-    Some(GovernorLayer::new(config))
+    let period = Duration::from_nanos((1_000_000_000 / c.rate_limit_per_sec).max(1));
+    let burst = NonZeroU32::new(c.rate_limit_burst).unwrap_or(NonZeroU32::MIN);
+    let quota = Quota::with_period(period)?.allow_burst(burst);
+    Some(Arc::new(RateLimit {
+        limiter: RateLimiter::keyed(quota),
+        checks: AtomicU64::new(0),
+    }))
+}
+
+/// The middleware: a request over its client's rate is answered 429. The
+/// client is the peer address `run` records (`ConnectInfo`); requests
+/// without one (a router driven in process) share one bucket.
+pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Next) -> Response {
+    let ip = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    if limit.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+        // Forget the clients whose bucket has refilled, so the table
+        // stays the size of the recent clients.
+        limit.limiter.retain_recent();
+    }
+    match limit.limiter.check_key(&ip) {
+        Ok(()) => next.run(req).await,
+        Err(not_until) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let mut res = crate::error::error_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "too many requests from this client; slow down",
+            );
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+            res
+        }
+    }
 }

@@ -67,7 +67,7 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
     let res = match answer {
         Ok(Lookup::Found(cached, _)) => (
             [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            cached.json.clone(),
+            cached.body(),
         )
             .into_response(),
         Ok(Lookup::Missing(_)) => crate::error::not_found(&format!(

@@ -25,8 +25,13 @@ pub type App = crate::edge::Edge<Router>;
 /// route, and JSON for every error.
 pub fn router(state: AppState) -> App {
     let mut read = Routes::new().route(SECKILL_ROUTE, get(sku_detail));
-    if let Some(limit) = crate::limits::rate_limit_layer(&state.http) {
-        read = read.map(|r| r.layer(limit));
+    if let Some(limit) = crate::limits::rate_limit(&state.http) {
+        read = read.map(|r| {
+            r.layer(axum::middleware::from_fn_with_state(
+                limit,
+                crate::limits::enforce,
+            ))
+        });
     }
     // The routes that read a body, under the body limit (a layer that
     // costs the others an extension per request for nothing).

@@ -62,7 +62,7 @@ pub async fn sku_detail(
     let res = match answer {
         Ok(Lookup::Found(cached, _)) => (
             [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            cached.json.clone(),
+            cached.body(),
         )
             .into_response(),
         Ok(Lookup::Missing(_)) => crate::error::sku_not_found(id),

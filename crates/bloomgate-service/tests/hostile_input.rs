@@ -323,6 +323,13 @@ async fn the_optional_rate_limit_answers_429_json_on_the_read_route_only() {
             .unwrap();
         statuses.push(r.status().as_u16());
         if r.status() == 429 {
+            let wait: u64 = r.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            // 5 a second: the next token is at most a second away.
+            assert_eq!(wait, 1, "retry-after");
             let body: serde_json::Value = r.json().await.unwrap();
             assert_eq!(body["error"], "too_many_requests");
         }
