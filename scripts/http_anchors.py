@@ -16,6 +16,7 @@ Usage: scripts/http_anchors.py BIN BARE_AXUM   (from scripts/service_bench.sh)
 Environment: ROUNDS (7), DURATION (3), DEEP=0 to skip Redis and SQL.
 """
 
+import json
 import os
 import re
 import shutil
@@ -174,7 +175,10 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     req = urllib.request.Request("http://127.0.0.1:18083/api/cache/warm", method="POST",
                                  data=b'{"limit":200000}',
                                  headers={"content-type": "application/json"})
-    urllib.request.urlopen(req, timeout=600).read()
+    warmed = json.loads(urllib.request.urlopen(req, timeout=600).read())
+    # The Redis row measures hits only if the warm filled Redis.
+    if warmed.get("redis_written") != 200000:
+        sys.exit(f"the warm did not fill Redis: {warmed}")
     sql = serve(18084, {"DATABASE_URL": db, "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
     measure("Deeper levels (MariaDB, an L1 of one entry, random ids of 200,000)", anchors + [
         ("bloomgate Redis hit", (18083, "/", redis.pid, script)),

@@ -192,6 +192,41 @@ async fn warmed_ttls_are_jittered_within_ten_percent() {
     server.stop().await;
 }
 
+/// A warm larger than one round trip can carry within the Redis command
+/// timeout still writes every key: the fills go in chunks, as the leases
+/// do. (In one pipeline, 200,000 fills outlasted the default 50 ms and
+/// the warm wrote nothing.)
+#[tokio::test]
+async fn a_large_warm_fills_redis_in_round_trips_under_the_timeout() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let server = sqlite_server(&dir, Some(&redis), "bigwarm", n, |c| {
+        c.cache.redis_timeout_ms = 50;
+    })
+    .await;
+    let (status, body) = server
+        .send(
+            Method::POST,
+            "/api/cache/warm",
+            Some(&format!(r#"{{"limit":{n}}}"#)),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["redis_error"].is_null(), "{body}");
+    assert_eq!(body["redis_written"], n, "{body}");
+    let mut conn = common::redis_conn(&redis).await;
+    let last: Option<String> = redis::cmd("GET")
+        .arg(format!("bgtest:bigwarm:sku:{n}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(last.is_some_and(|v| v.contains(&format!("\"id\":{n}"))));
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn update_and_delete_invalidate_both_cache_levels() {
     let Some(redis) = common::redis_url().await else {

@@ -5,6 +5,9 @@
 
 use super::*;
 
+/// Keys per Redis round trip of a warm (leases, then fills).
+const WARM_CHUNK: usize = 1000;
+
 /// What a warm did with Redis.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WarmOutcome {
@@ -31,7 +34,7 @@ impl<R: Rows> ShieldedReader<R> {
         let mut leases = HashMap::new();
         let mut redis_error = None;
         if let Some(redis) = &self.redis {
-            for chunk in ids.chunks(1000) {
+            for chunk in ids.chunks(WARM_CHUNK) {
                 match redis.lease_many(chunk).await {
                     Ok(got) => {
                         for (id, lease) in chunk.iter().zip(got) {
@@ -68,9 +71,18 @@ impl<R: Rows> ShieldedReader<R> {
                 .iter()
                 .filter_map(|(k, row)| start.leases.get(k).map(|l| (l, k, row)))
                 .collect();
-            match redis.fill_many(&leased).await {
-                Ok(n) => outcome.redis_written = n,
-                Err(e) => outcome.redis_error = Some(e.to_string()),
+            // In round trips of WARM_CHUNK, as the leases were taken: one
+            // pipeline of a large warm's every fill outlasts the command
+            // timeout (200,000 rows did, at the default 50 ms), and then
+            // nothing at all was written.
+            for chunk in leased.chunks(WARM_CHUNK) {
+                match redis.fill_many(chunk).await {
+                    Ok(n) => outcome.redis_written += n,
+                    Err(e) => {
+                        outcome.redis_error = Some(e.to_string());
+                        break;
+                    }
+                }
             }
         }
         for (key, row) in rows {
