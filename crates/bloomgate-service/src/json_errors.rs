@@ -1,6 +1,6 @@
 //! One error shape for every failure: responses that leave a handler (or a
-//! layer, or axum itself: unknown methods, body limits, path rejections,
-//! the rate limiter) with an error status and a body that is not JSON are
+//! layer, or axum itself: unknown methods, body limits, path rejections)
+//! with an error status and a body that is not JSON are
 //! rewritten to `{"error": code, "message": text}`.
 
 use axum::body::Body;

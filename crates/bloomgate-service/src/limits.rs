@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ const SWEEP_EVERY: u64 = 1 << 16;
 pub struct RateLimit {
     limiter: DefaultKeyedRateLimiter<IpAddr>,
     checks: AtomicU64,
+    warned: AtomicBool,
 }
 
 /// A limiter for `c`, or `None` when rate limiting is off.
@@ -45,17 +46,28 @@ pub fn rate_limit(c: &HttpConfig) -> Option<Arc<RateLimit>> {
     Some(Arc::new(RateLimit {
         limiter: RateLimiter::keyed(quota),
         checks: AtomicU64::new(0),
+        warned: AtomicBool::new(false),
     }))
 }
 
 /// The middleware: a request over its client's rate is answered 429. The
-/// client is the peer address `run` records (`ConnectInfo`); requests
-/// without one (a router driven in process) share one bucket.
+/// client is the peer address `run` records (`ConnectInfo`). Requests
+/// without one (a router served without connect info, or driven in
+/// process) share one bucket, and the first of them logs a warning: a
+/// limit that cannot tell clients apart is still a limit.
 pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Next) -> Response {
-    let ip = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    let ip = match req.extensions().get::<ConnectInfo<SocketAddr>>() {
+        Some(c) => c.0.ip(),
+        None => {
+            if !limit.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "rate limit: requests carry no peer address (serve with connect info); \
+                     they share one bucket"
+                );
+            }
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }
+    };
     if limit.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
         // Forget the clients whose bucket has refilled, so the table
         // stays the size of the recent clients.

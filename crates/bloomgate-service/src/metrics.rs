@@ -23,7 +23,7 @@ use metrics_exporter_prometheus::{
 
 mod latency;
 
-pub use latency::{HistogramSnapshot, LatencyHistogram, LATENCY_BUCKETS};
+use latency::LatencyHistogram;
 
 const SHARDS: usize = 16;
 
@@ -308,9 +308,10 @@ impl ServiceMetrics {
         }
     }
 
-    /// Drains the latency samples into their histograms every `every`,
-    /// so memory stays bounded between scrapes; stops when the metrics
-    /// are dropped.
+    /// Folds the recorder's histogram samples (now only rebuild durations;
+    /// request latency has its own histogram) into their buckets every
+    /// `every`, so memory stays bounded between scrapes; stops when the
+    /// metrics are dropped.
     pub fn spawn_upkeep(
         self: &Arc<Self>,
         every: std::time::Duration,
@@ -378,18 +379,6 @@ impl ServiceMetrics {
         r.seconds[outcome.0]
             .get_or_init(Box::default)
             .record(latency);
-    }
-
-    /// The latency histogram of (`route`, `outcome`) so far, if it has a
-    /// sample.
-    #[must_use]
-    pub fn latency(&self, route: &str, outcome: Outcome) -> Option<HistogramSnapshot> {
-        let r = self
-            .routes
-            .iter()
-            .filter_map(OnceLock::get)
-            .find(|r| *r.route == *route)?;
-        r.seconds[outcome.0].get().map(|h| h.snapshot())
     }
 
     /// The request latency family in the text format.

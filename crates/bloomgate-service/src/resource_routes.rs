@@ -164,7 +164,7 @@ pub fn routes(state: &AppState) -> Routes {
                 &format!("{base}/{{key}}"),
                 get(move |Path(raw): Path<String>| read(Arc::clone(&r), raw)),
             )
-            .merge(bodies.map(|b| b.layer(DefaultBodyLimit::max(state.http.body_limit_bytes))));
+            .merge(bodies.layer(DefaultBodyLimit::max(state.http.body_limit_bytes)));
     }
     router
 }

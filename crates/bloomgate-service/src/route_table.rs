@@ -4,8 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::routing::MethodRouter;
+use std::convert::Infallible;
+
+use axum::extract::Request;
+use axum::response::IntoResponse;
+use axum::routing::{MethodRouter, Route};
 use axum::Router;
+use tower::{Layer, Service};
 
 use crate::state::AppState;
 
@@ -49,10 +54,19 @@ impl Routes {
         self
     }
 
-    /// Applies `f` to every route so far (a layer for this group only).
+    /// Applies `layer` to every route so far (a layer for this group
+    /// only), as `Router::layer` does. It takes a layer, not the router,
+    /// so no route can join the router without its pattern.
     #[must_use]
-    pub fn map(mut self, f: impl FnOnce(Router<Arc<AppState>>) -> Router<Arc<AppState>>) -> Self {
-        self.router = f(self.router);
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<Request> + Clone + Send + Sync + 'static,
+        <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+        <L::Service as Service<Request>>::Error: Into<Infallible> + 'static,
+        <L::Service as Service<Request>>::Future: Send + 'static,
+    {
+        self.router = self.router.layer(layer);
         self
     }
 

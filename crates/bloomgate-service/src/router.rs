@@ -1,7 +1,7 @@
-//! The router: every route with its layers (`edge` on all of them, the
-//! body limit where a body is read, the optional rate limit on the read
-//! route), merged once over the handlers of `routes`, `resource_routes`,
-//! `dashboard` and `openapi`.
+//! The router: every route with its layers (the body limit where a body
+//! is read, the optional rate limit on the read route), merged once over
+//! the handlers of `routes`, `resource_routes`, `dashboard` and
+//! `openapi`, and wrapped as a whole in `edge`.
 
 use std::sync::Arc;
 
@@ -26,12 +26,10 @@ pub type App = crate::edge::Edge<Router>;
 pub fn router(state: AppState) -> App {
     let mut read = Routes::new().route(SECKILL_ROUTE, get(sku_detail));
     if let Some(limit) = crate::limits::rate_limit(&state.http) {
-        read = read.map(|r| {
-            r.layer(axum::middleware::from_fn_with_state(
-                limit,
-                crate::limits::enforce,
-            ))
-        });
+        read = read.layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::limits::enforce,
+        ));
     }
     // The routes that read a body, under the body limit (a layer that
     // costs the others an extension per request for nothing).
@@ -40,7 +38,7 @@ pub fn router(state: AppState) -> App {
         .route("/api/cache/warm", post(warm))
         .route("/api/skus", post(create_sku))
         .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
-        .map(|r| r.layer(limit));
+        .layer(limit);
     let (router, patterns) = Routes::new()
         .merge(read)
         .merge(with_bodies)

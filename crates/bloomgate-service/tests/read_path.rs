@@ -48,8 +48,14 @@ async fn concurrent_misses_share_one_sql_query() {
         .counters
         .queries
         .load(Ordering::Relaxed);
-    assert_eq!(after - before, 1, "500 concurrent misses, one SQL query");
     let stats = server.stats().await;
+    // (Seen once under CI with 0 queries and every answer 200, not
+    // reproduced since: the stats say where the answers came from.)
+    assert_eq!(
+        after - before,
+        1,
+        "500 concurrent misses, one SQL query; stats: {stats}"
+    );
     assert_eq!(counter(&stats, &["redis", "misses"]), 1);
     server.stop().await;
 }
@@ -195,7 +201,10 @@ async fn warmed_ttls_are_jittered_within_ten_percent() {
 /// A warm larger than one round trip can carry within the Redis command
 /// timeout still writes every key: the fills go in chunks, as the leases
 /// do. (In one pipeline, 200,000 fills outlasted the default 50 ms and
-/// the warm wrote nothing.)
+/// the warm wrote nothing.) The timeout here, 250 ms, is five times the
+/// default, so a chunk of 1000 meets it on a loaded machine, and still a
+/// fraction of what 100,000 fills in one pipeline take (Redis alone runs
+/// 100,000 EVALs in about half a second).
 #[tokio::test]
 async fn a_large_warm_fills_redis_in_round_trips_under_the_timeout() {
     let Some(redis) = common::redis_url().await else {
@@ -204,7 +213,7 @@ async fn a_large_warm_fills_redis_in_round_trips_under_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
     let server = sqlite_server(&dir, Some(&redis), "bigwarm", n, |c| {
-        c.cache.redis_timeout_ms = 50;
+        c.cache.redis_timeout_ms = 250;
     })
     .await;
     let (status, body) = server
