@@ -27,6 +27,8 @@ import tempfile
 import time
 import urllib.request
 
+from bench_http import get, machine_header, run, wait
+
 ROUNDS = int(os.environ.get("ROUNDS", "7"))
 DURATION = int(os.environ.get("DURATION", "3"))
 DEEP = os.environ.get("DEEP", "1") != "0"
@@ -40,23 +42,6 @@ request = function()
   return wrk.format(nil, "/api/seckill/" .. math.random(1, 200000))
 end
 """
-
-
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.read().decode()
-    except Exception as e:  # noqa: BLE001 - polled until it answers
-        return getattr(e, "read", lambda: b"")().decode() if hasattr(e, "read") else ""
-
-
-def wait(url, needle, secs=120):
-    until = time.time() + secs
-    while time.time() < until:
-        if needle in get(url):
-            return
-        time.sleep(0.2)
-    sys.exit(f"{url} did not answer with {needle!r}")
 
 
 def spawn(args, env=None, log="server.log"):
@@ -120,10 +105,7 @@ def measure(title, targets):
 
 
 def main():
-    model = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    for line in model.splitlines():
-        if re.match(r"(Model name|L1d|L2|L3)", line):
-            print(re.sub(r"\s+", " ", line))
+    machine_header()
     bare = spawn([BARE, "127.0.0.1:18081"], log="bare.log")
     wait("http://127.0.0.1:18081/api/seckill/1", "not_found")
     anchors = [("bare axum", (18081, "/api/seckill/200100", bare.pid, None))]
@@ -186,14 +168,4 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     ])
 
 
-try:
-    main()
-finally:
-    for p in PROCS:
-        p.terminate()
-    for p in PROCS:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    shutil.rmtree(TMP, ignore_errors=True)
+run(main, PROCS, TMP, grace=10)

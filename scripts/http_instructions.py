@@ -23,35 +23,18 @@ Environment: DURATION (3), TOP (0).
 import collections
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from bench_http import get, machine_header, run, wait
 
 DURATION = int(os.environ.get("DURATION", "3"))
 TOP = int(os.environ.get("TOP", "0"))
 BIN, BARE = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp()
 PROCS = []
-
-
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.read().decode()
-    except Exception as e:  # noqa: BLE001 - polled until it answers
-        return e.read().decode() if hasattr(e, "read") else ""
-
-
-def wait(url, needle, secs=300):
-    until = time.time() + secs
-    while time.time() < until:
-        if needle in get(url):
-            return
-        time.sleep(0.5)
-    sys.exit(f"{url} did not answer with {needle!r}")
 
 
 def under_callgrind(name, args, env=None):
@@ -107,17 +90,15 @@ measure.dumps = {}
 
 
 def main():
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if re.match(r"(Model name|L1d|L2|L3)", line):
-            print(re.sub(r"\s+", " ", line))
+    machine_header()
     bare, bare_dump = under_callgrind("bare", [BARE, "127.0.0.1:18181"])
-    wait("http://127.0.0.1:18181/api/seckill/1", "not_found")
+    wait("http://127.0.0.1:18181/api/seckill/1", "not_found", secs=300)
     svc, svc_dump = under_callgrind("svc", [BIN, "serve"], {
         "BLOOMGATE_LISTEN": "127.0.0.1:18180",
         "DATABASE_URL": f"sqlite://{TMP}/skus.db",
         "RUST_LOG": "warn",
     })
-    wait("http://127.0.0.1:18180/api/cache/stats", '"ready":true')
+    wait("http://127.0.0.1:18180/api/cache/stats", '"ready":true', secs=300)
     get("http://127.0.0.1:18180/api/seckill/42")
     rows = [("bare axum", *measure(bare.pid, bare_dump, 18181, "/api/seckill/200100", "bare"))]
     for name, path in [("bloomgate /api/ping", "/api/ping"),
@@ -138,14 +119,4 @@ def main():
                 print(f"{rows[0][2].get(k, 0):8.0f} {own[k]:8.0f} {own[k] - rows[0][2].get(k, 0):+8.0f}  {k}")
 
 
-try:
-    main()
-finally:
-    for p in PROCS:
-        p.terminate()
-    for p in PROCS:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    shutil.rmtree(TMP, ignore_errors=True)
+run(main, PROCS, TMP, grace=20)

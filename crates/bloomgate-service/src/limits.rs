@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,14 +23,20 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::config::HttpConfig;
 
-/// Checks between two sweeps of the addresses whose bucket is full again.
+/// Checks (on one thread) between two sweeps of the addresses whose
+/// bucket is full again.
 const SWEEP_EVERY: u64 = 1 << 16;
+
+thread_local! {
+    /// Checks on this thread since its last sweep: counted per thread, so
+    /// the cores share no counter on the limited route.
+    static CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// The limiter of the read route, when `http.rate_limit_per_sec` is set.
 #[derive(Debug)]
 pub struct RateLimit {
     limiter: DefaultKeyedRateLimiter<IpAddr>,
-    checks: AtomicU64,
     warned: AtomicBool,
 }
 
@@ -45,7 +51,6 @@ pub fn rate_limit(c: &HttpConfig) -> Option<Arc<RateLimit>> {
     let quota = Quota::with_period(period)?.allow_burst(burst);
     Some(Arc::new(RateLimit {
         limiter: RateLimiter::keyed(quota),
-        checks: AtomicU64::new(0),
         warned: AtomicBool::new(false),
     }))
 }
@@ -68,7 +73,9 @@ pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Ne
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         }
     };
-    if limit.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+    let checks = CHECKS.get() + 1;
+    CHECKS.set(checks % SWEEP_EVERY);
+    if checks == SWEEP_EVERY {
         // Forget the clients whose bucket has refilled, so the table
         // stays the size of the recent clients.
         limit.limiter.retain_recent();

@@ -13,6 +13,7 @@
 //! installed globally), so several instances in one process keep apart.
 
 use std::cell::Cell;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -392,9 +393,10 @@ impl ServiceMetrics {
             for (o, h) in r.seconds.iter().enumerate() {
                 let Some(h) = h.get() else { continue };
                 if !header {
-                    out.push_str(&format!(
+                    let _ = write!(
+                        out,
                         "# HELP {REQUEST_DURATION} {help}\n# TYPE {REQUEST_DURATION} histogram\n"
-                    ));
+                    );
                     header = true;
                 }
                 latency::write_series(
