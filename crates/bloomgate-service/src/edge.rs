@@ -18,6 +18,16 @@
 //! buffer on the stack, and the timer is armed only when the route does
 //! not answer at its first poll: a filter rejection or an L1 hit answers
 //! synchronously and never touches the timer wheel.
+//!
+//! A route may also have a fast answer for GET ([`EdgeLayer::fast_get`]):
+//! a function of the raw path parameter that answers when it can without
+//! waiting (the seckill read's filter "no" and L1 hit). The edge then
+//! finishes the request inside `call`: the router, its second route match,
+//! the path extractor and the per-request clones of the state (shared
+//! reference counts that both cores write, about 250 ns each time the
+//! line moves between them on this VM: BENCHMARKS.md) are skipped, and
+//! so is this layer's own `Arc` clone into the response future. The
+//! request gets the same id, span, counters and log line.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +43,7 @@ use tracing::Instrument;
 
 use crate::metrics::{Outcome, ServiceMetrics};
 use crate::telemetry::{on_response, request_span, REQUEST_ID};
+use tracing::Span;
 
 /// The layer: see the module docs.
 #[derive(Debug, Clone)]
@@ -46,6 +57,8 @@ struct Shared {
     routes: matchit::Router<usize>,
     /// Each pattern with its series in `metrics`.
     patterns: Vec<(Box<str>, usize)>,
+    /// Each pattern's fast answer for GET, if it has one.
+    fast: Vec<Option<FastGet>>,
     timeout: Duration,
     /// `bg-<process>-`, the fixed part of generated ids.
     prefix: String,
@@ -55,6 +68,11 @@ struct Shared {
     /// the layer that gave it (several instances in one process).
     serial: u64,
 }
+
+/// A route's fast answer for GET: given the raw (not percent-decoded)
+/// value of the route's first parameter, the response and its outcome
+/// when it has one without waiting, else `None` (the router answers).
+pub type FastGet = Box<dyn Fn(&str) -> Option<(Response<Body>, Outcome)> + Send + Sync>;
 
 /// Ids a thread takes from a layer's counter at once: one shared atomic
 /// increment per block instead of one per request, which both cores
@@ -93,6 +111,7 @@ impl EdgeLayer {
         Self {
             shared: Arc::new(Shared {
                 routes,
+                fast: indexed.iter().map(|_| None).collect(),
                 patterns: indexed,
                 metrics,
                 timeout,
@@ -104,6 +123,23 @@ impl EdgeLayer {
                 },
             }),
         }
+    }
+}
+
+impl EdgeLayer {
+    /// Gives GET requests on `pattern` (one of the layer's patterns, with
+    /// a parameter) the fast answer `answer`; see the module docs. Call it
+    /// before the layer wraps a service. Returns false, changing nothing,
+    /// for a pattern the layer does not route or a layer already in use.
+    pub fn fast_get(&mut self, pattern: &str, answer: FastGet) -> bool {
+        let Some(shared) = Arc::get_mut(&mut self.shared) else {
+            return false;
+        };
+        let Some(i) = shared.patterns.iter().position(|(p, _)| &**p == pattern) else {
+            return false;
+        };
+        shared.fast[i] = Some(answer);
+        true
     }
 }
 
@@ -172,23 +208,75 @@ where
             Some(given) => given.clone(),
             None => self.shared.next_id(),
         };
-        // One lookup of the route for the counters and the span.
-        let (matched, route) = match self.shared.routes.at(req.uri().path()) {
+        // One lookup of the route for the counters, the span and the fast
+        // answer.
+        let shared = &*self.shared;
+        let (matched, route, fast) = match shared.routes.at(req.uri().path()) {
             Ok(m) => {
-                let (pattern, series) = &self.shared.patterns[*m.value];
-                (Some(&**pattern), *series)
+                let (pattern, series) = &shared.patterns[*m.value];
+                let fast = shared.fast[*m.value]
+                    .as_ref()
+                    .filter(|_| req.method() == axum::http::Method::GET)
+                    .zip(m.params.iter().next().map(|(_, v)| v));
+                (Some(&**pattern), *series, fast)
             }
-            Err(_) => (None, 0),
+            Err(_) => (None, 0, None),
         };
         let span = request_span(&req, matched, &id);
-        EdgeFuture {
-            inner: self.inner.call(req).instrument(span),
-            sleep: None,
-            shared: Arc::clone(&self.shared),
-            started,
-            route,
-            id: Some(id),
+        if let Some((answer, raw)) = fast {
+            let answered = {
+                let _entered = (!span.is_none()).then(|| span.enter());
+                answer(raw)
+            };
+            if let Some((res, outcome)) = answered {
+                let res = shared.finish(res, Some(outcome), started, route, Some(id), &span);
+                return EdgeFuture::answered(res);
+            }
         }
+        EdgeFuture {
+            state: Stage::Routed {
+                inner: self.inner.call(req).instrument(span),
+                sleep: None,
+                shared: Arc::clone(&self.shared),
+                started,
+                route,
+                id: Some(id),
+            },
+        }
+    }
+}
+
+impl Shared {
+    /// Everything a response gets on its way out: the JSON error shape
+    /// unless the handler noted an outcome (such handlers answer JSON),
+    /// the counters and histogram, the echoed id, the span's fields and
+    /// the log line.
+    fn finish(
+        &self,
+        answered: Response<Body>,
+        noted: Option<Outcome>,
+        started: Instant,
+        route: usize,
+        id: Option<HeaderValue>,
+        span: &Span,
+    ) -> Response<Body> {
+        let mut res = if noted.is_some() {
+            answered
+        } else {
+            crate::json_errors::json_errors(answered)
+        };
+        let status = res.status();
+        let outcome = noted.unwrap_or_else(|| Outcome::of_status(status.as_u16()));
+        let latency = started.elapsed();
+        self.metrics
+            .record(route, outcome, status.as_u16(), latency);
+        if let Some(id) = id {
+            res.headers_mut().insert(REQUEST_ID, id);
+        }
+        // The request's log line belongs to its span.
+        let _entered = (!span.is_none()).then(|| span.enter());
+        on_response(&res, latency, span);
+        res
     }
 }
 
@@ -196,13 +284,34 @@ pin_project_lite::pin_project! {
     /// The response future of [`Edge`].
     pub struct EdgeFuture<F> {
         #[pin]
-        inner: Instrumented<F>,
-        // Armed at the first `Pending`.
-        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-        shared: Arc<Shared>,
-        started: Instant,
-        route: usize,
-        id: Option<HeaderValue>,
+        state: Stage<F>,
+    }
+}
+
+impl<F> EdgeFuture<F> {
+    fn answered(res: Response<Body>) -> Self {
+        Self {
+            state: Stage::Answered { res: Some(res) },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StageProj]
+    enum Stage<F> {
+        // Finished in `call` (a fast answer).
+        Answered { res: Option<Response<Body>> },
+        // Through the router.
+        Routed {
+            #[pin]
+            inner: Instrumented<F>,
+            // Armed at the first `Pending`.
+            sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+            shared: Arc<Shared>,
+            started: Instant,
+            route: usize,
+            id: Option<HeaderValue>,
+        },
     }
 }
 
@@ -213,17 +322,29 @@ where
     type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let (mut inner, sleep, shared, started, route, id) = match self.project().state.project() {
+            // Polled again after it answered: nothing more to give.
+            StageProj::Answered { res } => {
+                return res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r)))
+            }
+            StageProj::Routed {
+                inner,
+                sleep,
+                shared,
+                started,
+                route,
+                id,
+            } => (inner, sleep, shared, started, route, id),
+        };
         // Whatever an earlier request on this thread left unclaimed.
         let _ = Outcome::take_noted();
-        let answered = match this.inner.as_mut().poll(cx) {
+        let answered = match inner.as_mut().poll(cx) {
             Poll::Ready(Ok(res)) => res,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => {
-                let deadline = tokio::time::Instant::from_std(*this.started + this.shared.timeout);
-                let sleep = this
-                    .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                let deadline = tokio::time::Instant::from_std(*started + shared.timeout);
+                let sleep =
+                    sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
                 if sleep.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
@@ -239,24 +360,7 @@ where
         // A handler that notes its outcome answers JSON already (the read
         // routes: see `Outcome::note`); any other response is checked.
         let noted = Outcome::take_noted();
-        let mut res = if noted.is_some() {
-            answered
-        } else {
-            crate::json_errors::json_errors(answered)
-        };
-        let status = res.status();
-        let outcome = noted.unwrap_or_else(|| Outcome::of_status(status.as_u16()));
-        let latency = this.started.elapsed();
-        this.shared
-            .metrics
-            .record(*this.route, outcome, status.as_u16(), latency);
-        if let Some(id) = this.id.take() {
-            res.headers_mut().insert(REQUEST_ID, id);
-        }
-        // The request's log line belongs to its span.
-        let span = this.inner.span();
-        let _entered = (!span.is_none()).then(|| span.enter());
-        on_response(&res, latency, span);
+        let res = shared.finish(answered, noted, *started, *route, id.take(), inner.span());
         Poll::Ready(Ok(res))
     }
 }

@@ -337,6 +337,58 @@ impl<R: Rows> ShieldedReader<R> {
         &self.shards[R::shard_of(id)]
     }
 
+    /// The filter's verdict when it needs no Redis round trip: `None` in
+    /// `redis` mode (Redis answers every check) and for a strict
+    /// instance's "no" (Redis must agree), which [`Self::lookup`] awaits.
+    fn verdict_now(&self, id: &R::Key) -> Option<Verdict> {
+        if self.shared.is_some() && self.shared_only && self.gate.enabled() {
+            return None;
+        }
+        let verdict = self.gate.probe(id);
+        if verdict == Verdict::Reject && !self.shared_only && self.shared.is_some() {
+            return None;
+        }
+        Some(verdict)
+    }
+
+    /// The answer [`Self::lookup`] would give, when it needs no waiting: a
+    /// filter "no", or a live L1 entry. `None` when the read must go on to
+    /// Redis or SQL (or ask Redis first); nothing is counted then, so the
+    /// caller's `lookup` counts the read once.
+    pub fn lookup_now(&self, id: &R::Key) -> Option<Lookup<R::Row>> {
+        let verdict = self.verdict_now(id)?;
+        if verdict == Verdict::Reject {
+            self.gate.tally(verdict);
+            return Some(Lookup::Missing(Source::Filter));
+        }
+        let answer = self.l1_answer(id)?;
+        self.gate.tally(verdict);
+        self.after_gate(verdict, &answer);
+        Some(answer)
+    }
+
+    /// A live L1 entry as an answer, counted as a hit.
+    fn l1_answer(&self, id: &R::Key) -> Option<Lookup<R::Row>> {
+        Some(match self.l1.get(id)? {
+            Entry::Found(sku) => {
+                self.l1_counters.hits.incr();
+                Lookup::Found(sku, Source::L1)
+            }
+            Entry::Missing => {
+                self.l1_counters.negative_hits.incr();
+                Lookup::Missing(Source::L1)
+            }
+        })
+    }
+
+    /// Counts a "maybe" from the filter for an id that does not exist: a
+    /// false positive, or a SKU deleted since the last build.
+    fn after_gate(&self, verdict: Verdict, answer: &Lookup<R::Row>) {
+        if verdict == Verdict::Pass && matches!(answer, Lookup::Missing(_)) {
+            self.gate.note_passed_missing();
+        }
+    }
+
     /// Looks an id up through the funnel.
     ///
     /// # Errors
@@ -367,26 +419,15 @@ impl<R: Rows> ShieldedReader<R> {
             return Ok(Lookup::Missing(Source::Filter));
         }
         let answer = self.lookup_past_the_gate(id).await;
-        if verdict == Verdict::Pass && matches!(answer, Ok(Lookup::Missing(_))) {
-            // The filter said "maybe" to an id that does not exist: a false
-            // positive, or a SKU deleted since the last build.
-            self.gate.note_passed_missing();
+        if let Ok(answer) = &answer {
+            self.after_gate(verdict, answer);
         }
         answer
     }
 
     async fn lookup_past_the_gate(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        if let Some(entry) = self.l1.get(&id) {
-            return Ok(match entry {
-                Entry::Found(sku) => {
-                    self.l1_counters.hits.incr();
-                    Lookup::Found(sku, Source::L1)
-                }
-                Entry::Missing => {
-                    self.l1_counters.negative_hits.incr();
-                    Lookup::Missing(Source::L1)
-                }
-            });
+        if let Some(answer) = self.l1_answer(&id) {
+            return Ok(answer);
         }
         self.l1_counters.misses.incr();
         let mut answer = self.join_or_start(id);

@@ -25,7 +25,9 @@ pub type App = crate::edge::Edge<Router>;
 /// route, and JSON for every error.
 pub fn router(state: AppState) -> App {
     let mut read = Routes::new().route(SECKILL_ROUTE, get(sku_detail));
-    if let Some(limit) = crate::limits::rate_limit(&state.http) {
+    let limit = crate::limits::rate_limit(&state.http);
+    let rate_limited = limit.is_some();
+    if let Some(limit) = limit {
         read = read.layer(axum::middleware::from_fn_with_state(
             limit,
             crate::limits::enforce,
@@ -61,10 +63,21 @@ pub fn router(state: AppState) -> App {
         });
     // One layer for what every request needs (id, span, counters, JSON
     // errors, timeout: see `edge`), around the whole router.
-    let edge = crate::edge::EdgeLayer::new(
+    let mut edge = crate::edge::EdgeLayer::new(
         Arc::clone(&state.metrics),
         std::time::Duration::from_millis(state.http.request_timeout_ms),
         &patterns,
     );
-    tower::Layer::layer(&edge, router.with_state(Arc::new(state)))
+    let state = Arc::new(state);
+    // The seckill read's filter "no" and L1 hit, answered by the edge
+    // without the router; not under a per-client rate limit, which only
+    // the router's route enforces.
+    if !rate_limited {
+        let fast = Arc::clone(&state);
+        edge.fast_get(
+            SECKILL_ROUTE,
+            Box::new(move |raw| crate::routes::sku_detail_now(&fast, raw)),
+        );
+    }
+    tower::Layer::layer(&edge, router.with_state(state))
 }

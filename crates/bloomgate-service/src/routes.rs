@@ -60,16 +60,39 @@ pub async fn sku_detail(
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::telemetry::record_outcome(id, outcome.label());
     let res = match answer {
-        Ok(Lookup::Found(cached, _)) => (
-            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            cached.body(),
-        )
-            .into_response(),
-        Ok(Lookup::Missing(_)) => crate::error::sku_not_found(id),
+        Ok(answer) => sku_response(id, answer),
         Err(e) => e.into_response(),
     };
     outcome.note();
     Ok(res)
+}
+
+/// What [`sku_detail`] answers for the raw path segment `raw`, when it
+/// can answer without waiting (a filter "no", an L1 hit): the edge sends
+/// it at once, without the router (`crate::edge`, `EdgeLayer::fast_get`).
+/// `None` sends the request the whole way: an id the extractor must
+/// percent-decode or that does not parse (its 400 is the handler's), and
+/// every read that goes on to Redis or SQL.
+pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
+    if raw.contains('%') {
+        return None;
+    }
+    let id = parse_id(raw).ok()?;
+    let answer = state.reader.lookup_now(&id)?;
+    let outcome = answer.outcome();
+    crate::telemetry::record_outcome(id, outcome.label());
+    Some((sku_response(id, answer), outcome))
+}
+
+fn sku_response(id: i64, answer: Lookup<Sku>) -> axum::response::Response {
+    match answer {
+        Lookup::Found(cached, _) => (
+            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            cached.body(),
+        )
+            .into_response(),
+        Lookup::Missing(_) => crate::error::sku_not_found(id),
+    }
 }
 
 /// The body of `POST /api/cache/warm` (optional: an empty body or `null`

@@ -629,3 +629,104 @@ async fn fail_open_before_the_filter_is_built() {
     assert_eq!(counter(&stats, &["sql", "missing"]), 1);
     server.stop().await;
 }
+
+/// One request's answer as a client sees it, minus the date and the id's
+/// value (each instance makes its own).
+async fn seen(server: &TestServer, method: Method, path: &str) -> (u16, String, Vec<u8>, bool) {
+    let r = server
+        .client
+        .request(method, server.url(path))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let kind = header("content-type").unwrap_or_default();
+    let has_id = header("x-request-id").is_some_and(|id| !id.is_empty());
+    (status, kind, r.bytes().await.unwrap().to_vec(), has_id)
+}
+
+/// The edge answers a filter "no" and an L1 hit itself, without the
+/// router (`EdgeLayer::fast_get`). An instance under a per-client rate
+/// limit has no fast answers (the limit is the router's), so the two
+/// answer the same requests side by side: the same status, content type
+/// and body each time, an id on each, and the same counts after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_edge_answers_exactly_as_the_router_does() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fast = sqlite_server(&da, None, "fast", 1000, |_| {}).await;
+    let routed = sqlite_server(&db, None, "routed", 1000, |c| {
+        c.http.rate_limit_per_sec = 1_000_000;
+        c.http.rate_limit_burst = 1_000_000;
+    })
+    .await;
+    for s in [&fast, &routed] {
+        // Created then deleted: the filter keeps its bits, so its reads
+        // pass the filter and then hit L1's "not found".
+        assert_eq!(s.create(2000, "gone").await, 201);
+        assert_eq!(s.send(Method::DELETE, "/api/skus/2000", None).await.0, 200);
+    }
+    let requests = [
+        (Method::GET, "/api/seckill/42"),      // SQL, then L1
+        (Method::GET, "/api/seckill/42"),      // L1 hit
+        (Method::HEAD, "/api/seckill/42"),     // not a fast answer
+        (Method::GET, "/api/seckill/1000001"), // the filter's "no"
+        (Method::HEAD, "/api/seckill/1000001"),
+        (Method::GET, "/api/seckill/2000"),   // SQL: not found
+        (Method::GET, "/api/seckill/2000"),   // L1: not found
+        (Method::GET, "/api/seckill/%34%32"), // 42, percent-encoded
+        (Method::GET, "/api/seckill/%31%30%30%30%30%30%31"),
+        (Method::GET, "/api/seckill/abc"),
+        (Method::GET, "/api/seckill/0"),
+        (Method::GET, "/api/seckill/-7"),
+        (Method::GET, "/api/seckill/99999999999999999999"),
+        (Method::GET, "/api/seckill/%ff"),
+        (Method::POST, "/api/seckill/42"),
+    ];
+    for (method, path) in requests {
+        let a = seen(&fast, method.clone(), path).await;
+        let b = seen(&routed, method.clone(), path).await;
+        assert_eq!(a, b, "{method} {path}");
+        assert!(a.3, "{method} {path}: no request id");
+    }
+    let (sa, sb) = (fast.stats().await, routed.stats().await);
+    for section in ["requests", "l1"] {
+        assert_eq!(sa[section], sb[section], "{section}");
+    }
+    for field in [
+        ["bloom", "rejected"],
+        ["bloom", "passed"],
+        ["bloom", "passed_missing"],
+        ["sql", "queries"],
+        ["sql", "found"],
+        ["sql", "missing"],
+    ] {
+        assert_eq!(counter(&sa, &field), counter(&sb, &field), "{field:?}");
+    }
+    // Each read counted once: rejections by GET, HEAD and percent-encoded
+    // GET; L1 hits likewise; the deleted SKU's second read.
+    assert_eq!(counter(&sa, &["bloom", "rejected"]), 3);
+    assert_eq!(counter(&sa, &["l1", "hits"]), 3);
+    assert_eq!(counter(&sa, &["l1", "negative_hits"]), 1);
+    assert_eq!(counter(&sa, &["bloom", "passed_missing"]), 2);
+    let metric = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("bloomgate_requests_total{route=\"/api/seckill"))
+            .map(str::to_owned)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let text = |s: &TestServer| {
+        let url = s.url("/metrics");
+        let client = s.client.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let (ma, mb) = (text(&fast).await, text(&routed).await);
+    assert_eq!(metric(&ma), metric(&mb));
+    assert!(!metric(&ma).is_empty());
+    fast.stop().await;
+    routed.stop().await;
+}
