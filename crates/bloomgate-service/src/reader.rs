@@ -41,7 +41,7 @@ use crate::sync::lock;
 
 mod warm;
 
-pub use warm::{WarmOutcome, WarmStart};
+pub use warm::{WarmOutcome, WarmStart, WARM_CHUNK};
 
 /// What the funnel reads rows from: the SKU store, or a resource's
 /// [`crate::source::Source`].

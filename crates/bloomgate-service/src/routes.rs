@@ -161,16 +161,33 @@ pub async fn warm(
     } else {
         None
     };
-    let ids = reader.store.first_ids(req.limit).await?;
-    let start = reader.warm_start(&ids).await;
-    let skus: Vec<(i64, Sku)> = reader
-        .store
-        .first(req.limit)
-        .await?
-        .into_iter()
-        .map(|s| (s.id, s))
-        .collect();
-    let outcome = reader.warm(start, &skus).await;
+    // A page at a time: lease its keys, read its rows, fill. Leases live
+    // for `LEASE_MS`; taken all at once, the first pages' had expired
+    // before a large warm's fills reached them, which then wrote nothing.
+    let (mut warmed, mut after) = (0u64, 0i64);
+    let mut outcome = crate::reader::WarmOutcome::default();
+    while warmed < req.limit {
+        let want = (req.limit - warmed).min(crate::reader::WARM_CHUNK as u64);
+        let ids = reader.store.page_ids(after, want).await?;
+        let Some(&last) = ids.last() else { break };
+        let start = reader.warm_start(&ids, outcome.redis_error.is_none()).await;
+        // The rows up to the page's last id: one inserted meanwhile holds
+        // no lease and fills L1 alone; one deleted is simply not there.
+        let skus: Vec<(i64, Sku)> = reader
+            .store
+            .page(after, want)
+            .await?
+            .into_iter()
+            .filter(|s| s.id <= last)
+            .map(|s| (s.id, s))
+            .collect();
+        outcome.add(reader.warm(start, &skus).await);
+        warmed += skus.len() as u64;
+        after = last;
+        if (ids.len() as u64) < want {
+            break;
+        }
+    }
     let (report, epoch) = match rebuild {
         Some(task) => task
             .await
@@ -178,7 +195,7 @@ pub async fn warm(
         None => (None, None),
     };
     Ok(Json(json!({
-        "warmed": skus.len(),
+        "warmed": warmed,
         "redis_written": outcome.redis_written,
         "redis_error": outcome.redis_error,
         "rebuild_bloom": report,

@@ -279,43 +279,51 @@ impl SkuStore {
         Ok(sku)
     }
 
-    /// The first `limit` SKUs by id.
+    /// Up to `limit` SKUs by id, those with ids above `after` (keyset
+    /// pagination: `after = 0` starts from the first).
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn first(&self, limit: u64) -> Result<Vec<Sku>, StoreError> {
+    pub async fn page(&self, after: i64, limit: u64) -> Result<Vec<Sku>, StoreError> {
         let q = format!(
-            "SELECT {COLUMNS} FROM skus ORDER BY id LIMIT {}",
-            self.ph(1)
+            "SELECT {COLUMNS} FROM skus WHERE id > {} ORDER BY id LIMIT {}",
+            self.ph(1),
+            self.ph(2)
         );
         sqlx::query(&q)
+            .bind(after)
             .bind(limit as i64)
             .fetch_all(&self.pool)
-            .within(&self.limit, "first")
+            .within(&self.limit, "page")
             .await
-            .map_err(err("first"))?
+            .map_err(err("page"))?
             .iter()
             .map(sku_from_row)
             .collect::<Result<_, _>>()
-            .map_err(err("first"))
+            .map_err(err("page"))
     }
 
-    /// The first `limit` ids.
+    /// The ids of [`Self::page`]`(after, limit)`.
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn first_ids(&self, limit: u64) -> Result<Vec<i64>, StoreError> {
-        let q = format!("SELECT id FROM skus ORDER BY id LIMIT {}", self.ph(1));
+    pub async fn page_ids(&self, after: i64, limit: u64) -> Result<Vec<i64>, StoreError> {
+        let q = format!(
+            "SELECT id FROM skus WHERE id > {} ORDER BY id LIMIT {}",
+            self.ph(1),
+            self.ph(2)
+        );
         sqlx::query(&q)
+            .bind(after)
             .bind(limit as i64)
             .fetch_all(&self.pool)
-            .within(&self.limit, "first ids")
+            .within(&self.limit, "page ids")
             .await
-            .map_err(err("first ids"))?
+            .map_err(err("page ids"))?
             .iter()
             .map(|r| r.try_get::<i64, _>(0))
             .collect::<Result<_, _>>()
-            .map_err(err("first ids"))
+            .map_err(err("page ids"))
     }
 
     /// Streams every id in ascending order, `batch` at a time (keyset

@@ -1,20 +1,31 @@
-//! The warm path of the funnel: lease the Redis keys of the first rows
-//! and note the shards' write counters before reading SQL, then fill Redis
-//! only where the lease holds and L1 only where no write intervened, the
-//! same rules as a read.
+//! The warm path of the funnel, a page of rows at a time: lease the page's
+//! Redis keys and note the shards' write counters before reading its rows
+//! from SQL, then fill Redis only where the lease holds and L1 only where
+//! no write intervened, the same rules as a read.
 
 use super::*;
 
-/// Keys per Redis round trip of a warm (leases, then fills).
-const WARM_CHUNK: usize = 1000;
+/// Rows per page of a warm: one Redis round trip of leases, one SQL read,
+/// one round trip of fills, well within a lease's life (`LEASE_MS`).
+pub const WARM_CHUNK: usize = 1000;
 
 /// What a warm did with Redis.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct WarmOutcome {
     /// Keys written.
     pub redis_written: u64,
     /// Why Redis was skipped, if it was.
     pub redis_error: Option<String>,
+}
+
+impl WarmOutcome {
+    /// Adds a later page's outcome (the first error stays).
+    pub fn add(&mut self, page: Self) {
+        self.redis_written += page.redis_written;
+        if self.redis_error.is_none() {
+            self.redis_error = page.redis_error;
+        }
+    }
 }
 
 /// What a warm noted before reading SQL: see [`ShieldedReader::warm_start`].
@@ -27,13 +38,14 @@ pub struct WarmStart<K> {
 
 impl<R: Rows> ShieldedReader<R> {
     /// Notes the shards' write counters and leases the Redis keys of `ids`
-    /// that hold nothing, before a warm reads their rows from SQL. When
-    /// Redis fails, the warm goes on for L1 alone.
-    pub async fn warm_start(&self, ids: &[R::Key]) -> WarmStart<R::Key> {
+    /// that hold nothing (unless `redis` is false: an earlier page found
+    /// Redis failing), before a warm reads their rows from SQL. When Redis
+    /// fails, the warm goes on for L1 alone.
+    pub async fn warm_start(&self, ids: &[R::Key], redis: bool) -> WarmStart<R::Key> {
         let writes = self.shards.iter().map(|s| lock(s).writes).collect();
         let mut leases = HashMap::new();
         let mut redis_error = None;
-        if let Some(redis) = &self.redis {
+        if let Some(redis) = self.redis.as_ref().filter(|_| redis) {
             for chunk in ids.chunks(WARM_CHUNK) {
                 match redis.lease_many(chunk).await {
                     Ok(got) => {
