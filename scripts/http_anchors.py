@@ -8,9 +8,13 @@ L1 hit (SQLite, no Redis), then its deeper levels: Redis hits and SQL loads
 (MariaDB, an L1 of one entry, random existing ids), all side by side.
 
 Every target gets `wrk -t2 -c64` for DURATION seconds, targets alternating,
-ROUNDS rounds; the table shows the median req/s, the ratio of medians to the
-bare axum app, the median of the per-round ratios, the p99 latency and the
-server's own CPU time per request (/proc utime+stime over the run).
+ROUNDS rounds, each round starting one target later (so no target always
+runs first, or always after the same one); the table shows the median
+req/s, the ratio of medians to the bare axum app, the median of the
+per-round ratios, the p99 latency, the server's own CPU time per request
+(/proc utime+stime over the run) and the median of its per-round ratios
+to the bare app's. A second bare axum process is measured as a target of
+its own: how far it strays from 1.00 is this machine's noise.
 
 Usage: scripts/http_anchors.py BIN BARE_AXUM   (from scripts/service_bench.sh)
 Environment: ROUNDS (7), DURATION (3), DEEP=0 to skip Redis and SQL.
@@ -85,21 +89,26 @@ def wrk(port, path, pid, script=None):
 
 def table(title, targets, runs):
     print(f"\n{title}: wrk -t2 -c64, {DURATION}s each, {ROUNDS} rounds alternating")
-    print("| target | req/s (median) | × bare axum | median of round ratios | p99 ms | server CPU µs/request |")
-    print("|---|---|---|---|---|---|")
-    base = statistics.median(r[0] for r in runs["bare axum"])
+    print("| target | req/s (median) | × bare axum | median of round ratios "
+          "| p99 ms | server CPU µs/request | CPU × bare (median of round ratios) |")
+    print("|---|---|---|---|---|---|---|")
+    bare = runs["bare axum"]
+    base = statistics.median(r[0] for r in bare)
     for name, _ in targets:
         r = runs[name]
         rps = statistics.median(x[0] for x in r)
-        ratios = [x[0] / b[0] for x, b in zip(r, runs["bare axum"])]
+        ratios = [x[0] / b[0] for x, b in zip(r, bare)]
+        cpu = [x[2] / b[2] for x, b in zip(r, bare)]
         print(f"| {name} | {rps:,.0f} | {rps / base:.2f} | {statistics.median(ratios):.2f} "
-              f"| {statistics.median(x[1] for x in r):.2f} | {statistics.median(x[2] for x in r):.1f} |")
+              f"| {statistics.median(x[1] for x in r):.2f} | {statistics.median(x[2] for x in r):.1f} "
+              f"| {statistics.median(cpu):.2f} |")
 
 
 def measure(title, targets):
     runs = {name: [] for name, _ in targets}
-    for _ in range(ROUNDS):
-        for name, (port, path, pid, script) in targets:
+    for i in range(ROUNDS):
+        k = i % len(targets)
+        for name, (port, path, pid, script) in targets[k:] + targets[:k]:
             runs[name].append(wrk(port, path, pid, script))
     table(title, targets, runs)
 
@@ -108,7 +117,10 @@ def main():
     machine_header()
     bare = spawn([BARE, "127.0.0.1:18081"], log="bare.log")
     wait("http://127.0.0.1:18081/api/seckill/1", "not_found")
-    anchors = [("bare axum", (18081, "/api/seckill/200100", bare.pid, None))]
+    again = spawn([BARE, "127.0.0.1:18085"], log="bare-again.log")
+    wait("http://127.0.0.1:18085/api/seckill/1", "not_found")
+    anchors = [("bare axum", (18081, "/api/seckill/200100", bare.pid, None)),
+               ("bare axum, a second process", (18085, "/api/seckill/200100", again.pid, None))]
     if shutil.which("nginx"):
         conf = os.path.join(TMP, "nginx.conf")
         os.makedirs(os.path.join(TMP, "logs"), exist_ok=True)

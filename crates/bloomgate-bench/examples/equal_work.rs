@@ -1,7 +1,11 @@
 //! Equal work (issue 11): every filter is handed the same precomputed
 //! 64-bit hash per key, so only the filters' own work is timed. Peers run
-//! alternately in one process, several rounds; the median per operation is
-//! reported with its ratio to sbbf-rs-safe.
+//! alternately in one process, several rounds, the queries in an order that
+//! starts one peer later each round; the median per operation is reported,
+//! and its ratio to sbbf-rs-safe as the median of the rounds' ratios (this
+//! VM's speed drifts by up to 2x between rounds). At round 0 it prints each
+//! large mapping's huge-page share: which filters the kernel actually gave
+//! huge pages.
 //!
 //! sbbf runs twice: as shipped, and with its buffer advised
 //! `MADV_HUGEPAGE` before the first write, as bloomgate's own storage of
@@ -92,6 +96,29 @@ fn huge_pages() -> String {
         )
 }
 
+/// Each anonymous mapping of 64 MiB or more: its size and how much of it
+/// the kernel backs with huge pages (which filter got them, at 10^8).
+fn large_mappings() -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut size_kb = 0u64;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("Size:"), Some(v)) => size_kb = v.parse().unwrap_or(0),
+            (Some("AnonHugePages:"), Some(v)) if size_kb >= 64 << 10 => {
+                out.push(format!(
+                    "{} MiB ({} MiB huge)",
+                    size_kb >> 10,
+                    v.parse::<u64>().unwrap_or(0) >> 10
+                ));
+            }
+            _ => {}
+        }
+    }
+    out.join(", ")
+}
+
 fn run(n: usize, rounds: usize) {
     // Probes: large enough at 10^8 that each round misses the caches.
     let probes = if n > 10_000_000 {
@@ -169,64 +196,106 @@ fn run(n: usize, rounds: usize) {
         drop(ab);
         drop(all_pairs);
         if round == 0 {
-            eprintln!("n = {n}, filters built: {}", huge_pages());
+            eprintln!(
+                "n = {n}, filters built: {}; mappings of 64 MiB or more: {}",
+                huge_pages(),
+                large_mappings()
+            );
         }
-        let mut out = vec![false; probes];
+        let (mut out2, mut out4) = (vec![false; probes], vec![false; probes]);
         for (col, (hs, ps)) in [(&members, &member_pairs), (&others, &other_pairs)]
             .into_iter()
             .enumerate()
         {
             let mut hits = [0usize; 7];
             let ops = probes * reps;
-            rows[0].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    hits[0] = hs
-                        .iter()
-                        .filter(|&&h| s.contains_hash(black_box(h)))
-                        .count();
-                }
-            }));
-            rows[6].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    hits[6] = prefetched_queries(&s, hs);
-                }
-            }));
-            rows[5].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    hits[5] = hs
-                        .iter()
-                        .filter(|&&h| shipped.contains_hash(black_box(h)))
-                        .count();
-                }
-            }));
-            rows[1].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    hits[1] = hs
-                        .iter()
-                        .filter(|&&h| b.contains_hash(pair(black_box(h))))
-                        .count();
-                }
-            }));
-            rows[2].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    b.contains_hashes(black_box(ps), &mut out).unwrap();
-                    hits[2] = out.iter().filter(|&&x| x).count();
-                }
-            }));
-            rows[3].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    hits[3] = hs
-                        .iter()
-                        .filter(|&&h| a.contains_hash(pair(black_box(h))))
-                        .count();
-                }
-            }));
-            rows[4].1[col + 1].push(ns_per(ops, || {
-                for _ in 0..reps {
-                    a.contains_hashes(black_box(ps), &mut out).unwrap();
-                    hits[4] = out.iter().filter(|&&x| x).count();
-                }
-            }));
+            // Each timing answers (ns per query, hits); they run in an order
+            // that starts one later each round, so no peer always runs
+            // first or after the same one.
+            type Timing<'a> = Box<dyn FnMut() -> (f64, usize) + 'a>;
+            let count = |f: &mut dyn FnMut() -> usize| -> (f64, usize) {
+                let mut h = 0;
+                let ns = ns_per(ops, || {
+                    for _ in 0..reps {
+                        h = f();
+                    }
+                });
+                (ns, h)
+            };
+            let (s, shipped, b, a) = (&s, &shipped, &b, &a);
+            let (o2, o4) = (&mut out2, &mut out4);
+            let mut timings: Vec<(usize, Timing<'_>)> = vec![
+                (
+                    0,
+                    Box::new(move || {
+                        count(&mut || {
+                            hs.iter()
+                                .filter(|&&h| s.contains_hash(black_box(h)))
+                                .count()
+                        })
+                    }),
+                ),
+                (
+                    6,
+                    Box::new(move || count(&mut || prefetched_queries(s, hs))),
+                ),
+                (
+                    5,
+                    Box::new(move || {
+                        count(&mut || {
+                            hs.iter()
+                                .filter(|&&h| shipped.contains_hash(black_box(h)))
+                                .count()
+                        })
+                    }),
+                ),
+                (
+                    1,
+                    Box::new(move || {
+                        count(&mut || {
+                            hs.iter()
+                                .filter(|&&h| b.contains_hash(pair(black_box(h))))
+                                .count()
+                        })
+                    }),
+                ),
+                (
+                    2,
+                    Box::new(move || {
+                        count(&mut || {
+                            b.contains_hashes(black_box(ps), o2).unwrap();
+                            o2.iter().filter(|&&x| x).count()
+                        })
+                    }),
+                ),
+                (
+                    3,
+                    Box::new(move || {
+                        count(&mut || {
+                            hs.iter()
+                                .filter(|&&h| a.contains_hash(pair(black_box(h))))
+                                .count()
+                        })
+                    }),
+                ),
+                (
+                    4,
+                    Box::new(move || {
+                        count(&mut || {
+                            a.contains_hashes(black_box(ps), o4).unwrap();
+                            o4.iter().filter(|&&x| x).count()
+                        })
+                    }),
+                ),
+            ];
+            let shift = round % timings.len();
+            timings.rotate_left(shift);
+            for (row, timing) in &mut timings {
+                let (ns, h) = timing();
+                rows[*row].1[col + 1].push(ns);
+                hits[*row] = h;
+            }
+            drop(timings);
             if col == 0 {
                 assert!(
                     hits.iter().all(|&h| h == probes),
@@ -250,8 +319,13 @@ fn run(n: usize, rounds: usize) {
     println!("\n### n = {n} (equal work: one precomputed 64-bit hash per key; median of {rounds} rounds)\n");
     println!("| filter | insert ns | member ns | non-member ns | insert ÷ sbbf | member ÷ sbbf | non-member ÷ sbbf |");
     println!("|---|---|---|---|---|---|---|");
-    let base: Vec<f64> = rows[0].1.iter().map(|v| median(v.clone())).collect();
-    for (name, cols) in &rows {
+    // Ratios: the median over rounds of each round's ratio, so a machine
+    // whose speed drifts between rounds moves both sides of each ratio.
+    let paired = |row: usize, base: usize, col: usize| -> f64 {
+        let (a, b) = (&rows[row].1[col], &rows[base].1[col]);
+        median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+    };
+    for (i, (name, cols)) in rows.iter().enumerate() {
         let m: Vec<f64> = cols.iter().map(|v| median(v.clone())).collect();
         // A row without inserts (the hand-prefetched queries) shows a dash.
         let cell = |x: f64| {
@@ -266,22 +340,20 @@ fn run(n: usize, rounds: usize) {
             cell(m[0]),
             cell(m[1]),
             cell(m[2]),
-            cell(m[0] / base[0]),
-            cell(m[1] / base[1]),
-            cell(m[2] / base[2])
+            cell(paired(i, 0, 0)),
+            cell(paired(i, 0, 1)),
+            cell(paired(i, 0, 2))
         );
     }
-    let med = |row: usize| -> Vec<f64> { rows[row].1.iter().map(|v| median(v.clone())).collect() };
-    let (blocked, atomic, atomic_batch, batch) = (med(1), med(3), med(4), med(2));
     println!(
         "\nAtomicBloom ÷ BlockedBloom: insert {:.2}, member {:.2}, non-member {:.2}; \
          batch ÷ batch: insert {:.2}, member {:.2}, non-member {:.2}",
-        atomic[0] / blocked[0],
-        atomic[1] / blocked[1],
-        atomic[2] / blocked[2],
-        atomic_batch[0] / batch[0],
-        atomic_batch[1] / batch[1],
-        atomic_batch[2] / batch[2]
+        paired(3, 1, 0),
+        paired(3, 1, 1),
+        paired(3, 1, 2),
+        paired(4, 2, 0),
+        paired(4, 2, 1),
+        paired(4, 2, 2)
     );
     println!(
         "\nmeasured FPR over {probes} non-members: sbbf-rs-safe {:.3}%, BlockedBloom {:.3}%",
