@@ -74,10 +74,12 @@ pub fn router(state: AppState) -> App {
     // the router's route enforces.
     if !rate_limited {
         let fast = Arc::clone(&state);
-        edge.fast_get(
+        let registered = edge.fast_get(
             SECKILL_ROUTE,
             Box::new(move |raw| crate::routes::sku_detail_now(&fast, raw)),
         );
+        // The route is one of the edge's patterns and the layer is new.
+        debug_assert!(registered, "the seckill route has its fast answer");
     }
     tower::Layer::layer(&edge, router.with_state(state))
 }

@@ -164,25 +164,26 @@ pub async fn warm(
     // A page at a time: lease its keys, read its rows, fill. Leases live
     // for `LEASE_MS`; taken all at once, the first pages' had expired
     // before a large warm's fills reached them, which then wrote nothing.
-    let (mut warmed, mut after) = (0u64, 0i64);
+    // `warmed` counts the ids paged through (the limit), `rows` the rows read.
+    let (mut warmed, mut rows, mut after) = (0u64, 0u64, 0i64);
     let mut outcome = crate::reader::WarmOutcome::default();
     while warmed < req.limit {
         let want = (req.limit - warmed).min(crate::reader::WARM_CHUNK as u64);
         let ids = reader.store.page_ids(after, want).await?;
         let Some(&last) = ids.last() else { break };
         let start = reader.warm_start(&ids, outcome.redis_error.is_none()).await;
-        // The rows up to the page's last id: one inserted meanwhile holds
+        // Exactly the leased range: a row inserted into it meanwhile holds
         // no lease and fills L1 alone; one deleted is simply not there.
         let skus: Vec<(i64, Sku)> = reader
             .store
-            .page(after, want)
+            .range(after, last)
             .await?
             .into_iter()
-            .filter(|s| s.id <= last)
             .map(|s| (s.id, s))
             .collect();
         outcome.add(reader.warm(start, &skus).await);
-        warmed += skus.len() as u64;
+        warmed += ids.len() as u64;
+        rows += skus.len() as u64;
         after = last;
         if (ids.len() as u64) < want {
             break;
@@ -195,7 +196,7 @@ pub async fn warm(
         None => (None, None),
     };
     Ok(Json(json!({
-        "warmed": warmed,
+        "warmed": rows,
         "redis_written": outcome.redis_written,
         "redis_error": outcome.redis_error,
         "rebuild_bloom": report,

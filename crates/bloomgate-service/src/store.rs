@@ -279,31 +279,31 @@ impl SkuStore {
         Ok(sku)
     }
 
-    /// Up to `limit` SKUs by id, those with ids above `after` (keyset
-    /// pagination: `after = 0` starts from the first).
+    /// The SKUs with ids in `(after, upto]`, by id.
     ///
     /// # Errors
     /// [`StoreError`].
-    pub async fn page(&self, after: i64, limit: u64) -> Result<Vec<Sku>, StoreError> {
+    pub async fn range(&self, after: i64, upto: i64) -> Result<Vec<Sku>, StoreError> {
         let q = format!(
-            "SELECT {COLUMNS} FROM skus WHERE id > {} ORDER BY id LIMIT {}",
+            "SELECT {COLUMNS} FROM skus WHERE id > {} AND id <= {} ORDER BY id",
             self.ph(1),
             self.ph(2)
         );
         sqlx::query(&q)
             .bind(after)
-            .bind(limit as i64)
+            .bind(upto)
             .fetch_all(&self.pool)
-            .within(&self.limit, "page")
+            .within(&self.limit, "range")
             .await
-            .map_err(err("page"))?
+            .map_err(err("range"))?
             .iter()
             .map(sku_from_row)
             .collect::<Result<_, _>>()
-            .map_err(err("page"))
+            .map_err(err("range"))
     }
 
-    /// The ids of [`Self::page`]`(after, limit)`.
+    /// Up to `limit` ids above `after`, ascending (keyset pagination:
+    /// `after = 0` starts from the first).
     ///
     /// # Errors
     /// [`StoreError`].

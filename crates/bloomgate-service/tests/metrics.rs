@@ -228,10 +228,10 @@ async fn slow_statements_are_counted_by_name() {
     let mut config = common::config(&common::sqlite_url(&dir), None, "slowsql");
     config.sql.slow_query_ms = 1;
     let server = TestServer::start(config, 50_000).await;
-    let before = server.stats().await["sql"]["slow"]["page"]
+    let before = server.stats().await["sql"]["slow"]["range"]
         .as_u64()
         .unwrap_or(0);
-    // Each warm reads 50,000 rows in pages of 1000 ("page"), most of them
+    // Each warm reads 50,000 rows in pages of 1000 (each read by "range"), most of them
     // over the 1 ms threshold.
     for _ in 0..3 {
         let (s, _) = server
@@ -244,14 +244,14 @@ async fn slow_statements_are_counted_by_name() {
         assert_eq!(s, 200);
     }
     let stats = server.stats().await;
-    let slow = stats["sql"]["slow"]["page"].as_u64().unwrap();
+    let slow = stats["sql"]["slow"]["range"].as_u64().unwrap();
     assert!(slow - before >= 3, "{}", stats["sql"]["slow"]);
     let text = metrics(&server).await;
     assert_eq!(
         value(
             &text,
             "bloomgate_sql_slow_queries_total",
-            &[("statement", "page")]
+            &[("statement", "range")]
         ),
         slow as f64
     );

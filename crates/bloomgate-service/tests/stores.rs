@@ -39,15 +39,17 @@ async fn exercise(url: &str) {
     assert!(store.delete(sku.id).await.unwrap());
     assert!(!store.delete(sku.id).await.unwrap());
     assert!(!store.update(&sku).await.unwrap());
-    let first = store.page(0, 3).await.unwrap();
+    let first = store.range(0, 3).await.unwrap();
     assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(first[2], catalogue_sku(3));
     assert_eq!(store.page_ids(0, 3).await.unwrap(), [1, 2, 3]);
     // Keyset pages: after an id, and the last, short page.
     let ids_of = |p: Vec<bloomgate_service::model::Sku>| p.iter().map(|s| s.id).collect::<Vec<_>>();
-    assert_eq!(ids_of(store.page(3, 2).await.unwrap()), [4, 5]);
+    assert_eq!(ids_of(store.range(3, 5).await.unwrap()), [4, 5]);
+    assert_eq!(ids_of(store.range(1238, 2000).await.unwrap()), [1239, 1240]);
     assert_eq!(store.page_ids(1238, 10).await.unwrap(), [1239, 1240]);
-    assert!(store.page(1240, 10).await.unwrap().is_empty());
+    assert!(store.range(1240, 2000).await.unwrap().is_empty());
+    assert!(store.page_ids(1240, 10).await.unwrap().is_empty());
     // The largest id leaves no automatic next one (instead of overflowing).
     assert!(store.insert(&catalogue_sku(i64::MAX)).await.unwrap());
     assert_eq!(store.next_id().await.unwrap(), None);
