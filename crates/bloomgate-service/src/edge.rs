@@ -124,9 +124,7 @@ impl EdgeLayer {
             }),
         }
     }
-}
 
-impl EdgeLayer {
     /// Gives GET requests on `pattern` (one of the layer's patterns, with
     /// a parameter) the fast answer `answer`; see the module docs. Call it
     /// before the layer wraps a service. Returns false, changing nothing,

@@ -16,13 +16,18 @@ pub use crate::text::{clip, clip_quoted, MAX_QUOTED};
 /// # Errors
 /// [`AppError::BadRequest`].
 pub fn parse_id(raw: &str) -> Result<i64, AppError> {
-    match raw.parse::<i64>() {
-        Ok(id) if id > 0 => Ok(id),
-        _ => Err(AppError::BadRequest(format!(
+    id_of(raw).ok_or_else(|| {
+        AppError::BadRequest(format!(
             "skuId must be a positive integer that fits in 64 bits, got {:?}",
             clip(raw)
-        ))),
-    }
+        ))
+    })
+}
+
+/// The id [`parse_id`] accepts, without building its error.
+#[must_use]
+pub fn id_of(raw: &str) -> Option<i64> {
+    raw.parse::<i64>().ok().filter(|&id| id > 0)
 }
 
 /// Parses a JSON body ourselves so that every failure is a JSON 400.

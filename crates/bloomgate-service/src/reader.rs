@@ -351,6 +351,29 @@ impl<R: Rows> ShieldedReader<R> {
         Some(verdict)
     }
 
+    /// The verdict [`Self::verdict_now`] could not give: in `redis` mode,
+    /// one round trip decides (a failure answers maybe); in strict mode,
+    /// the replica's "no" stands only if Redis agrees.
+    async fn verdict_from_redis(&self, id: &R::Key) -> Verdict {
+        let Some(shared) = &self.shared else {
+            return Verdict::Pass;
+        };
+        let maybe = shared.maybe_contains(id).await;
+        if self.shared_only {
+            return if maybe {
+                Verdict::Pass
+            } else {
+                Verdict::Reject
+            };
+        }
+        if maybe {
+            shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
+            Verdict::Pass
+        } else {
+            Verdict::Reject
+        }
+    }
+
     /// The answer [`Self::lookup`] would give, when it needs no waiting: a
     /// filter "no", or a live L1 entry. `None` when the read must go on to
     /// Redis or SQL (or ask Redis first); nothing is counted then, so the
@@ -394,26 +417,10 @@ impl<R: Rows> ShieldedReader<R> {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        let mut verdict = match &self.shared {
-            // Redis mode: one round trip decides (a failure answers maybe).
-            Some(shared) if self.shared_only && self.gate.enabled() => {
-                if shared.maybe_contains(&id).await {
-                    Verdict::Pass
-                } else {
-                    Verdict::Reject
-                }
-            }
-            _ => self.gate.probe(&id),
+        let verdict = match self.verdict_now(&id) {
+            Some(verdict) => verdict,
+            None => self.verdict_from_redis(&id).await,
         };
-        if verdict == Verdict::Reject && !self.shared_only {
-            // Strict: the replica's "no" stands only if Redis agrees.
-            if let Some(shared) = &self.shared {
-                if shared.maybe_contains(&id).await {
-                    shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
-                    verdict = Verdict::Pass;
-                }
-            }
-        }
         self.gate.tally(verdict);
         if verdict == Verdict::Reject {
             return Ok(Lookup::Missing(Source::Filter));

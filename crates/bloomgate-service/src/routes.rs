@@ -77,7 +77,7 @@ pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Re
     if raw.contains('%') {
         return None;
     }
-    let id = parse_id(raw).ok()?;
+    let id = crate::input::id_of(raw)?;
     let answer = state.reader.lookup_now(&id)?;
     let outcome = answer.outcome();
     crate::telemetry::record_outcome(id, outcome.label());
