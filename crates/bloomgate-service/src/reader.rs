@@ -39,6 +39,7 @@ use crate::source::{BoxFuture, Row, Source as RowSource};
 use crate::store::{SkuStore, StoreError};
 use crate::sync::lock;
 
+mod verdict;
 mod warm;
 
 pub use warm::{WarmOutcome, WarmStart, WARM_CHUNK};
@@ -335,81 +336,6 @@ impl<R: Rows> ShieldedReader<R> {
 
     fn shard(&self, id: &R::Key) -> &Mutex<ShardOf<R>> {
         &self.shards[R::shard_of(id)]
-    }
-
-    /// The filter's verdict when it needs no Redis round trip: `None` in
-    /// `redis` mode (Redis answers every check) and for a strict
-    /// instance's "no" (Redis must agree), which [`Self::lookup`] awaits.
-    fn verdict_now(&self, id: &R::Key) -> Option<Verdict> {
-        if self.shared.is_some() && self.shared_only && self.gate.enabled() {
-            return None;
-        }
-        let verdict = self.gate.probe(id);
-        if verdict == Verdict::Reject && !self.shared_only && self.shared.is_some() {
-            return None;
-        }
-        Some(verdict)
-    }
-
-    /// The verdict [`Self::verdict_now`] could not give: in `redis` mode,
-    /// one round trip decides (a failure answers maybe); in strict mode,
-    /// the replica's "no" stands only if Redis agrees.
-    async fn verdict_from_redis(&self, id: &R::Key) -> Verdict {
-        let Some(shared) = &self.shared else {
-            return Verdict::Pass;
-        };
-        let maybe = shared.maybe_contains(id).await;
-        if self.shared_only {
-            return if maybe {
-                Verdict::Pass
-            } else {
-                Verdict::Reject
-            };
-        }
-        if maybe {
-            shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
-            Verdict::Pass
-        } else {
-            Verdict::Reject
-        }
-    }
-
-    /// The answer [`Self::lookup`] would give, when it needs no waiting: a
-    /// filter "no", or a live L1 entry. `None` when the read must go on to
-    /// Redis or SQL (or ask Redis first); nothing is counted then, so the
-    /// caller's `lookup` counts the read once.
-    pub fn lookup_now(&self, id: &R::Key) -> Option<Lookup<R::Row>> {
-        let verdict = self.verdict_now(id)?;
-        if verdict == Verdict::Reject {
-            self.gate.tally(verdict);
-            return Some(Lookup::Missing(Source::Filter));
-        }
-        let answer = self.l1_answer(id)?;
-        self.gate.tally(verdict);
-        self.after_gate(verdict, &answer);
-        Some(answer)
-    }
-
-    /// A live L1 entry as an answer, counted as a hit.
-    fn l1_answer(&self, id: &R::Key) -> Option<Lookup<R::Row>> {
-        Some(match self.l1.get(id)? {
-            Entry::Found(sku) => {
-                self.l1_counters.hits.incr();
-                Lookup::Found(sku, Source::L1)
-            }
-            Entry::Missing => {
-                self.l1_counters.negative_hits.incr();
-                Lookup::Missing(Source::L1)
-            }
-        })
-    }
-
-    /// Counts a "maybe" from the filter for an id that does not exist: a
-    /// false positive, or a SKU deleted since the last build.
-    fn after_gate(&self, verdict: Verdict, answer: &Lookup<R::Row>) {
-        if verdict == Verdict::Pass && matches!(answer, Lookup::Missing(_)) {
-            self.gate.note_passed_missing();
-        }
     }
 
     /// Looks an id up through the funnel.
