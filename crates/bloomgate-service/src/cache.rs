@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ mod l1;
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
-use guard::{BreakerWatch, Doubling, Guard};
+use guard::{BreakerWatch, Doubling, Guard, Owed};
 pub use l1::L1;
 
 /// The Redis value that marks an id confirmed missing in SQL.
@@ -253,7 +253,7 @@ impl RedisTier {
                 timeout,
                 breaker,
                 watch,
-                owed: Mutex::default(),
+                owed: Owed::default(),
             }),
             counters: Arc::default(),
         };
@@ -311,9 +311,10 @@ impl RedisTier {
         format!("{}{}{id}", self.prefix, self.namespace)
     }
 
-    /// Looks an id up; on a miss, takes a lease on its key in the same step.
-    /// An id whose invalidation Redis is still owed is a miss without a
-    /// lease (Redis may hold its older state).
+    /// Looks an id up with a `GET`; when the key holds nothing, takes a
+    /// lease on it with a script that reads it again and sets the lease in
+    /// one step. An id whose invalidation Redis is still owed is a miss
+    /// without a lease (Redis may hold its older state).
     ///
     /// # Errors
     /// [`CacheError`] (counted).
@@ -322,22 +323,32 @@ impl RedisTier {
         id: impl std::fmt::Display,
     ) -> Result<RedisLookup<T>, CacheError> {
         let key = self.key(id);
-        if self.guard.owed().contains(&key) {
+        if self.guard.owed.contains(&key) {
             return Ok(RedisLookup::Miss(None));
         }
         let mut conn = self.conn.clone();
-        let lease = Lease::new();
-        let raw: Option<String> = self
-            .guarded(
-                self.lookup_or_lease
-                    .key(&key)
-                    .arg(&lease.token)
-                    .arg(LEASE_MS)
-                    .invoke_async(&mut conn),
-            )
+        // A plain GET first: a hit (the usual answer) then costs Redis no
+        // script run. Only a key that holds nothing takes the script, which
+        // leases it unless a value arrived in between.
+        let mut lease = None;
+        let mut raw: Option<String> = self
+            .guarded(redis::cmd("GET").arg(&key).query_async(&mut conn))
             .await?;
+        if raw.is_none() {
+            let new = Lease::new();
+            raw = self
+                .guarded(
+                    self.lookup_or_lease
+                        .key(&key)
+                        .arg(&new.token)
+                        .arg(LEASE_MS)
+                        .invoke_async(&mut conn),
+                )
+                .await?;
+            lease = Some(new);
+        }
         let out = match raw.as_deref() {
-            None => RedisLookup::Miss(Some(lease)),
+            None => RedisLookup::Miss(lease),
             Some(NIL_SENTINEL) => RedisLookup::Nil,
             Some(v) if v.starts_with(LEASE_PREFIX) => RedisLookup::Miss(None),
             Some(json) => match serde_json::from_str(json) {

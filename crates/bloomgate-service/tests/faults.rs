@@ -180,6 +180,58 @@ async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_
     server.stop().await;
 }
 
+/// A Redis that answers reads but refuses `DEL` (an ACL without it) keeps
+/// an invalidation owed for as long as the test needs: the row's older
+/// value stays in Redis, and every read must go around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owed_invalidation_keeps_reads_off_the_value_redis_still_holds() {
+    let redis = OwnServer::redis().await;
+    let mut admin = common::redis_conn(&redis.url()).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "nodel", "on", "nopass", "~*", "&*", "+@all", "-del",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://nodel:x@127.0.0.1:{}/", redis.port);
+    let dir = tempfile::tempdir().unwrap();
+    let config = fault_config(&common::sqlite_url(&dir), Some(&url), "faults-owed");
+    let server = TestServer::start(config, 100).await;
+    let tier = server.state.reader.redis.clone().unwrap();
+    let (s, old) = server.get("/api/seckill/42").await.clone();
+    assert_eq!(s, 200);
+    let key = tier.key(42);
+    let held = || {
+        let mut admin = admin.clone();
+        let key = key.clone();
+        async move {
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Option<String>>(&mut admin)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(held().await.is_some(), "42 is cached in Redis");
+
+    let (s, _) = server.put_sku(42, "renamed", 5000).await;
+    assert_eq!(s, 200);
+    assert_eq!(tier.owed_invalidations(), 1, "the refused DEL is owed");
+    // Redis answers GETs and still holds the row as it was before the write.
+    let stale = held().await.expect("the refused DEL left the old value");
+    assert!(stale.contains(old["name"].as_str().unwrap()), "{stale}");
+    // The lookup must not take it: a miss without a lease (reading SQL).
+    match tier.lookup::<bloomgate_service::model::Sku>(42).await {
+        Ok(bloomgate_service::cache::RedisLookup::Miss(None)) => {}
+        other => panic!("an owed key was looked up in Redis: {other:?}"),
+    }
+    let a = get(&server, 42).await;
+    assert_eq!((a.status, a.body["name"].as_str()), (200, Some("renamed")));
+    assert_eq!(tier.owed_invalidations(), 1, "DEL is still refused");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
     let redis = OwnServer::redis().await;

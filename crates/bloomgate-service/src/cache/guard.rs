@@ -74,12 +74,63 @@ pub(super) struct Guard {
     /// Keys whose `DEL` after a write failed or was not sent: Redis may
     /// hold an older state for them, so they bypass Redis until the `DEL`
     /// lands.
-    pub(super) owed: Mutex<HashSet<String>>,
+    pub(super) owed: Owed,
+}
+
+/// The owed invalidations, and whether there are any: every lookup asks,
+/// and while none are owed (the usual state) it asks an atomic that no
+/// one writes instead of locking the set (a lock is a write to one line
+/// that every core serving Redis hits would pass back and forth).
+#[derive(Debug, Default)]
+pub(super) struct Owed {
+    keys: Mutex<HashSet<String>>,
+    /// `!keys.is_empty()`, stored under the lock after every change.
+    any: AtomicBool,
+}
+
+impl Owed {
+    /// The set, locked; `any` is brought up to date when it is released.
+    pub(super) fn lock(&self) -> OwedGuard<'_> {
+        OwedGuard {
+            keys: crate::sync::lock(&self.keys),
+            any: &self.any,
+        }
+    }
+
+    /// Whether `key`'s invalidation is owed.
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.any.load(Ordering::SeqCst) && self.lock().contains(key)
+    }
+}
+
+/// The locked owed set; on release it records whether any key is left.
+pub(super) struct OwedGuard<'a> {
+    keys: std::sync::MutexGuard<'a, HashSet<String>>,
+    any: &'a AtomicBool,
+}
+
+impl std::ops::Deref for OwedGuard<'_> {
+    type Target = HashSet<String>;
+    fn deref(&self) -> &HashSet<String> {
+        &self.keys
+    }
+}
+
+impl std::ops::DerefMut for OwedGuard<'_> {
+    fn deref_mut(&mut self) -> &mut HashSet<String> {
+        &mut self.keys
+    }
+}
+
+impl Drop for OwedGuard<'_> {
+    fn drop(&mut self) {
+        self.any.store(!self.keys.is_empty(), Ordering::SeqCst);
+    }
 }
 
 impl Guard {
-    pub(super) fn owed(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        crate::sync::lock(&self.owed)
+    pub(super) fn owed(&self) -> OwedGuard<'_> {
+        self.owed.lock()
     }
 
     /// Runs one command under the timeout and the breaker.
