@@ -8,8 +8,8 @@
 //! huge pages.
 //!
 //! sbbf runs twice: as shipped, and with its buffer advised
-//! `MADV_HUGEPAGE` before the first write, as bloomgate's own storage of
-//! 2 MiB or more is. Where the kernel gives transparent huge pages only on
+//! `MADV_HUGEPAGE` before the first write (through the bench's allocator,
+//! [`BenchAlloc`]), as bloomgate's own storage of 2 MiB or more is. Where the kernel gives transparent huge pages only on
 //! request, the shipped sbbf pays a TLB miss per query at 10^8 keys; the
 //! ratios are taken against the huge-page run, the stricter peer.
 //!
@@ -18,7 +18,9 @@
 //! 5, for a machine whose timings drift). Build with
 //! `RUSTFLAGS="-C target-cpu=x86-64-v3"` for the per-binary AVX2 build.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bloomgate_bench::{median, ns_per};
 
@@ -32,29 +34,128 @@ fn pair(h: u64) -> HashPair {
     HashPair { h1: h, h2: 0 }
 }
 
-/// Advises the kernel to back `buf` with transparent huge pages (before it
-/// is first written, so the first faults already take them).
-fn advise_huge(buf: &mut [u8]) {
-    // madvise takes whole pages: the page-aligned part of the buffer.
-    const PAGE: usize = 4096;
-    let start = buf.as_ptr() as usize;
-    let skip = start.next_multiple_of(PAGE) - start;
-    let Some(inner) = buf.get_mut(skip..) else {
-        return;
+/// The bench's allocator: the system's, except that a large block (2 MiB
+/// or more) asked for while [`ADVISE_HUGE`] is set is a fresh anonymous
+/// mapping advised `MADV_HUGEPAGE`. sbbf allocates its buffer with
+/// `alloc_zeroed` at 64-byte alignment, which the system allocator serves
+/// by writing zeros over every page: advised afterwards, as this bench once
+/// did, the buffer was already on 4 KiB pages (0 of 119 MiB huge at 10^8).
+/// A fresh mapping is zero already and is advised before its first fault,
+/// as bloomgate's own storage is. Everything else, the shipped sbbf's
+/// buffer too, is the system allocator's.
+struct BenchAlloc;
+
+#[global_allocator]
+static ALLOCATOR: BenchAlloc = BenchAlloc;
+
+/// Set while the huge-page sbbf allocates its buffer.
+static ADVISE_HUGE: AtomicBool = AtomicBool::new(false);
+
+/// The blocks [`BenchAlloc`] mapped (0: a free slot).
+static MAPPED: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+/// A fresh zeroed mapping for `layout`, recorded in [`MAPPED`]; null when
+/// the block is not one to map, or no slot or mapping is left.
+fn map(layout: Layout) -> *mut u8 {
+    if !ADVISE_HUGE.load(Ordering::Relaxed) || layout.size() < 2 << 20 || layout.align() > 4096 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: an anonymous private mapping at an address the kernel picks
+    // aliases nothing; `madvise` on it changes no contents.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            layout.size(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
-    let len = inner.len() / PAGE * PAGE;
-    if len == 0 {
-        return;
+    if p == libc::MAP_FAILED {
+        return std::ptr::null_mut();
     }
-    // SAFETY: `madvise` with `MADV_HUGEPAGE` changes no contents and no
-    // permissions; the range is whole pages inside `buf`, a live mapping.
-    let rc = unsafe { libc::madvise(inner.as_mut_ptr().cast(), len, libc::MADV_HUGEPAGE) };
-    if rc != 0 {
-        eprintln!(
-            "madvise(MADV_HUGEPAGE) on sbbf's buffer: {}",
-            std::io::Error::last_os_error()
-        );
+    let slot = MAPPED.iter().find(|s| {
+        s.compare_exchange(0, p as usize, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    });
+    if slot.is_none() {
+        // SAFETY: `p` is the mapping just made, of this size.
+        unsafe { libc::munmap(p, layout.size()) };
+        return std::ptr::null_mut();
     }
+    // SAFETY: as above.
+    unsafe { libc::madvise(p, layout.size(), libc::MADV_HUGEPAGE) };
+    p.cast()
+}
+
+/// Unmaps `ptr` if [`map`] made it; false when it is the system's.
+fn unmap(ptr: *mut u8, size: usize) -> bool {
+    let Some(slot) = MAPPED
+        .iter()
+        .find(|s| s.load(Ordering::Relaxed) == ptr as usize)
+    else {
+        return false;
+    };
+    slot.store(0, Ordering::Relaxed);
+    // SAFETY: `ptr` is a mapping `map` made for a layout of this size.
+    unsafe { libc::munmap(ptr.cast(), size) };
+    true
+}
+
+// SAFETY: a mapped block is unmapped with the size it was mapped with (a
+// layout's size is the same at alloc and dealloc), and only it; every
+// other block is the system allocator's, allocated and freed by it.
+unsafe impl GlobalAlloc for BenchAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = map(layout);
+        if p.is_null() {
+            unsafe { System.alloc(layout) }
+        } else {
+            p
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = map(layout);
+        if p.is_null() {
+            unsafe { System.alloc_zeroed(layout) }
+        } else {
+            p
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if !unmap(ptr, layout.size()) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !MAPPED
+            .iter()
+            .any(|s| s.load(Ordering::Relaxed) == ptr as usize)
+        {
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let moved = unsafe { self.alloc(new) };
+        if !moved.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        moved
+    }
+}
+
+/// An sbbf filter whose buffer is advised huge pages before its first write.
+fn sbbf_huge(n: usize) -> sbbf_rs_safe::Filter {
+    ADVISE_HUGE.store(true, Ordering::Relaxed);
+    let s = sbbf_rs_safe::Filter::new(10, n);
+    ADVISE_HUGE.store(false, Ordering::Relaxed);
+    s
 }
 
 /// sbbf's single query over `hs`, each key's bucket prefetched 32 keys
@@ -161,8 +262,7 @@ fn run(n: usize, rounds: usize) {
     let mut fpr = [0.0f64; 2];
     for round in 0..rounds {
         // Inserts: fresh filters each round, timed over all n keys.
-        let mut s = sbbf_rs_safe::Filter::new(10, n);
-        advise_huge(s.as_bytes_mut());
+        let mut s = sbbf_huge(n);
         rows[0].1[0].push(ns_per(n, || {
             for &h in &member {
                 s.insert_hash(h);
