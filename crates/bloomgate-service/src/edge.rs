@@ -21,7 +21,8 @@
 //!
 //! A route may also have a fast answer for GET ([`EdgeLayer::fast_get`]):
 //! a function of the raw path parameter that answers when it can without
-//! waiting (the seckill read's filter "no" and L1 hit). The edge then
+//! waiting (the seckill read's and each resource's read's filter "no" and
+//! L1 entries). The edge then
 //! finishes the request inside `call`: the router, its second route match,
 //! the path extractor and the per-request clones of the state (shared
 //! reference counts that both cores write, about 250 ns each time the

@@ -65,20 +65,48 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::telemetry::record_outcome_only(outcome.label());
     let res = match answer {
-        Ok(Lookup::Found(cached, _)) => (
-            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            cached.body(),
-        )
-            .into_response(),
-        Ok(Lookup::Missing(_)) => crate::error::not_found(&format!(
-            "{} {} not found",
-            r.name,
-            crate::input::clip(&raw)
-        )),
+        Ok(answer) => row_response(&r, &raw, answer),
         Err(e) => e.into_response(),
     };
     outcome.note();
     res
+}
+
+/// What [`read`] answers for the raw path segment `raw` when it can answer
+/// without waiting (a filter "no", an L1 entry): the edge sends it at once,
+/// without the router, as it does the seckill read's
+/// (`crate::routes::sku_detail_now`). `None` sends the request the whole
+/// way: a key the extractor must percent-decode or that does not parse,
+/// and every read that goes on to Redis or SQL.
+pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
+    if raw.contains('%') {
+        return None;
+    }
+    let key = Key::parse(r.key_type(), raw).ok()?;
+    let answer = r.reader.lookup_now(&key)?;
+    let outcome = answer.outcome();
+    crate::telemetry::record_outcome_only(outcome.label());
+    Some((row_response(r, raw, answer), outcome))
+}
+
+/// The answer for a row or its absence (`raw`: the key as the path spelled it).
+fn row_response(r: &Resource, raw: &str, answer: Lookup<crate::source::Row>) -> Response {
+    match answer {
+        Lookup::Found(cached, _) => (
+            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            cached.body(),
+        )
+            .into_response(),
+        Lookup::Missing(_) => {
+            crate::error::not_found(&format!("{} {} not found", r.name, crate::input::clip(raw)))
+        }
+    }
+}
+
+/// The pattern of a resource's read route.
+#[must_use]
+pub fn read_route(name: &str) -> String {
+    format!("/api/{name}/{{key}}")
 }
 
 /// The calls that read a `{"keys": [...]}` body.
@@ -161,7 +189,7 @@ pub fn routes(state: &AppState) -> Routes {
         let r = Arc::clone(r);
         router = router
             .route(
-                &format!("{base}/{{key}}"),
+                &read_route(&r.name),
                 get(move |Path(raw): Path<String>| read(Arc::clone(&r), raw)),
             )
             .merge(bodies.layer(DefaultBodyLimit::max(state.http.body_limit_bytes)));

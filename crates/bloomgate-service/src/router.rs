@@ -81,5 +81,14 @@ pub fn router(state: AppState) -> App {
         // The route is one of the edge's patterns and the layer is new.
         debug_assert!(registered, "the seckill route has its fast answer");
     }
+    // Each resource's read likewise (no rate limit applies to them).
+    for r in &state.resources {
+        let fast = Arc::clone(r);
+        let registered = edge.fast_get(
+            &crate::resource_routes::read_route(&r.name),
+            Box::new(move |raw| crate::resource_routes::read_now(&fast, raw)),
+        );
+        debug_assert!(registered, "{}'s read has its fast answer", r.name);
+    }
     tower::Layer::layer(&edge, router.with_state(state))
 }

@@ -393,6 +393,77 @@ fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
     common::counter(v, path)
 }
 
+/// Status, content type, body and whether a request id came back.
+async fn seen(s: &TestServer, path: &str) -> (u16, String, Vec<u8>, bool) {
+    let r = s.client.get(s.url(path)).send().await.unwrap();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let kind = header("content-type").unwrap_or_default();
+    let id = header("x-request-id").is_some_and(|id| !id.is_empty());
+    (
+        r.status().as_u16(),
+        kind,
+        r.bytes().await.unwrap().to_vec(),
+        id,
+    )
+}
+
+/// A resource's read answers a filter "no" and an L1 entry in the edge,
+/// without the router (`resource_routes::read_now`). A key spelled with a
+/// percent escape is the same key to the handler but always goes through
+/// the router, so each answer is compared with the routed one for the
+/// same key, and each read is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resources_fast_answers_are_its_routed_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config: Config = common::config(&url, None, "res-fast");
+    config.resources = vec![resource("users", false)];
+    let s = TestServer::start(config, 10).await;
+    ready(&s).await;
+    let users = users(&s, "users");
+    let rejected = match rejected_everywhere(&[&s], "nobody") {
+        Key::Text(k) => k.to_string(),
+        Key::Int(_) => unreachable!("text keys"),
+    };
+    // A key that is not a row but passes the filter: its first read
+    // caches "not found" in L1.
+    let passed = (0..100_000)
+        .map(|n| format!("fp{n}"))
+        .find(|k| users.gate().probe(text(k)) == Verdict::Pass)
+        .expect("a false positive among 100,000 keys at 1%");
+    // Each key and the same key with its first character percent-escaped.
+    let escaped = |k: &str| format!("%{:02X}{}", k.as_bytes()[0], &k[1..]);
+    assert_eq!(seen(&s, "/api/users/u000007").await.0, 200, "SQL, then L1");
+    assert_eq!(seen(&s, &format!("/api/users/{passed}")).await.0, 404);
+    let hits = users.reader.l1_counters.hits.get();
+    let negative = users.reader.l1_counters.negative_hits.get();
+    let before = users.gate().stats();
+    for key in ["u000007", &rejected, &passed] {
+        let fast = seen(&s, &format!("/api/users/{key}")).await;
+        let routed = seen(&s, &format!("/api/users/{}", escaped(key))).await;
+        assert_eq!(fast, routed, "{key}");
+        assert!(fast.3, "{key}: no request id");
+    }
+    let after = users.gate().stats();
+    assert_eq!(
+        after.rejected - before.rejected,
+        2,
+        "the filter's no, twice"
+    );
+    assert_eq!(users.reader.l1_counters.hits.get() - hits, 2);
+    assert_eq!(users.reader.l1_counters.negative_hits.get() - negative, 2);
+    assert_eq!(after.passed - before.passed, 4);
+    let body = seen(&s, &format!("/api/users/{rejected}")).await.2;
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"], "not_found", "{body}");
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
