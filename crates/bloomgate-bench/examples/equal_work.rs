@@ -35,8 +35,8 @@ fn pair(h: u64) -> HashPair {
 }
 
 /// The bench's allocator: the system's, except that a large block (2 MiB
-/// or more) asked for while [`ADVISE_HUGE`] is set is a fresh anonymous
-/// mapping advised `MADV_HUGEPAGE`. sbbf allocates its buffer with
+/// or more, aligned to at most a page) asked for while [`ADVISE_HUGE`] is
+/// set is a fresh anonymous mapping advised `MADV_HUGEPAGE`. sbbf allocates its buffer with
 /// `alloc_zeroed` at 64-byte alignment, which the system allocator serves
 /// by writing zeros over every page: advised afterwards, as this bench once
 /// did, the buffer was already on 4 KiB pages (0 of 119 MiB huge at 10^8).
@@ -50,6 +50,10 @@ static ALLOCATOR: BenchAlloc = BenchAlloc;
 
 /// Set while the huge-page sbbf allocates its buffer.
 static ADVISE_HUGE: AtomicBool = AtomicBool::new(false);
+
+/// Set when a mapping's `madvise` failed (reported after, by [`sbbf_huge`]:
+/// printing inside the allocator would allocate).
+static ADVICE_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// The blocks [`BenchAlloc`] mapped (0: a free slot).
 static MAPPED: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
@@ -85,7 +89,9 @@ fn map(layout: Layout) -> *mut u8 {
         return std::ptr::null_mut();
     }
     // SAFETY: as above.
-    unsafe { libc::madvise(p, layout.size(), libc::MADV_HUGEPAGE) };
+    if unsafe { libc::madvise(p, layout.size(), libc::MADV_HUGEPAGE) } != 0 {
+        ADVICE_FAILED.store(true, Ordering::Relaxed);
+    }
     p.cast()
 }
 
@@ -110,6 +116,7 @@ unsafe impl GlobalAlloc for BenchAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = map(layout);
         if p.is_null() {
+            // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
             unsafe { System.alloc(layout) }
         } else {
             p
@@ -119,6 +126,7 @@ unsafe impl GlobalAlloc for BenchAlloc {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = map(layout);
         if p.is_null() {
+            // SAFETY: the caller's layout, as `alloc_zeroed` requires.
             unsafe { System.alloc_zeroed(layout) }
         } else {
             p
@@ -127,6 +135,8 @@ unsafe impl GlobalAlloc for BenchAlloc {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !unmap(ptr, layout.size()) {
+            // SAFETY: not one of ours, so the system allocated it with
+            // this layout.
             unsafe { System.dealloc(ptr, layout) }
         }
     }
@@ -136,11 +146,17 @@ unsafe impl GlobalAlloc for BenchAlloc {
             .iter()
             .any(|s| s.load(Ordering::Relaxed) == ptr as usize)
         {
+            // SAFETY: the system's block, with the caller's layout.
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
+        // SAFETY: `realloc`'s contract makes `new_size` with the old
+        // alignment a valid layout.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: a valid, non-zero layout (`new_size` > 0 by contract).
         let moved = unsafe { self.alloc(new) };
         if !moved.is_null() {
+            // SAFETY: both blocks are live and distinct, each at least the
+            // smaller size long; the old one is ours, freed with its layout.
             unsafe {
                 std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
                 self.dealloc(ptr, layout);
@@ -155,6 +171,9 @@ fn sbbf_huge(n: usize) -> sbbf_rs_safe::Filter {
     ADVISE_HUGE.store(true, Ordering::Relaxed);
     let s = sbbf_rs_safe::Filter::new(10, n);
     ADVISE_HUGE.store(false, Ordering::Relaxed);
+    if ADVICE_FAILED.swap(false, Ordering::Relaxed) {
+        eprintln!("madvise(MADV_HUGEPAGE) on sbbf's buffer failed");
+    }
     s
 }
 

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// mimalloc, not glibc's malloc: on a Redis hit glibc's allocator took 15%
-/// of the service's CPU (`perf`: `_int_malloc`, `_int_free`,
-/// `malloc_consolidate` as hyper's read buffers and the load's task come
-/// and go on two threads); see BENCHMARKS.md.
+/// of the service's CPU (`perf` at dd9a6b2: `_int_malloc`, `_int_free`,
+/// `malloc_consolidate`, as hyper's read buffers, the load and the Redis
+/// client's buffers come and go on two threads); see BENCHMARKS.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -2,13 +2,14 @@
 //!
 //! Redis values are written only by a reader that holds a *lease* on the
 //! key (after Facebook's "Scaling Memcache at Facebook", §3.2.1): a reader
-//! that misses sets a lease token on the key (atomically with the GET) and,
+//! whose `GET` finds nothing sets a lease token on the key (with a script
+//! that reads the key again and sets the token in one step) and,
 //! after reading SQL, replaces the value only if its own token is still
 //! there. Every write deletes the key after its SQL commit, which removes
 //! any lease, so a reader that read SQL before the commit can no longer
 //! write what it read. ARCHITECTURE.md spells out why this is enough.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -302,7 +303,7 @@ impl RedisTier {
     /// Invalidations Redis is still owed.
     #[must_use]
     pub fn owed_invalidations(&self) -> usize {
-        self.guard.owed().len()
+        self.guard.owed.len()
     }
 
     /// The Redis key of a row's key.
@@ -440,12 +441,12 @@ impl RedisTier {
             })
             .collect();
         let got: Vec<i64> = self.guarded(query_each(&self.conn, cmds)).await?;
-        let owed = self.guard.owed();
+        let owed = self.guard.owed.contains_each(&keys);
         Ok(leases
             .into_iter()
             .zip(got)
-            .zip(&keys)
-            .map(|((l, g), key)| (g == 1 && !owed.contains(key)).then_some(l))
+            .zip(owed)
+            .map(|((l, g), owed)| (g == 1 && !owed).then_some(l))
             .collect())
     }
 
@@ -497,7 +498,7 @@ impl RedisTier {
             .guarded(redis::cmd("DEL").arg(&key).query_async(&mut conn))
             .await;
         if res.is_err() {
-            self.guard.owed().insert(key);
+            self.guard.owed.owe([key]);
         }
         res
     }
@@ -523,7 +524,7 @@ impl RedisTier {
             .collect();
         let res: Result<Vec<i64>, CacheError> = self.guarded(query_each(&self.conn, cmds)).await;
         if res.is_err() {
-            self.guard.owed().extend(keys);
+            self.guard.owed.owe(keys);
         }
         res.map(drop)
     }
@@ -557,7 +558,7 @@ async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounter
         let Some(guard) = guard.upgrade() else {
             return;
         };
-        let owed: Vec<String> = guard.owed().iter().take(1000).cloned().collect();
+        let owed = guard.owed.snapshot(1000);
         if owed.is_empty() {
             continue;
         }
@@ -565,7 +566,7 @@ async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounter
         // every DEL, not only that the pipeline was written.
         let dels = owed
             .iter()
-            .map(|key| {
+            .map(|(key, _)| {
                 let mut cmd = redis::cmd("DEL");
                 cmd.arg(key);
                 cmd
@@ -574,11 +575,7 @@ async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounter
         let sent: Result<Vec<i64>, CacheError> =
             guard.run(&counters, query_each(&conn, dels)).await;
         if sent.is_ok() {
-            let mut set = guard.owed();
-            for key in &owed {
-                set.remove(key);
-            }
-            drop(set);
+            guard.owed.settle(&owed);
             tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");
         }
     }

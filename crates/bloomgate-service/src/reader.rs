@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use bloomgate_filter::BloomKey;
@@ -181,6 +182,9 @@ pub enum LoadError {
     /// Too many loads are querying SQL: the bulkhead is full.
     #[error("too many lookups are waiting for the database")]
     Overloaded,
+    /// The load panicked.
+    #[error("the load stopped")]
+    Stopped,
 }
 
 /// What a load found, and where (Redis or SQL).
@@ -330,8 +334,9 @@ impl std::future::Future for Inline {
 impl Drop for Inline {
     fn drop(&mut self) {
         if let Some(load) = self.0.take() {
-            // Outside a runtime (it is shutting down) the load is dropped:
-            // its readers then get "the load stopped", a 503.
+            // Dropped outside a runtime, or while the runtime shuts down
+            // (which cancels the spawned task at once), the load ends
+            // unfinished: its readers get "the load stopped", a 503.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 drop(runtime.spawn(load));
             }
@@ -378,6 +383,11 @@ impl<R: Rows> ShieldedReader<R> {
 
     /// Looks an id up through the funnel.
     ///
+    /// The first reader of an id that misses L1 runs its load inside this
+    /// future, and readers of the same id that come meanwhile wait for it:
+    /// poll the future to its end or drop it (dropping hands the load to a
+    /// task of its own); one held unpolled holds up those readers.
+    ///
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
@@ -415,6 +425,7 @@ impl<R: Rows> ShieldedReader<R> {
             Some(Err(e)) => Err(match &*e {
                 LoadError::Overloaded => AppError::Overloaded,
                 LoadError::Store(e) => AppError::Unavailable(e.to_string()),
+                LoadError::Stopped => AppError::Unavailable("the load stopped".into()),
             }),
             None => Err(AppError::Unavailable("the load stopped".into())),
         }
@@ -442,7 +453,13 @@ impl<R: Rows> ShieldedReader<R> {
         drop(shard);
         let reader = self.clone();
         let load = Inline(Some(Box::pin(async move {
-            let result = reader.load(&id, writes).await;
+            // A load that panics (a `Source` of the user's, say) answers
+            // its readers "the load stopped" (a 503) instead of unwinding
+            // through the request that runs it.
+            let result = std::panic::AssertUnwindSafe(reader.load(&id, writes))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(Arc::new(LoadError::Stopped)));
             let mut shard = lock(reader.shard(&id));
             if shard.flights.get(&id).is_some_and(|f| f.number == number) {
                 shard.flights.remove(&id);

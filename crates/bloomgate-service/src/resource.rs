@@ -224,7 +224,8 @@ impl Resource {
             .spawn(gate.build_until_ready(retry.0, retry.1))
     }
 
-    /// Reads one key through the funnel.
+    /// Reads one key through the funnel (poll it to its end or drop it:
+    /// see [`ShieldedReader::lookup`]).
     ///
     /// # Errors
     /// [`AppError::Unavailable`] or [`AppError::Overloaded`].

@@ -89,7 +89,8 @@ pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
     Some((row_response(r, raw, answer), outcome))
 }
 
-/// The answer for a row or its absence (`raw`: the key as the path spelled it).
+/// The answer for a row or its absence (`raw`: the key as decoded from the
+/// path, which the fast answer takes only when there was nothing to decode).
 fn row_response(r: &Resource, raw: &str, answer: Lookup<crate::source::Row>) -> Response {
     match answer {
         Lookup::Found(cached, _) => (

@@ -8,8 +8,9 @@
 //! be cut halfway (the shared filter's refill, an outbox entry recorded
 //! again after a late commit) goes through [`Background::track`]: `stop`
 //! waits for it, within its bound, but does not cancel it. The rebuild
-//! worker and single-flight loads are plain tasks that end by themselves
-//! (cancelling one would leave its callers' tickets unanswered).
+//! worker, and the single-flight loads whose first reader went away, are
+//! plain tasks that end by themselves (cancelling one would leave its
+//! callers' tickets unanswered).
 //!
 //! After the signal the instance's parts are not restarted (a queue left
 //! draining, a rebuild left owed): an `AppState` that `run` returned from

@@ -438,8 +438,16 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
         .expect("a false positive among 100,000 keys at 1%");
     // Each key and the same key with its first character percent-escaped.
     let escaped = |k: &str| format!("%{:02X}{}", k.as_bytes()[0], &k[1..]);
+    use bloomgate_service::resource_routes::read_now;
+    assert!(read_now(&users, "u000007").is_none(), "an L1 miss waits");
     assert_eq!(seen(&s, "/api/users/u000007").await.0, 200, "SQL, then L1");
     assert_eq!(seen(&s, &format!("/api/users/{passed}")).await.0, 404);
+    for key in ["u000007", &rejected, &passed] {
+        // The edge's answer exists for the plain spelling only (each call
+        // counts a read, as a request would).
+        assert!(read_now(&users, key).is_some(), "{key}: no fast answer");
+        assert!(read_now(&users, &escaped(key)).is_none(), "{key}");
+    }
     let hits = users.reader.l1_counters.hits.get();
     let negative = users.reader.l1_counters.negative_hits.get();
     let before = users.gate().stats();
@@ -458,6 +466,27 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     assert_eq!(users.reader.l1_counters.hits.get() - hits, 2);
     assert_eq!(users.reader.l1_counters.negative_hits.get() - negative, 2);
     assert_eq!(after.passed - before.passed, 4);
+    // Every request counted once, by route, outcome and status.
+    let metrics = s.client.get(s.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    for (outcome, status) in [
+        ("l1_hit", 200),
+        ("filter_rejected", 404),
+        ("l1_negative_hit", 404),
+    ] {
+        let series = format!(
+            "bloomgate_requests_total{{route=\"/api/users/{{key}}\",outcome=\"{outcome}\",status=\"{status}\"}} "
+        );
+        let n = metrics.lines().find_map(|l| l.strip_prefix(&series));
+        assert_eq!(n.map(str::trim), Some("2"), "{series}");
+    }
+    // HEAD, a key spelled like a call and a bad key take the router.
+    let head = s.client.head(s.url("/api/users/u000007")).send().await;
+    assert_eq!(head.unwrap().status(), 200);
+    assert_eq!(seen(&s, "/api/users/batch").await.0, 404);
+    let long = "k".repeat(300);
+    assert_eq!(seen(&s, &format!("/api/users/{long}")).await.0, 400);
+    assert!(read_now(&users, &long).is_none());
     let body = seen(&s, &format!("/api/users/{rejected}")).await.2;
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"], "not_found", "{body}");
@@ -644,6 +673,105 @@ async fn the_rust_example_guards_a_source_of_its_own() {
         "refused by the filter, not the source"
     );
     assert_eq!(g.stats().added, 2);
+    let _ = tx.send(());
+    task.await.unwrap().unwrap();
+}
+
+/// A source whose load of `boom` panics.
+#[derive(Debug)]
+struct Panicky;
+
+impl bloomgate_service::source::Source for Panicky {
+    fn key_type(&self) -> KeyType {
+        KeyType::Text
+    }
+    fn load<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> bloomgate_service::source::BoxFuture<
+        'a,
+        Result<Option<bloomgate_service::source::Row>, bloomgate_service::store::StoreError>,
+    > {
+        Box::pin(async move {
+            assert!(key.to_string() != "boom", "the source fails hard");
+            let mut row = bloomgate_service::source::Row::new();
+            row.insert("id".into(), key.to_string().into());
+            Ok(Some(row))
+        })
+    }
+    fn scan<'a>(
+        &'a self,
+        after: Option<&'a Key>,
+        _limit: usize,
+    ) -> bloomgate_service::source::BoxFuture<
+        'a,
+        Result<Vec<Key>, bloomgate_service::store::StoreError>,
+    > {
+        let keys = if after.is_none() {
+            vec![text("boom"), text("ok")]
+        } else {
+            Vec::new()
+        };
+        Box::pin(async move { Ok(keys) })
+    }
+    fn count(
+        &self,
+    ) -> bloomgate_service::source::BoxFuture<'_, Result<u64, bloomgate_service::store::StoreError>>
+    {
+        Box::pin(async { Ok(2) })
+    }
+}
+
+/// A load that panics answers its readers, the one that ran it and those
+/// that joined it, with a JSON 503 (it once unwound through the request
+/// that ran it and dropped its connection), and the instance serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_that_panics_answers_503_to_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), None, "res-panic");
+    let state = bloomgate_service::AppState::connect(&config).await.unwrap();
+    let state = state
+        .with_resource(
+            "panicky",
+            std::sync::Arc::new(Panicky),
+            &bloomgate_service::resource::ResourceOptions::default(),
+        )
+        .unwrap();
+    bloomgate_service::prepare(&state, &config).await.unwrap();
+    let g = std::sync::Arc::clone(state.resources[0].gate());
+    eventually(20, "filter built", || {
+        let g = std::sync::Arc::clone(&g);
+        async move { g.is_ready() }
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bloomgate_service::run(listener, state, async {
+        let _ = rx.await;
+    }));
+    let client = reqwest::Client::new();
+    let reads = (0..8).map(|_| {
+        let url = format!("{base}/api/panicky/boom");
+        let client = client.clone();
+        async move {
+            let r = client.get(url).send().await.expect("an answer, not a drop");
+            let status = r.status().as_u16();
+            (status, r.json::<serde_json::Value>().await.unwrap())
+        }
+    });
+    let answers = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        futures_util::future::join_all(reads),
+    )
+    .await
+    .expect("no reader waits forever");
+    for (status, body) in answers {
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"], "unavailable", "{body}");
+    }
+    let ok = client.get(format!("{base}/api/panicky/ok")).send().await;
+    assert_eq!(ok.unwrap().status(), 200);
     let _ = tx.send(());
     task.await.unwrap().unwrap();
 }

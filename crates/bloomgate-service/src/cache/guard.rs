@@ -77,62 +77,95 @@ pub(super) struct Guard {
     pub(super) owed: Owed,
 }
 
-/// The owed invalidations, and whether there are any: every lookup asks,
-/// and while none are owed (the usual state) it asks an atomic that no
-/// one writes instead of locking the set (a lock is a write to one line
-/// that every core serving Redis hits would pass back and forth).
+/// The owed invalidations, each with the number of the failed `DEL` that
+/// owes it last, and whether there are any. Every lookup asks; while none
+/// are owed (the usual state) it reads an atomic that only a change of the
+/// set writes, instead of locking the set (a lock is a write to a line
+/// that every core serving Redis would pass back and forth).
+///
+/// The numbers keep a newer failure owed: the deliverer removes a key
+/// only if no `DEL` failed for it again since its snapshot. Without them,
+/// a write whose `DEL` failed while an older owed `DEL` of the same key
+/// was being delivered would have its debt erased with the older one, and
+/// reads would go back to a Redis that may hold a fill older than it.
 #[derive(Debug, Default)]
 pub(super) struct Owed {
-    keys: Mutex<HashSet<String>>,
-    /// `!keys.is_empty()`, stored under the lock after every change.
+    keys: Mutex<OwedKeys>,
+    /// Whether `keys` holds any, stored under its lock on every change.
     any: AtomicBool,
 }
 
+#[derive(Debug, Default)]
+struct OwedKeys {
+    by_key: HashMap<String, u64>,
+    next: u64,
+}
+
 impl Owed {
-    /// The set, locked; `any` is brought up to date when it is released.
-    pub(super) fn lock(&self) -> OwedGuard<'_> {
-        OwedGuard {
-            keys: crate::sync::lock(&self.keys),
-            any: &self.any,
-        }
+    fn change(&self, f: impl FnOnce(&mut OwedKeys)) {
+        let mut keys = crate::sync::lock(&self.keys);
+        f(&mut keys);
+        self.any.store(!keys.by_key.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Records failed `DEL`s of `keys`.
+    pub(super) fn owe(&self, keys: impl IntoIterator<Item = String>) {
+        self.change(|o| {
+            for key in keys {
+                o.next += 1;
+                o.by_key.insert(key, o.next);
+            }
+        });
     }
 
     /// Whether `key`'s invalidation is owed.
     pub(super) fn contains(&self, key: &str) -> bool {
-        self.any.load(Ordering::SeqCst) && self.lock().contains(key)
+        self.any.load(Ordering::SeqCst) && crate::sync::lock(&self.keys).by_key.contains_key(key)
     }
-}
 
-/// The locked owed set; on release it records whether any key is left.
-pub(super) struct OwedGuard<'a> {
-    keys: std::sync::MutexGuard<'a, HashSet<String>>,
-    any: &'a AtomicBool,
-}
-
-impl std::ops::Deref for OwedGuard<'_> {
-    type Target = HashSet<String>;
-    fn deref(&self) -> &HashSet<String> {
-        &self.keys
+    /// For each of `keys`, whether its invalidation is owed (one lock).
+    pub(super) fn contains_each<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<bool> {
+        let owed = crate::sync::lock(&self.keys);
+        keys.into_iter()
+            .map(|k| owed.by_key.contains_key(k))
+            .collect()
     }
-}
 
-impl std::ops::DerefMut for OwedGuard<'_> {
-    fn deref_mut(&mut self) -> &mut HashSet<String> {
-        &mut self.keys
+    /// How many are owed.
+    pub(super) fn len(&self) -> usize {
+        crate::sync::lock(&self.keys).by_key.len()
     }
-}
 
-impl Drop for OwedGuard<'_> {
-    fn drop(&mut self) {
-        self.any.store(!self.keys.is_empty(), Ordering::SeqCst);
+    /// Up to `n` owed keys with their numbers, for delivery.
+    pub(super) fn snapshot(&self, n: usize) -> Vec<(String, u64)> {
+        if !self.any.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let owed = crate::sync::lock(&self.keys);
+        owed.by_key
+            .iter()
+            .take(n)
+            .map(|(k, &g)| (k.clone(), g))
+            .collect()
+    }
+
+    /// Drops the keys of a delivered snapshot, except those owed again
+    /// since (a newer number).
+    pub(super) fn settle(&self, delivered: &[(String, u64)]) {
+        self.change(|o| {
+            for (key, number) in delivered {
+                if o.by_key.get(key) == Some(number) {
+                    o.by_key.remove(key);
+                }
+            }
+        });
     }
 }
 
 impl Guard {
-    pub(super) fn owed(&self) -> OwedGuard<'_> {
-        self.owed.lock()
-    }
-
     /// Runs one command under the timeout and the breaker.
     pub(super) async fn run<T>(
         &self,
@@ -159,5 +192,35 @@ impl Guard {
                 Err(CacheError::Timeout(self.timeout))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Owed;
+
+    #[test]
+    fn a_delivery_settles_only_the_debts_it_saw() {
+        let owed = Owed::default();
+        assert!(!owed.contains("k"));
+        assert!(owed.snapshot(10).is_empty());
+        owed.owe(["k".to_owned(), "j".to_owned()]);
+        assert!(owed.contains("k") && owed.contains("j"));
+        let sent = owed.snapshot(10);
+        assert_eq!(sent.len(), 2);
+        // A newer write's DEL of k fails while the snapshot is delivered.
+        owed.owe(["k".to_owned()]);
+        owed.settle(&sent);
+        assert!(
+            owed.contains("k"),
+            "the newer debt survives the older delivery"
+        );
+        assert!(!owed.contains("j"));
+        assert_eq!(owed.len(), 1);
+        owed.settle(&owed.snapshot(10));
+        assert!(!owed.contains("k"));
+        assert_eq!(owed.len(), 0);
+        assert!(owed.snapshot(10).is_empty());
+        assert_eq!(owed.contains_each(&["k".to_owned()]), [false]);
     }
 }
