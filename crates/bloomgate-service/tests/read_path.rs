@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use common::{counter, sku_body, TestServer};
+use common::{counter, seen, sku_body, TestServer};
 use reqwest::Method;
 
 async fn sqlite_server(
@@ -628,26 +628,6 @@ async fn fail_open_before_the_filter_is_built() {
     assert_eq!(counter(&stats, &["bloom", "passed"]), 4);
     assert_eq!(counter(&stats, &["sql", "missing"]), 1);
     server.stop().await;
-}
-
-/// One request's answer as a client sees it, minus the date and the id's
-/// value (each instance makes its own).
-async fn seen(server: &TestServer, method: Method, path: &str) -> (u16, String, Vec<u8>, bool) {
-    let r = server
-        .client
-        .request(method, server.url(path))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let header = |name: &str| {
-        r.headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    let kind = header("content-type").unwrap_or_default();
-    let has_id = header("x-request-id").is_some_and(|id| !id.is_empty());
-    (status, kind, r.bytes().await.unwrap().to_vec(), has_id)
 }
 
 /// The edge answers a filter "no" and an L1 hit itself, without the

@@ -12,7 +12,7 @@ use bloomgate_service::gate::Verdict;
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::resource::Resource;
 use bloomgate_service::Config;
-use common::{eventually, TestServer};
+use common::{eventually, seen, TestServer};
 use reqwest::Method;
 
 const ROWS: i64 = 200;
@@ -393,24 +393,6 @@ fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
     common::counter(v, path)
 }
 
-/// Status, content type, body and whether a request id came back.
-async fn seen(s: &TestServer, path: &str) -> (u16, String, Vec<u8>, bool) {
-    let r = s.client.get(s.url(path)).send().await.unwrap();
-    let header = |name: &str| {
-        r.headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    let kind = header("content-type").unwrap_or_default();
-    let id = header("x-request-id").is_some_and(|id| !id.is_empty());
-    (
-        r.status().as_u16(),
-        kind,
-        r.bytes().await.unwrap().to_vec(),
-        id,
-    )
-}
-
 /// A resource's read answers a filter "no" and an L1 entry in the edge,
 /// without the router (`resource_routes::read_now`). A key spelled with a
 /// percent escape is the same key to the handler but always goes through
@@ -440,8 +422,17 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     let escaped = |k: &str| format!("%{:02X}{}", k.as_bytes()[0], &k[1..]);
     use bloomgate_service::resource_routes::read_now;
     assert!(read_now(&users, "u000007").is_none(), "an L1 miss waits");
-    assert_eq!(seen(&s, "/api/users/u000007").await.0, 200, "SQL, then L1");
-    assert_eq!(seen(&s, &format!("/api/users/{passed}")).await.0, 404);
+    assert_eq!(
+        seen(&s, Method::GET, "/api/users/u000007").await.0,
+        200,
+        "SQL, then L1"
+    );
+    assert_eq!(
+        seen(&s, Method::GET, &format!("/api/users/{passed}"))
+            .await
+            .0,
+        404
+    );
     for key in ["u000007", &rejected, &passed] {
         // The edge's answer exists for the plain spelling only (each call
         // counts a read, as a request would).
@@ -452,8 +443,8 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     let negative = users.reader.l1_counters.negative_hits.get();
     let before = users.gate().stats();
     for key in ["u000007", &rejected, &passed] {
-        let fast = seen(&s, &format!("/api/users/{key}")).await;
-        let routed = seen(&s, &format!("/api/users/{}", escaped(key))).await;
+        let fast = seen(&s, Method::GET, &format!("/api/users/{key}")).await;
+        let routed = seen(&s, Method::GET, &format!("/api/users/{}", escaped(key))).await;
         assert_eq!(fast, routed, "{key}");
         assert!(fast.3, "{key}: no request id");
     }
@@ -483,11 +474,16 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     // HEAD, a key spelled like a call and a bad key take the router.
     let head = s.client.head(s.url("/api/users/u000007")).send().await;
     assert_eq!(head.unwrap().status(), 200);
-    assert_eq!(seen(&s, "/api/users/batch").await.0, 404);
+    assert_eq!(seen(&s, Method::GET, "/api/users/batch").await.0, 404);
     let long = "k".repeat(300);
-    assert_eq!(seen(&s, &format!("/api/users/{long}")).await.0, 400);
+    assert_eq!(
+        seen(&s, Method::GET, &format!("/api/users/{long}")).await.0,
+        400
+    );
     assert!(read_now(&users, &long).is_none());
-    let body = seen(&s, &format!("/api/users/{rejected}")).await.2;
+    let body = seen(&s, Method::GET, &format!("/api/users/{rejected}"))
+        .await
+        .2;
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"], "not_found", "{body}");
     s.stop().await;
@@ -615,6 +611,31 @@ async fn bad_resources_stop_the_start_on_postgres() {
     refuse_bad_configs(&url).await;
 }
 
+/// Waits for `state`'s first resource's filter, then serves `state` on a
+/// free port: its base URL, its gate, the stop signal and the server task.
+async fn serve_built(
+    state: bloomgate_service::AppState,
+) -> (
+    String,
+    std::sync::Arc<bloomgate_service::gate::Gate>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let g = std::sync::Arc::clone(state.resources[0].gate());
+    eventually(20, "filter built", || {
+        let g = std::sync::Arc::clone(&g);
+        async move { g.is_ready() }
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bloomgate_service::run(listener, state, async {
+        let _ = rx.await;
+    }));
+    (base, g, tx, task)
+}
+
 #[allow(dead_code)]
 #[path = "../examples/guard_users.rs"]
 mod guard_users;
@@ -640,19 +661,7 @@ async fn the_rust_example_guards_a_source_of_its_own() {
         .unwrap();
     let config = common::config(&common::sqlite_url(&dir), None, "res-example");
     let state = guard_users::guarded(&config, users).await;
-    let r = std::sync::Arc::clone(&state.resources[0]);
-    let g = std::sync::Arc::clone(r.gate());
-    eventually(20, "filter built", || {
-        let g = std::sync::Arc::clone(&g);
-        async move { g.is_ready() }
-    })
-    .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(bloomgate_service::run(listener, state, async {
-        let _ = rx.await;
-    }));
+    let (base, g, tx, task) = serve_built(state).await;
     let get = |path: &str| reqwest::get(format!("{base}{path}"));
     let ada = get("/api/users/u1001").await.unwrap();
     assert_eq!(ada.status(), 200);
@@ -738,18 +747,7 @@ async fn a_load_that_panics_answers_503_to_every_reader() {
         )
         .unwrap();
     bloomgate_service::prepare(&state, &config).await.unwrap();
-    let g = std::sync::Arc::clone(state.resources[0].gate());
-    eventually(20, "filter built", || {
-        let g = std::sync::Arc::clone(&g);
-        async move { g.is_ready() }
-    })
-    .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(bloomgate_service::run(listener, state, async {
-        let _ = rx.await;
-    }));
+    let (base, _, tx, task) = serve_built(state).await;
     let client = reqwest::Client::new();
     let reads = (0..8).map(|_| {
         let url = format!("{base}/api/panicky/boom");

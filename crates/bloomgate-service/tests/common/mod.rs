@@ -687,3 +687,27 @@ impl OwnCluster {
             .unwrap_or(0)
     }
 }
+
+/// A request's status, content type and body, and whether it carried a
+/// request id (ids differ between requests; their presence is compared).
+pub async fn seen(
+    server: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+) -> (u16, String, Vec<u8>, bool) {
+    let r = server
+        .client
+        .request(method, server.url(path))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let kind = header("content-type").unwrap_or_default();
+    let has_id = header("x-request-id").is_some_and(|id| !id.is_empty());
+    (status, kind, r.bytes().await.unwrap().to_vec(), has_id)
+}
