@@ -70,9 +70,11 @@ struct Shared {
     serial: u64,
 }
 
-/// A route's fast answer for GET: given the raw (not percent-decoded)
-/// value of the route's first parameter, the response and its outcome
-/// when it has one without waiting, else `None` (the router answers).
+/// A route's fast answer for GET: given the value of the route's first
+/// parameter, the response and its outcome when it has one without
+/// waiting, else `None` (the router answers). The edge never offers it a
+/// value with a percent escape (the router decodes those), so the value is
+/// the one the handler's extractor would see.
 pub type FastGet = Box<dyn Fn(&str) -> Option<(Response<Body>, Outcome)> + Send + Sync>;
 
 /// Ids a thread takes from a layer's counter at once: one shared atomic
@@ -213,10 +215,13 @@ where
         let (matched, route, fast) = match shared.routes.at(req.uri().path()) {
             Ok(m) => {
                 let (pattern, series) = &shared.patterns[*m.value];
+                // A value with a percent escape is not what the handler's
+                // extractor sees: only the router decodes it.
                 let fast = shared.fast[*m.value]
                     .as_ref()
                     .filter(|_| req.method() == axum::http::Method::GET)
-                    .zip(m.params.iter().next().map(|(_, v)| v));
+                    .zip(m.params.iter().next().map(|(_, v)| v))
+                    .filter(|(_, raw)| !raw.contains('%'));
                 (Some(&**pattern), *series, fast)
             }
             Err(_) => (None, 0, None),
@@ -375,6 +380,54 @@ mod tests {
 
     fn layer() -> EdgeLayer {
         EdgeLayer::new(Arc::new(ServiceMetrics::new()), Duration::from_secs(1), &[])
+    }
+
+    /// A fast answer gets GETs only, and only values without a percent
+    /// escape; everything else reaches the wrapped service.
+    #[tokio::test]
+    async fn a_fast_answer_sees_only_plain_values_of_gets() {
+        use axum::body::Body;
+        use axum::http::{Method, Request, Response, StatusCode};
+        use tower::{Layer, ServiceExt};
+
+        let mut edge = EdgeLayer::new(
+            Arc::new(ServiceMetrics::new()),
+            Duration::from_secs(1),
+            &["/r/{key}".to_owned()],
+        );
+        let offered = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = Arc::clone(&offered);
+        assert!(edge.fast_get(
+            "/r/{key}",
+            Box::new(move |raw| {
+                log.lock().unwrap().push(raw.to_owned());
+                Some((Response::new(Body::empty()), crate::metrics::Outcome::OK))
+            }),
+        ));
+        assert!(!edge.fast_get("/nope/{key}", Box::new(|_| None)));
+        let routed = tower::service_fn(|_req: Request<Body>| async {
+            let mut res = Response::new(Body::empty());
+            *res.status_mut() = StatusCode::IM_A_TEAPOT;
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let app = edge.layer(routed);
+        let mut statuses = Vec::new();
+        for (method, path) in [
+            (Method::GET, "/r/abc"),
+            (Method::GET, "/r/a%62c"),
+            (Method::HEAD, "/r/abc"),
+            (Method::POST, "/r/abc"),
+            (Method::GET, "/elsewhere"),
+        ] {
+            let req = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty());
+            let res = app.clone().oneshot(req.unwrap()).await.unwrap();
+            statuses.push(res.status().as_u16());
+        }
+        assert_eq!(statuses, [200, 418, 418, 418, 418]);
+        assert_eq!(*offered.lock().unwrap(), ["abc"]);
     }
 
     /// Ids come from per-thread blocks: across threads, and with two

@@ -76,12 +76,9 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
 /// without waiting (a filter "no", an L1 entry): the edge sends it at once,
 /// without the router, as it does the seckill read's
 /// (`crate::routes::sku_detail_now`). `None` sends the request the whole
-/// way: a key the extractor must percent-decode or that does not parse,
-/// and every read that goes on to Redis or SQL.
+/// way: a key that does not parse, and every read that goes on to Redis
+/// or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
-    if raw.contains('%') {
-        return None;
-    }
     let key = Key::parse(r.key_type(), raw).ok()?;
     let answer = r.reader.lookup_now(&key)?;
     let outcome = answer.outcome();
@@ -90,7 +87,7 @@ pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
 }
 
 /// The answer for a row or its absence (`raw`: the key as decoded from the
-/// path, which the fast answer takes only when there was nothing to decode).
+/// path; the edge offers the fast answer only keys with nothing to decode).
 fn row_response(r: &Resource, raw: &str, answer: Lookup<crate::source::Row>) -> Response {
     match answer {
         Lookup::Found(cached, _) => (

@@ -70,13 +70,9 @@ pub async fn sku_detail(
 /// What [`sku_detail`] answers for the raw path segment `raw`, when it
 /// can answer without waiting (a filter "no", an L1 hit): the edge sends
 /// it at once, without the router (`crate::edge`, `EdgeLayer::fast_get`).
-/// `None` sends the request the whole way: an id the extractor must
-/// percent-decode or that does not parse (its 400 is the handler's), and
-/// every read that goes on to Redis or SQL.
+/// `None` sends the request the whole way: an id that does not parse (its
+/// 400 is the handler's), and every read that goes on to Redis or SQL.
 pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
-    if raw.contains('%') {
-        return None;
-    }
     let id = crate::input::id_of(raw)?;
     let answer = state.reader.lookup_now(&id)?;
     let outcome = answer.outcome();

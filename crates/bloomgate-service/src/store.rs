@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::TryStreamExt;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
@@ -303,7 +302,8 @@ impl SkuStore {
     }
 
     /// Up to `limit` ids above `after`, ascending (keyset pagination:
-    /// `after = 0` starts from the first).
+    /// `after = 0` starts from the first): one page of the id scan that
+    /// [`SkuStore::for_each_id_batch`] and the warm walk.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -317,13 +317,13 @@ impl SkuStore {
             .bind(after)
             .bind(limit as i64)
             .fetch_all(&self.pool)
-            .within(&self.limit, "page ids")
+            .within(&self.limit, "scan ids")
             .await
-            .map_err(err("page ids"))?
+            .map_err(err("scan ids"))?
             .iter()
             .map(|r| r.try_get::<i64, _>(0))
             .collect::<Result<_, _>>()
-            .map_err(err("page ids"))
+            .map_err(err("scan ids"))
     }
 
     /// Streams every id in ascending order, `batch` at a time (keyset
@@ -337,36 +337,16 @@ impl SkuStore {
         batch: u64,
         mut f: impl FnMut(&[i64]),
     ) -> Result<u64, StoreError> {
-        let q = format!(
-            "SELECT id FROM skus WHERE id > {} ORDER BY id LIMIT {}",
-            self.ph(1),
-            self.ph(2)
-        );
         self.counters.id_scans.fetch_add(1, Ordering::Relaxed);
-        let mut after = 0i64;
-        let mut total = 0u64;
-        let mut ids = Vec::with_capacity(batch as usize);
+        let (mut after, mut total) = (0i64, 0u64);
         loop {
-            ids.clear();
-            let mut rows = sqlx::query(&q)
-                .bind(after)
-                .bind(batch as i64)
-                .fetch(&self.pool);
-            while let Some(row) = rows
-                .try_next()
-                .within(&self.limit, "scan ids")
-                .await
-                .map_err(err("scan ids"))?
-            {
-                ids.push(row.try_get::<i64, _>(0).map_err(err("scan ids"))?);
-            }
-            drop(rows);
-            if ids.is_empty() {
+            let ids = self.page_ids(after, batch).await?;
+            let Some(&last) = ids.last() else {
                 return Ok(total);
-            }
+            };
             f(&ids);
             total += ids.len() as u64;
-            after = *ids.last().unwrap_or(&after);
+            after = last;
             if (ids.len() as u64) < batch {
                 return Ok(total);
             }
