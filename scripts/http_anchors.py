@@ -16,8 +16,14 @@ per-round ratios, the p99 latency, the server's own CPU time per request
 to the bare app's. A second bare axum process is measured as a target of
 its own: how far it strays from 1.00 is this machine's noise.
 
+With TLS=1, a third table puts the Redis hit and the SQL load over TLS
+beside the same over plain TCP: one redis-server of the script's own with a
+plain port and a TLS port (a certificate made with openssl), and the
+machine's PostgreSQL (ssl = on) with sslmode=disable against sslmode=require.
+
 Usage: scripts/http_anchors.py BIN BARE_AXUM   (from scripts/service_bench.sh)
-Environment: ROUNDS (7), DURATION (3), DEEP=0 to skip Redis and SQL.
+Environment: ROUNDS (7), DURATION (3), DEEP=0 to skip Redis and SQL, TLS=1
+for the TLS table (TLS_ONLY=1: that table alone).
 """
 
 import json
@@ -36,6 +42,8 @@ from bench_http import get, machine_header, run, wait
 ROUNDS = int(os.environ.get("ROUNDS", "7"))
 DURATION = int(os.environ.get("DURATION", "3"))
 DEEP = os.environ.get("DEEP", "1") != "0"
+TLS = os.environ.get("TLS", "0") != "0"
+TLS_ONLY = os.environ.get("TLS_ONLY", "0") != "0"
 BIN, BARE = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp()
 PROCS = []
@@ -113,6 +121,62 @@ def measure(title, targets):
     table(title, targets, runs)
 
 
+def warm(port, prefix_note):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/cache/warm", method="POST",
+                                 data=b'{"limit":200000}',
+                                 headers={"content-type": "application/json"})
+    warmed = json.loads(urllib.request.urlopen(req, timeout=600).read())
+    # The Redis row measures hits only if the warm filled Redis.
+    if warmed.get("redis_written") != 200000:
+        sys.exit(f"the warm did not fill Redis ({prefix_note}): {warmed}")
+
+
+def tls_table(anchors, script):
+    """The Redis hit and the SQL load over TLS and over plain TCP."""
+    ssl = os.path.join(TMP, "tls")
+    os.makedirs(ssl)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    subprocess.run(["openssl", "req", "-x509", "-days", "1", *ec, "-keyout", "ca.key",
+                    "-out", "ca.pem", "-subj", "/CN=bench CA"], cwd=ssl, check=True,
+                   capture_output=True)
+    subprocess.run(["openssl", "req", *ec, "-keyout", "key.pem", "-out", "cert.csr",
+                    "-subj", "/CN=127.0.0.1"], cwd=ssl, check=True, capture_output=True)
+    with open(os.path.join(ssl, "ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey",
+                    "ca.key", "-CAcreateserial", "-days", "1", "-out", "cert.pem",
+                    "-extfile", "ext"], cwd=ssl, check=True, capture_output=True)
+    spawn(["redis-server", "--port", "16379", "--tls-port", "16380", "--bind", "127.0.0.1",
+           "--tls-cert-file", f"{ssl}/cert.pem", "--tls-key-file", f"{ssl}/key.pem",
+           "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", ssl],
+          log="redis-tls.log")
+    time.sleep(0.5)
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc",
+                    "DROP DATABASE IF EXISTS bg_anchors_tls WITH (FORCE)"], check=True)
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc",
+                    "CREATE DATABASE bg_anchors_tls"], check=True)
+    pg = "postgres://postgres@127.0.0.1:5432/bg_anchors_tls"
+    rows = []
+    for i, (name, redis_url) in enumerate([("plain", "redis://127.0.0.1:16379/"),
+                                           ("TLS", "rediss://127.0.0.1:16380/")]):
+        port = 18090 + i
+        env = {"DATABASE_URL": f"{pg}?sslmode=disable", "REDIS_URL": redis_url,
+               "BLOOMGATE_CACHE__REDIS_PREFIX": f"bganchors:{name}:",
+               "BLOOMGATE_CACHE__L1_CAPACITY": "1"}
+        if redis_url.startswith("rediss"):
+            env["BLOOMGATE_REDIS_TLS_CA"] = f"{ssl}/ca.pem"
+        p = serve(port, env)
+        warm(port, name)
+        rows.append((f"bloomgate Redis hit, {name}", (port, "/", p.pid, script)))
+    for i, mode in enumerate(["disable", "require"]):
+        port = 18092 + i
+        p = serve(port, {"DATABASE_URL": f"{pg}?sslmode={mode}",
+                         "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
+        rows.append((f"bloomgate SQL load, PostgreSQL sslmode={mode}", (port, "/", p.pid, script)))
+    measure("Over TLS and over plain TCP (Redis 7 of the script's own, the machine's "
+            "PostgreSQL; an L1 of one entry, random ids of 200,000)", anchors + rows)
+
+
 def main():
     machine_header()
     bare = spawn([BARE, "127.0.0.1:18081"], log="bare.log")
@@ -141,6 +205,12 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     else:
         print("(nginx not installed: apt-get install nginx-light for its row)")
 
+    script = os.path.join(TMP, "random.lua")
+    with open(script, "w") as f:
+        f.write(RANDOM_IDS)
+    if TLS_ONLY:
+        tls_table(anchors, script)
+        return
     sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"})
     get("http://127.0.0.1:18080/api/seckill/42")
     measure("Filter rejection and L1 hit (SQLite, no Redis)", anchors + [
@@ -150,11 +220,10 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     ])
     sqlite.terminate()
     sqlite.wait()
+    if TLS:
+        tls_table(anchors, script)
     if not DEEP:
         return
-    script = os.path.join(TMP, "random.lua")
-    with open(script, "w") as f:
-        f.write(RANDOM_IDS)
     subprocess.run(["mariadb", "-uroot", "-e",
                     "DROP DATABASE IF EXISTS bg_anchors; CREATE DATABASE bg_anchors"], check=True)
     db = "mysql://root@127.0.0.1:3306/bg_anchors"
@@ -166,13 +235,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     redis = serve(18083, {"DATABASE_URL": db, "REDIS_URL": "redis://127.0.0.1:6379/",
                           "BLOOMGATE_CACHE__REDIS_PREFIX": prefix,
                           "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
-    req = urllib.request.Request("http://127.0.0.1:18083/api/cache/warm", method="POST",
-                                 data=b'{"limit":200000}',
-                                 headers={"content-type": "application/json"})
-    warmed = json.loads(urllib.request.urlopen(req, timeout=600).read())
-    # The Redis row measures hits only if the warm filled Redis.
-    if warmed.get("redis_written") != 200000:
-        sys.exit(f"the warm did not fill Redis: {warmed}")
+    warm(18083, prefix)
     sql = serve(18084, {"DATABASE_URL": db, "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
     measure("Deeper levels (MariaDB, an L1 of one entry, random ids of 200,000)", anchors + [
         ("bloomgate Redis hit", (18083, "/", redis.pid, script)),

@@ -91,10 +91,28 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("bloomgate: {e:#}");
+            eprintln!("bloomgate: {}", said_once(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, each said once: many errors
+/// (ours and the drivers') already include their cause in their own
+/// text, so a cause whose words are already there is not repeated.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -165,4 +183,31 @@ fn seed(count: u64, database_url: Option<String>, config: Option<PathBuf>) -> an
         store.close().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect: {source}")]
+    struct Outer {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = anyhow::Error::new(Outer { source: io }).context("database_url");
+        // anyhow's own chain says the io error twice.
+        assert_eq!(
+            format!("{e:#}"),
+            "database_url: cannot connect: refused: refused"
+        );
+        assert_eq!(
+            super::said_once(&e),
+            "database_url: cannot connect: refused"
+        );
+        // A cause with words of its own is kept.
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::said_once(&plain), "outer: inner");
+    }
 }

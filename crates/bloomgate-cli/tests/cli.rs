@@ -682,3 +682,56 @@ fn a_slow_statement_is_logged_once_and_counted_every_time() {
     );
     assert_eq!(pages[0]["level"], "WARN");
 }
+
+/// Start errors name the key and say each cause once (issue 34: they
+/// said "X: X: X"), and hold no password.
+#[test]
+fn a_start_error_names_the_key_and_says_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for (env, key) in [
+        (
+            (
+                "DATABASE_URL",
+                format!("mysql://app:Hidden-Pw-1@127.0.0.1:{closed}/x"),
+            ),
+            "database_url: cannot connect: ",
+        ),
+        (
+            (
+                "REDIS_URL",
+                format!("redis://app:Hidden-Pw-1@127.0.0.1:{closed}/"),
+            ),
+            "redis_url: cannot connect: ",
+        ),
+    ] {
+        let out = bin()
+            .args(["serve"])
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL")
+            .env("BLOOMGATE_SEED_IF_EMPTY", "0")
+            .env("BLOOMGATE_LISTEN", "127.0.0.1:0")
+            .env(env.0, &env.1)
+            .output()
+            .unwrap();
+        // Log lines (a slow migration under load, say) may come first;
+        // the error is the last line.
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let line = err.lines().last().unwrap();
+        assert!(line.starts_with(&format!("bloomgate: {key}")), "{err}");
+        assert!(!err.contains("Hidden-Pw-1"), "{err}");
+        assert!(line.contains("refused"), "the cause is said: {line}");
+        // No part of the message stands twice.
+        let parts: Vec<&str> = line.split(": ").collect();
+        for (i, p) in parts.iter().enumerate() {
+            assert!(!parts[i + 1..].contains(p), "`{p}` said twice in {line:?}");
+        }
+    }
+}

@@ -22,6 +22,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "tls")]
+pub mod tls;
+
 /// The crate README, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
@@ -162,6 +165,15 @@ pub enum Error {
     ShapeMismatch {
         /// The filter's key.
         key: String,
+    },
+    /// A TLS file (CA, client certificate or key) could not be read.
+    #[cfg(feature = "tls")]
+    #[error("cannot read {}: {source}", path.display())]
+    TlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
     /// The key or segment size cannot be used.
     #[error("shared filter {key}: {reason}")]

@@ -24,10 +24,29 @@ pub struct Config {
     /// Address to listen on.
     pub listen: SocketAddr,
     /// SQL database URL: `sqlite://…`, `mysql://…` or `postgres://…`.
+    /// TLS is asked for in the URL as each database's own clients ask:
+    /// `sslmode` (`disable` … `verify-full`) and `sslrootcert` on
+    /// PostgreSQL, `ssl-mode` (`DISABLED` … `VERIFY_IDENTITY`) and `ssl-ca`
+    /// on MySQL/MariaDB.
     pub database_url: String,
+    /// A file whose content is `database_url` (a mounted secret), read at
+    /// start; it wins over `DATABASE_URL` and may not be set beside
+    /// `database_url`.
+    pub database_url_file: Option<std::path::PathBuf>,
     /// Redis URL; without one (and without `redis_cluster`) the service
-    /// runs filter + L1 + SQL.
+    /// runs filter + L1 + SQL. `rediss://` speaks TLS; an ACL user logs in
+    /// as `redis[s]://user:password@host:port/`.
     pub redis_url: Option<String>,
+    /// A file whose content is `redis_url`, as `database_url_file`.
+    pub redis_url_file: Option<std::path::PathBuf>,
+    /// The CA file (PEM) that signed the TLS certificate of the Redis
+    /// server or of every Cluster node (`rediss://`); without it, the
+    /// Mozilla roots.
+    pub redis_tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) for a Redis that asks for one.
+    pub redis_tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub redis_tls_key: Option<std::path::PathBuf>,
     /// A Redis Cluster instead of one server: some of its nodes
     /// (`redis://host:port` each; the environment's
     /// `BLOOMGATE_REDIS_CLUSTER` separates them with commas). Every Redis
@@ -221,7 +240,12 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: DEFAULT_DATABASE_URL.into(),
+            database_url_file: None,
             redis_url: None,
+            redis_url_file: None,
+            redis_tls_ca: None,
+            redis_tls_cert: None,
+            redis_tls_key: None,
             redis_cluster: Vec::new(),
             admin_token: None,
             seed_if_empty: 200_000,
@@ -456,7 +480,10 @@ impl Config {
                 || url.starts_with("rediss://")
                 || url.starts_with("unix://"))
             {
-                return Err(invalid("redis_url", "must start with redis://"));
+                return Err(invalid(
+                    "redis_url",
+                    "must start with redis:// (or rediss:// for TLS)",
+                ));
             }
         }
         if self.redis_url.is_some() && !self.redis_cluster.is_empty() {
@@ -469,10 +496,14 @@ impl Config {
             if !(node.starts_with("redis://") || node.starts_with("rediss://")) {
                 return Err(invalid(
                     "redis_cluster",
-                    format!("each node must start with redis:// (got `{node}`)"),
+                    format!(
+                        "each node must start with redis:// or rediss:// (got `{}`)",
+                        crate::text::redact_url(node)
+                    ),
                 ));
             }
         }
+        self.validate_redis_tls()?;
         if self.admin_token.as_deref() == Some("") {
             return Err(invalid("admin_token", "must not be empty"));
         }
@@ -490,15 +521,66 @@ impl Config {
 }
 
 impl Config {
+    /// The `redis_tls_*` files: only beside a `rediss://` target, a client
+    /// certificate with its key, and each file there to read.
+    fn validate_redis_tls(&self) -> Result<(), ConfigError> {
+        let files = [
+            ("redis_tls_ca", &self.redis_tls_ca),
+            ("redis_tls_cert", &self.redis_tls_cert),
+            ("redis_tls_key", &self.redis_tls_key),
+        ];
+        let Some((first, _)) = files.iter().find(|(_, f)| f.is_some()) else {
+            return Ok(());
+        };
+        let tls = self
+            .redis_url
+            .iter()
+            .chain(&self.redis_cluster)
+            .any(|u| u.starts_with("rediss://"));
+        if !tls {
+            return Err(invalid(
+                first,
+                "is for a Redis spoken to over TLS: redis_url or redis_cluster must use rediss://",
+            ));
+        }
+        match (&self.redis_tls_cert, &self.redis_tls_key) {
+            (Some(_), None) => {
+                return Err(invalid("redis_tls_key", "redis_tls_cert needs its key"))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "redis_tls_cert",
+                    "redis_tls_key needs its certificate",
+                ))
+            }
+            _ => {}
+        }
+        for (key, file) in files {
+            if let Some(path) = file {
+                std::fs::metadata(path)
+                    .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Where Redis is, if anywhere: `redis_cluster` when it names nodes,
     /// else `redis_url`.
     #[must_use]
     pub fn redis(&self) -> Option<crate::redis_link::RedisTarget> {
-        use crate::redis_link::RedisTarget;
-        if self.redis_cluster.is_empty() {
-            self.redis_url.clone().map(RedisTarget::Server)
+        use crate::redis_link::{RedisNodes, RedisTarget, TlsFiles};
+        let nodes = if self.redis_cluster.is_empty() {
+            RedisNodes::Server(self.redis_url.clone()?)
         } else {
-            Some(RedisTarget::Cluster(self.redis_cluster.clone()))
-        }
+            RedisNodes::Cluster(self.redis_cluster.clone())
+        };
+        Some(RedisTarget {
+            nodes,
+            tls: TlsFiles {
+                ca: self.redis_tls_ca.clone(),
+                cert: self.redis_tls_cert.clone(),
+                key: self.redis_tls_key.clone(),
+            },
+        })
     }
 }

@@ -20,26 +20,64 @@ use bloomgate_redis::Conn;
 use futures_util::future::try_join_all;
 use redis::{Cmd, FromRedisValue, RedisResult};
 
-/// Where Redis is.
+/// Where Redis is, and how to check its certificate when it speaks TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server (`redis://host:port/db`).
+pub struct RedisTarget {
+    /// One server or a cluster's nodes.
+    pub nodes: RedisNodes,
+    /// CA and client certificate files for `rediss://` (`redis_tls_*`).
+    pub tls: TlsFiles,
+}
+
+/// One server or a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisNodes {
+    /// One server (`redis://host:port/db`, or `rediss://` for TLS).
     Server(String),
     /// A Redis Cluster, by some of its nodes (`redis://host:port` each).
     Cluster(Vec<String>),
 }
 
+pub use bloomgate_redis::tls::TlsFiles;
+
 impl RedisTarget {
+    /// One server, without TLS files.
+    #[must_use]
+    pub fn server(url: impl Into<String>) -> Self {
+        Self {
+            nodes: RedisNodes::Server(url.into()),
+            tls: TlsFiles::default(),
+        }
+    }
+
+    /// A cluster by its seed nodes, without TLS files.
+    #[must_use]
+    pub fn cluster(nodes: Vec<String>) -> Self {
+        Self {
+            nodes: RedisNodes::Cluster(nodes),
+            tls: TlsFiles::default(),
+        }
+    }
+
+    /// The configuration key that names this target, for errors.
+    #[must_use]
+    pub const fn key(&self) -> &'static str {
+        match self.nodes {
+            RedisNodes::Server(_) => "redis_url",
+            RedisNodes::Cluster(_) => "redis_cluster",
+        }
+    }
+
     /// A connection that reconnects by itself: a single server's
     /// `ConnectionManager`, or a cluster connection that follows slot
     /// moves and reconnects to nodes. `response` bounds each command.
     ///
     /// # Errors
-    /// A bad URL, or no node reachable.
+    /// A bad URL, an unreadable TLS file, or no node reachable.
     pub async fn connect(&self, connect: Duration, response: Duration) -> RedisResult<Conn> {
-        match self {
-            Self::Server(url) => {
-                let client = redis::Client::open(url.as_str())?;
+        match &self.nodes {
+            RedisNodes::Server(url) => {
+                let client = self.tls.client(url).map_err(tls_error)?;
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_connection_timeout(connect)
                     .set_response_timeout(response)
@@ -47,8 +85,11 @@ impl RedisTarget {
                 let conn = redis::aio::ConnectionManager::new_with_config(client, config).await?;
                 Ok(Conn::Single(conn))
             }
-            Self::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+            RedisNodes::Cluster(nodes) => {
+                let client = self
+                    .tls
+                    .cluster(nodes.clone())
+                    .map_err(tls_error)?
                     .connection_timeout(connect)
                     .response_timeout(response)
                     .retries(1)
@@ -56,6 +97,28 @@ impl RedisTarget {
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
         }
+    }
+
+    /// Connects and sends one `PING`: what start-up checks before anything
+    /// else uses Redis, so that a wrong address, password or certificate
+    /// stops the start with one clear error.
+    ///
+    /// # Errors
+    /// As [`RedisTarget::connect`], or the `PING`'s error.
+    pub async fn check(&self, timeout: Duration) -> RedisResult<()> {
+        let mut conn = self.connect(timeout, timeout).await?;
+        redis::cmd("PING").query_async::<()>(&mut conn).await
+    }
+}
+
+fn tls_error(e: bloomgate_redis::Error) -> redis::RedisError {
+    match e {
+        bloomgate_redis::Error::Redis(e) => e,
+        other => redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "TLS files",
+            other.to_string(),
+        )),
     }
 }
 

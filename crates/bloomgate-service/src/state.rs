@@ -50,6 +50,19 @@ pub enum StartError {
     /// Redis is unreachable.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The database or Redis that `key` names cannot be reached, or
+    /// refused the connection: a wrong password, a certificate that does
+    /// not verify, TLS required by the server or by the URL. The message
+    /// never holds the URL's password.
+    #[error("{key}: cannot connect: {source}{hint}")]
+    Connect {
+        /// The configuration key: `database_url`, `redis_url` or `redis_cluster`.
+        key: &'static str,
+        /// What the driver said.
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// Where to look, for a certificate that did not verify.
+        hint: &'static str,
+    },
     /// The shared filter (strict mode) could not be opened.
     #[error(transparent)]
     Shared(#[from] crate::shared::SharedError),
@@ -63,6 +76,32 @@ pub enum StartError {
     },
 }
 
+impl StartError {
+    fn connect(
+        key: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+        url: Option<&str>,
+    ) -> Self {
+        let text = source.to_string().to_ascii_lowercase();
+        let tls_off = url.is_some_and(|u| {
+            let u = u.to_ascii_lowercase();
+            u.contains("sslmode=disable") || u.contains("ssl-mode=disabled")
+        });
+        let hint = if tls_off {
+            // MariaDB with require_secure_transport answers a plain login
+            // "Access denied"; PostgreSQL's hba says "no encryption".
+            " (TLS is disabled in the URL: a server that requires TLS refuses such logins)"
+        } else if !text.contains("certificate") {
+            ""
+        } else if key == "database_url" {
+            " (the server's certificate did not verify: check sslrootcert on PostgreSQL or ssl-ca on MySQL, and that it names the URL's host)"
+        } else {
+            " (the server's certificate did not verify: check redis_tls_ca, and that it names the URL's host)"
+        };
+        Self::Connect { key, source, hint }
+    }
+}
+
 impl AppState {
     /// Connects SQL (running migrations) and Redis, and builds the state.
     /// Does not seed or build the filter; see [`crate::prepare`].
@@ -73,7 +112,8 @@ impl AppState {
         config.validate()?;
         let background = crate::tasks::Background::new();
         let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
-            .await?
+            .await
+            .map_err(|e| StartError::connect("database_url", e.source, Some(&config.database_url)))?
             .with_background(background.clone());
         // The configured tables are checked before anything is written: a
         // bad one stops the start with the database as it was.
@@ -86,6 +126,13 @@ impl AppState {
             .with_background(background.clone());
         let c = &config.cache;
         let target = config.redis();
+        if let Some(target) = &target {
+            let timeout = Duration::from_millis(c.redis_timeout_ms).max(Duration::from_secs(2));
+            target
+                .check(timeout)
+                .await
+                .map_err(|e| StartError::connect(target.key(), e.into(), None))?;
+        }
         let (redis, changes) = match &target {
             Some(target) => (
                 Some(RedisTier::connect(target, c, &background).await?),

@@ -172,16 +172,32 @@ impl SkuStore {
         if backend == Backend::Sqlite {
             url = prepare_sqlite(&url);
         }
-        let pool = AnyPoolOptions::new()
+        let acquire = Duration::from_millis(c.acquire_timeout_ms);
+        let pool = match AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite {
                 c.pool_size.min(4)
             } else {
                 c.pool_size
             })
-            .acquire_timeout(Duration::from_millis(c.acquire_timeout_ms))
+            .acquire_timeout(acquire)
             .connect(&url)
             .await
-            .map_err(err("connect"))?;
+        {
+            Ok(pool) => pool,
+            // The pool retries a refused connection until its acquire
+            // timeout and then says only that it timed out: one direct
+            // attempt says why.
+            Err(sqlx::Error::PoolTimedOut) => {
+                use sqlx::Connection;
+                let why =
+                    match tokio::time::timeout(acquire, sqlx::AnyConnection::connect(&url)).await {
+                        Ok(Err(e)) => e,
+                        _ => sqlx::Error::PoolTimedOut,
+                    };
+                return Err(err("connect")(why));
+            }
+            Err(e) => return Err(err("connect")(e)),
+        };
         let counters = Arc::<StoreCounters>::default();
         let store = Self {
             pool,

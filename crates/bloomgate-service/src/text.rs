@@ -1,5 +1,6 @@
 //! Quoting what clients sent in error messages: at most [`MAX_QUOTED`]
-//! characters of it. Pure; below every module that explains a refusal.
+//! characters of it; and quoting a connection URL without its password
+//! ([`redact_url`]). Pure; below every module that explains a refusal.
 
 /// The most characters of a client's input an error message quotes.
 pub const MAX_QUOTED: usize = 64;
@@ -33,4 +34,47 @@ pub fn clip_quoted(message: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `url` with the password of its `user:password@` part replaced by `***`,
+/// for messages that must name a URL: no password is ever written to a
+/// log line or an error.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn a_urls_password_is_never_quoted() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
+            ("rediss://app:s3cret@r:6380/0", "rediss://app:***@r:6380/0"),
+            ("rediss://:s3cret@r:6380", "rediss://:***@r:6380"),
+            (
+                "postgres://u@h/db?sslmode=verify-full",
+                "postgres://u@h/db?sslmode=verify-full",
+            ),
+            ("mysql://u:p@ss@h:3306/db", "mysql://u:***@h:3306/db"),
+            ("sqlite://data/x.db", "sqlite://data/x.db"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
 }

@@ -172,7 +172,7 @@ fn redis_cluster_nodes_come_from_a_list_or_a_comma_separated_variable() {
         .collect();
     let from_env =
         Config::load_from(None, env(&[("BLOOMGATE_REDIS_CLUSTER", &nodes.join(", "))])).unwrap();
-    assert_eq!(from_env.redis(), Some(RedisTarget::Cluster(nodes.clone())));
+    assert_eq!(from_env.redis(), Some(RedisTarget::cluster(nodes.clone())));
     let file = toml_file(&format!(
         "redis_cluster = [{}]\n[cache]\nbloom_mode = \"strict\"\n",
         nodes
@@ -182,12 +182,12 @@ fn redis_cluster_nodes_come_from_a_list_or_a_comma_separated_variable() {
             .join(", ")
     ));
     let from_file = Config::load_from(Some(file.path()), env(&[])).unwrap();
-    assert_eq!(from_file.redis(), Some(RedisTarget::Cluster(nodes)));
+    assert_eq!(from_file.redis(), Some(RedisTarget::cluster(nodes)));
     // One server as before; nothing without either.
     let single = Config::load_from(None, env(&[("REDIS_URL", "redis://127.0.0.1/")])).unwrap();
     assert_eq!(
         single.redis(),
-        Some(RedisTarget::Server("redis://127.0.0.1/".into()))
+        Some(RedisTarget::server("redis://127.0.0.1/"))
     );
     assert_eq!(Config::load_from(None, env(&[])).unwrap().redis(), None);
 }
@@ -244,5 +244,111 @@ fn rates_and_sizes_the_filter_cannot_serve_are_refused_with_the_range() {
             );
             assert!(c.is_ok(), "{layout} {fpp}: {c:?}");
         }
+    }
+}
+
+#[test]
+fn urls_are_read_from_files_as_mounted_secrets_are() {
+    let db = toml_file("postgres://app:pw@db:5432/shop?sslmode=verify-full\n");
+    let redis = toml_file("  rediss://app:pw@redis:6380/  ");
+    let path = |f: &tempfile::NamedTempFile| f.path().display().to_string();
+    // From the environment; the file wins over the conventional variable.
+    let c = Config::load_from(
+        None,
+        env(&[
+            ("BLOOMGATE_DATABASE_URL_FILE", &path(&db)),
+            ("BLOOMGATE_REDIS_URL_FILE", &path(&redis)),
+            ("DATABASE_URL", "mysql://other@host/db"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.database_url,
+        "postgres://app:pw@db:5432/shop?sslmode=verify-full"
+    );
+    assert_eq!(c.redis_url.as_deref(), Some("rediss://app:pw@redis:6380/"));
+    // From the file.
+    let f = toml_file(&format!("database_url_file = {:?}\n", path(&db)));
+    let c = Config::load_from(Some(f.path()), env(&[])).unwrap();
+    assert!(c.database_url.starts_with("postgres://app:pw@db"));
+
+    // Both the URL and its file: refused, naming the file key.
+    let both = toml_file(&format!(
+        "database_url = \"sqlite://x.db\"\ndatabase_url_file = {:?}\n",
+        path(&db)
+    ));
+    let e = Config::load_from(Some(both.path()), env(&[])).unwrap_err();
+    assert_eq!(key_of(e), "database_url_file");
+    // A file that is missing or empty.
+    let e = Config::load_from(
+        None,
+        env(&[("BLOOMGATE_REDIS_URL_FILE", "/nonexistent/bloomgate-secret")]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cannot read"), "{e}");
+    assert_eq!(key_of(e), "redis_url_file");
+    let empty = toml_file("\n");
+    let e = Config::load_from(None, env(&[("BLOOMGATE_DATABASE_URL_FILE", &path(&empty))]))
+        .unwrap_err();
+    assert!(e.to_string().contains("is empty"), "{e}");
+}
+
+#[test]
+fn redis_tls_files_go_with_rediss_and_a_certificate_with_its_key() {
+    let pem = toml_file("not checked here\n");
+    let pem_path = pem.path().display().to_string();
+    let load = |pairs: &[(&str, &str)]| Config::load_from(None, env(pairs));
+    let ok = load(&[
+        ("REDIS_URL", "rediss://127.0.0.1:6380/"),
+        ("BLOOMGATE_REDIS_TLS_CA", &pem_path),
+        ("BLOOMGATE_REDIS_TLS_CERT", &pem_path),
+        ("BLOOMGATE_REDIS_TLS_KEY", &pem_path),
+    ])
+    .unwrap();
+    let target = ok.redis().unwrap();
+    assert_eq!(target.tls.ca.as_deref(), Some(pem.path()));
+    assert_eq!(target.tls.key.as_deref(), Some(pem.path()));
+    // A cluster of rediss:// nodes takes them too.
+    load(&[
+        (
+            "BLOOMGATE_REDIS_CLUSTER",
+            "rediss://10.0.0.1:7001,rediss://10.0.0.2:7001",
+        ),
+        ("BLOOMGATE_REDIS_TLS_CA", &pem_path),
+    ])
+    .unwrap();
+    for (pairs, key) in [
+        // Not a TLS URL: the files would be ignored, so they are refused.
+        (
+            vec![
+                ("REDIS_URL", "redis://127.0.0.1:6379/"),
+                ("BLOOMGATE_REDIS_TLS_CA", pem_path.as_str()),
+            ],
+            "redis_tls_ca",
+        ),
+        (
+            vec![
+                ("REDIS_URL", "rediss://127.0.0.1:6380/"),
+                ("BLOOMGATE_REDIS_TLS_CERT", pem_path.as_str()),
+            ],
+            "redis_tls_key",
+        ),
+        (
+            vec![
+                ("REDIS_URL", "rediss://127.0.0.1:6380/"),
+                ("BLOOMGATE_REDIS_TLS_KEY", pem_path.as_str()),
+            ],
+            "redis_tls_cert",
+        ),
+        (
+            vec![
+                ("REDIS_URL", "rediss://127.0.0.1:6380/"),
+                ("BLOOMGATE_REDIS_TLS_CA", "/nonexistent/ca.pem"),
+            ],
+            "redis_tls_ca",
+        ),
+    ] {
+        let e = load(&pairs).unwrap_err();
+        assert_eq!(key_of(e), key, "{pairs:?}");
     }
 }

@@ -6,14 +6,45 @@ use super::*;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 6] = [
+const STRING_KEYS: [&str; 11] = [
     "listen",
     "bloom_snapshot_path",
     "database_url",
+    "database_url_file",
     "redis_url",
+    "redis_url_file",
+    "redis_tls_ca",
+    "redis_tls_cert",
+    "redis_tls_key",
     "admin_token",
     "redis_prefix",
 ];
+
+/// Reads `{key}_file` (a mounted secret) into `key`; refuses both set.
+fn url_from_file(table: &mut toml::Table, key: &str) -> Result<(), ConfigError> {
+    let file_key = format!("{key}_file");
+    let Some(value) = table.get(&file_key) else {
+        return Ok(());
+    };
+    let path = value
+        .as_str()
+        .ok_or_else(|| invalid(&file_key, "must be a file path"))?
+        .to_string();
+    if table.contains_key(key) {
+        return Err(invalid(
+            &file_key,
+            format!("set either {key} or {file_key}, not both"),
+        ));
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| invalid(&file_key, format!("cannot read {path}: {e}")))?;
+    let url = text.trim();
+    if url.is_empty() {
+        return Err(invalid(&file_key, format!("{path} is empty")));
+    }
+    table.insert(key.into(), toml::Value::String(url.into()));
+    Ok(())
+}
 
 /// Parses an environment value as a TOML scalar (bool, integer, float),
 /// falling back to a string.
@@ -106,6 +137,10 @@ impl Config {
                 conventional.push((name.to_ascii_lowercase(), raw));
             }
         }
+        // A file named in the config or by BLOOMGATE_* wins over the
+        // conventional DATABASE_URL / REDIS_URL.
+        url_from_file(&mut table, "database_url")?;
+        url_from_file(&mut table, "redis_url")?;
         for (key, raw) in conventional {
             table.entry(key).or_insert(toml::Value::String(raw));
         }

@@ -246,6 +246,12 @@ impl TestServer {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// `POST /api/cache/warm` with `body` (seed 000's JSON).
+    pub async fn warm(&self, body: &str) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::POST, "/api/cache/warm", Some(body))
+            .await
+    }
+
     /// `POST /api/skus` of SKU `id` named `name`; the status.
     pub async fn create(&self, id: i64, name: &str) -> u16 {
         self.send(
@@ -396,7 +402,7 @@ impl OwnServer {
     }
 
     /// A Redis with no persistence on `port`, with `extra` arguments.
-    async fn redis_on(port: u16, extra: &[&str]) -> Self {
+    pub async fn redis_on(port: u16, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut args: Vec<String> = [
             "--port",
@@ -428,7 +434,7 @@ impl OwnServer {
     /// A Redis Cluster node (no persistence; its `nodes.conf` kept in
     /// its own directory, so a restart rejoins the cluster empty) on a
     /// free port whose bus port (+10000) is free too.
-    async fn redis_cluster_node(taken: &[u16]) -> Self {
+    async fn redis_cluster_node(taken: &[u16], extra: &[&str]) -> Self {
         let port = loop {
             let p = free_port();
             if p < 55_000
@@ -446,12 +452,26 @@ impl OwnServer {
             "--cluster-node-timeout",
             "2000",
         ];
-        Self::redis_on(port, &cluster).await
+        let args: Vec<&str> = cluster.iter().chain(extra).copied().collect();
+        // `{port}` in `extra` is this node's port (a TLS node's `--tls-port`).
+        let port_text = port.to_string();
+        let args: Vec<&str> = args
+            .into_iter()
+            .map(|a| if a == "{port}" { port_text.as_str() } else { a })
+            .collect();
+        Self::redis_on(port, &args).await
     }
 
     /// A MariaDB server with a fresh data directory on a free port, root
     /// without a password, database `test`.
     pub async fn mariadb() -> Self {
+        Self::mariadb_with(&[]).await
+    }
+
+    /// As [`OwnServer::mariadb`], with `extra` server arguments (TLS,
+    /// say); the admin connection prefers TLS, so a server that requires
+    /// it is set up too.
+    pub async fn mariadb_with(extra: &[String]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         // Two tests installing at once have been seen to fail once under
@@ -496,7 +516,10 @@ impl OwnServer {
                 "--user=root".into(),
                 "--skip-log-bin".into(),
                 "--innodb-buffer-pool-size=32M".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(extra.iter().cloned())
+            .collect(),
             child: None,
             _dir: dir,
         };
@@ -593,22 +616,34 @@ pub async fn quiet_sql(server: &TestServer) -> std::sync::Arc<bloomgate_service:
 /// nodes on loopback ports; killed when dropped.
 pub struct OwnCluster {
     pub nodes: Vec<OwnServer>,
+    /// What `redis-cli` needs beside the port (TLS options).
+    cli_args: Vec<String>,
+    /// `redis` or `rediss`.
+    scheme: &'static str,
 }
 
 impl OwnCluster {
     /// Starts three nodes, joins them with `redis-cli --cluster create`
     /// and waits until every node reports `cluster_state:ok`.
     pub async fn start() -> Self {
+        Self::start_with(&[], &[], "redis").await
+    }
+
+    /// As [`OwnCluster::start`], with `node_args` for each node (`{port}`
+    /// standing for its port) and `cli_args` for `redis-cli`, whose URLs
+    /// use `scheme`: a TLS cluster.
+    pub async fn start_with(node_args: &[&str], cli_args: &[&str], scheme: &'static str) -> Self {
         let mut nodes: Vec<OwnServer> = Vec::new();
         for _ in 0..3 {
             let taken: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-            nodes.push(OwnServer::redis_cluster_node(&taken).await);
+            nodes.push(OwnServer::redis_cluster_node(&taken, node_args).await);
         }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = std::process::Command::new("redis-cli")
+            .args(cli_args)
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -619,7 +654,11 @@ impl OwnCluster {
             "cluster create failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let cluster = Self { nodes };
+        let cluster = Self {
+            nodes,
+            cli_args: cli_args.iter().map(|a| (*a).to_string()).collect(),
+            scheme,
+        };
         cluster.wait_ok().await;
         cluster
     }
@@ -638,6 +677,7 @@ impl OwnCluster {
     /// `redis-cli -p port args…`'s output.
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
         let out = std::process::Command::new("redis-cli")
+            .args(&self.cli_args)
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args)
             .output()
@@ -649,7 +689,7 @@ impl OwnCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .map(|n| format!("{}://127.0.0.1:{}", self.scheme, n.port))
             .collect()
     }
 
