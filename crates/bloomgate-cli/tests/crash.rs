@@ -224,23 +224,59 @@ async fn a_writer_killed_while_redis_is_stalled_loses_no_create() {
     // Redis stalls for 8 s (a slow command, a fork, a failover look the
     // same to a client). A's appends may still sit in Redis's socket and
     // run when it wakes, so B must find everything before then: from SQL.
+    // The clock starts as the stall is asked for.
+    const STALL: Duration = Duration::from_secs(8);
+    let stalled = Instant::now();
     let stall = std::thread::spawn(move || {
         let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.write_all(b"DEBUG SLEEP 8\r\n").unwrap();
         let mut buf = [0u8; 64];
         let _ = std::io::Read::read(&mut c, &mut buf);
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let stalled = Instant::now();
+    // Stalled: a PING on another connection gets no answer.
+    let mut probe = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    loop {
+        probe.write_all(b"PING\r\n").unwrap();
+        let mut buf = [0u8; 16];
+        if std::io::Read::read(&mut probe, &mut buf).is_err() {
+            break;
+        }
+        assert!(
+            stalled.elapsed() < Duration::from_secs(2),
+            "Redis never stalled"
+        );
+    }
     for id in 5001..=5010 {
         assert_eq!(create(&client, &base_a, id).await, Some(201), "create {id}");
     }
+    // A took the creates while Redis was stalled: their appends wait in
+    // A's memory, not delivered.
+    let stats: serde_json::Value = client
+        .get(format!("{base_a}/api/cache/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pending = stats["changes"]["pending"].as_u64().unwrap();
     assert!(
-        stalled.elapsed() < Duration::from_secs(6),
+        pending >= 1,
+        "A's appends were not held up: {}",
+        stats["changes"]
+    );
+    assert!(
+        stalled.elapsed() < STALL - Duration::from_secs(2),
         "the creates took most of the stall; the test would prove nothing"
     );
     kill9(&mut a);
-    eprintln!("A killed {:?} into the Redis stall", stalled.elapsed());
+    eprintln!(
+        "A killed {:?} into the Redis stall with {pending} appends pending",
+        stalled.elapsed()
+    );
     let mut delays = Vec::new();
     for id in 5001..=5010 {
         delays.push(found(&client, &base_b, id, Duration::from_secs(10)).await);
@@ -250,19 +286,35 @@ async fn a_writer_killed_while_redis_is_stalled_loses_no_create() {
         delays.iter().max()
     );
     assert!(
-        stalled.elapsed() < Duration::from_secs(8),
+        stalled.elapsed() < STALL,
         "B found them only after Redis woke ({:?}): not from the outbox",
         stalled.elapsed()
     );
-    stall.join().unwrap();
-    // And they stay found once Redis answers again.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for id in 5001..=5010 {
-        assert_eq!(
-            status(&client, format!("{base_b}/api/seckill/{id}")).await,
-            Some(200)
-        );
+    // Once found, never refused: every id on every poll, through the rest
+    // of the stall and a second after Redis wakes.
+    let mut polls = 0;
+    while !stall.is_finished() || polls == 0 {
+        for id in 5001..=5010 {
+            let s = status(&client, format!("{base_b}/api/seckill/{id}")).await;
+            assert_ne!(
+                s,
+                Some(404),
+                "{id} refused {:?} into the stall",
+                stalled.elapsed()
+            );
+        }
+        polls += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    stall.join().unwrap();
+    let woke = Instant::now();
+    while woke.elapsed() < Duration::from_secs(1) {
+        for id in 5001..=5010 {
+            let s = status(&client, format!("{base_b}/api/seckill/{id}")).await;
+            assert_eq!(s, Some(200), "{id} after Redis woke");
+        }
+    }
+    eprintln!("{polls} polls of every id during the stall, none refused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -58,6 +58,31 @@ fn map_section<'a>(architecture: &'a str, name: &str) -> &'a str {
     &rest[..end]
 }
 
+/// Whether a code map section names `module`: a top-level module as
+/// `` `name` ``; a child `parent::child` as `` `parent::child` ``, in
+/// the parent's list in the layer diagram (`parent (…, child, …)`), or as
+/// `` `child` (a child of `parent` ``. A child named only by a top-level
+/// module of the same name (`store::limits` and `limits`) is not named.
+fn map_names(section: &str, module: &str) -> bool {
+    let Some((parent, child)) = module.rsplit_once("::") else {
+        return section.contains(&format!("`{module}`"));
+    };
+    let parent_name = parent.rsplit("::").next().unwrap_or(parent);
+    if section.contains(&format!("`{module}`"))
+        || section.contains(&format!("`{child}` (a child of `{parent_name}`"))
+    {
+        return true;
+    }
+    let opening = format!("{parent_name} (");
+    section.match_indices(&opening).any(|(at, _)| {
+        let before = section[..at].chars().next_back();
+        let list = &section[at + opening.len()..];
+        let list = &list[..list.find(')').unwrap_or(list.len())];
+        before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+            && list.split(',').any(|m| m.trim() == child)
+    })
+}
+
 #[test]
 fn the_code_map_names_every_module_and_every_module_says_what_it_is_for() {
     let architecture = read(&root().join("ARCHITECTURE.md"));
@@ -71,12 +96,12 @@ fn the_code_map_names_every_module_and_every_module_says_what_it_is_for() {
                 "{} does not open with a `//!` line saying what it is for",
                 file.display()
             );
-            let module = stem(&file);
+            let module = module_of(&dir.join("src"), &file);
             if module == "lib" || module == "main" {
                 continue;
             }
             assert!(
-                section.contains(&format!("`{module}`")),
+                map_names(section, &module),
                 "ARCHITECTURE.md's section for {name} does not name module `{module}`"
             );
         }
@@ -268,30 +293,107 @@ fn module_of(src: &Path, file: &Path) -> String {
     parts.join("::")
 }
 
-/// The `crate::…` paths `text` names, line comments removed (a group
-/// `crate::{a, b::c}` names each member).
-fn crate_paths(text: &str) -> Vec<String> {
+/// The paths under `{`…`}` of a `use` tree: `a::b`, `a::{b, c::{d, e}}`,
+/// each member in full; stops at the first character no path has.
+fn use_tree(s: &str) -> (Vec<String>, &str) {
+    let mut prefix = String::new();
+    let mut rest = s;
+    loop {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        prefix.push_str(&rest[..end]);
+        rest = &rest[end..];
+        if let Some(after) = rest.strip_prefix("::") {
+            prefix.push_str("::");
+            rest = after;
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut out = Vec::new();
+                rest = group;
+                loop {
+                    rest = rest.trim_start();
+                    if let Some(after) = rest.strip_prefix('}') {
+                        return (out, after);
+                    }
+                    if rest.is_empty() {
+                        return (out, rest);
+                    }
+                    let (members, after) = use_tree(rest);
+                    out.extend(members.into_iter().map(|m| format!("{prefix}{m}")));
+                    rest = after.trim_start();
+                    // `as name` and the separator.
+                    if let Some(after) = rest.strip_prefix("as ") {
+                        rest = after.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_');
+                    }
+                    rest = rest.trim_start().strip_prefix(',').unwrap_or(rest);
+                }
+            }
+            continue;
+        }
+        let path = prefix.trim_end_matches("::").to_string();
+        return (
+            if path.is_empty() {
+                Vec::new()
+            } else {
+                vec![path]
+            },
+            rest,
+        );
+    }
+}
+
+/// The crate paths `module`'s `text` names, line comments removed:
+/// `crate::…`, and (outside its `#[cfg(test)]` part, whose `super` is the
+/// module itself) `super::…` and `self::…` resolved against `module`; a
+/// group `crate::{a, b::{c, d}}` names each member in full.
+fn crate_paths(text: &str, module: &str) -> Vec<String> {
     let code: String = text
         .lines()
         .map(|l| l.find("//").map_or(l, |i| &l[..i]))
         .collect::<Vec<_>>()
         .join("\n");
+    let main = code.split("#[cfg(test)]").next().unwrap_or_default();
+    let parts: Vec<&str> = if module.is_empty() {
+        Vec::new()
+    } else {
+        module.split("::").collect()
+    };
     let mut out = Vec::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for member in group[..end].split(',') {
-                if let Some(first) = member.split_whitespace().next() {
-                    out.push(first.to_string());
+    for (text, roots) in [
+        (code.as_str(), &["crate::"][..]),
+        (main, &["super::", "self::"][..]),
+    ] {
+        for root in roots {
+            for (at, _) in text.match_indices(root) {
+                let boundary = text[..at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'));
+                if !boundary {
+                    continue;
+                }
+                let mut after = &text[at + root.len()..];
+                let mut base: Vec<&str> = match *root {
+                    "crate::" => Vec::new(),
+                    "self::" => parts.clone(),
+                    _ => parts[..parts.len().saturating_sub(1)].to_vec(),
+                };
+                while let Some(more) = after.strip_prefix("super::") {
+                    base.pop();
+                    after = more;
+                }
+                let prefix = base.join("::");
+                let grouped = after.strip_prefix('{').map(|g| format!("x::{{{g}"));
+                let (paths, _) = use_tree(grouped.as_deref().unwrap_or(after));
+                for p in paths {
+                    let p = p.strip_prefix("x::").unwrap_or(&p).to_string();
+                    out.push(if prefix.is_empty() {
+                        p
+                    } else {
+                        format!("{prefix}::{p}")
+                    });
                 }
             }
-        } else {
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            out.push(rest[..end].trim_end_matches(':').to_string());
         }
     }
     out
@@ -310,7 +412,7 @@ fn module_graph(src: &Path) -> std::collections::BTreeMap<String, BTreeSet<Strin
     let mut graph = std::collections::BTreeMap::new();
     for (m, text) in &files {
         let mut to = BTreeSet::new();
-        for path in crate_paths(text) {
+        for path in crate_paths(text, m) {
             let parts: Vec<&str> = path.split("::").collect();
             for i in (1..=parts.len()).rev() {
                 let cand = parts[..i].join("::");
@@ -390,6 +492,24 @@ fn the_service_crate_has_no_import_circle() {
     }
 }
 
+/// A child module is named as a child, not by a top-level namesake.
+#[test]
+fn a_child_module_is_named_as_a_child() {
+    let map =
+        "store (limits, migrations) · `limits` · outbox (follow)\n* `simd` (a child of `block`) …";
+    assert!(map_names(map, "store::limits"));
+    assert!(map_names(map, "limits"));
+    assert!(map_names(map, "outbox::follow"));
+    assert!(map_names(map, "block::simd"));
+    assert!(!map_names(map, "changes::follow"), "named for outbox only");
+    assert!(!map_names(map, "gate::limits"), "a namesake is not a child");
+    assert!(!map_names(map, "store::recorded"));
+    assert!(
+        !map_names("restore (limits)", "store::limits"),
+        "whole words"
+    );
+}
+
 /// The finder finds a circle where there is one.
 #[test]
 fn a_circle_is_found() {
@@ -402,9 +522,43 @@ fn a_circle_is_found() {
     g.get_mut("c").unwrap().clear();
     assert_eq!(find_cycle(&g), None);
     assert_eq!(
-        crate_paths("use crate::{a::B, c};\n// crate::zz\nlet x = crate::d::e(1);"),
+        crate_paths(
+            "use crate::{a::B, c};\n// crate::zz\nlet x = crate::d::e(1);",
+            "m"
+        ),
         ["a::B", "c", "d::e"]
     );
+    // A nested group names every member (it ended at the first `}`).
+    assert_eq!(
+        crate_paths("use crate::{a::{b, c::D}, e as f, g};", "m"),
+        ["a::b", "a::c::D", "e", "g"]
+    );
+    // `super::` and `self::` name modules relative to the file's own;
+    // inside its `#[cfg(test)]` part `super` is the module itself.
+    assert_eq!(
+        crate_paths(
+            "use super::{limits::X, sibling};\nuse super::super::top;\nuse self::child::Y;\n#[cfg(test)]\nmod tests { use super::Z; }",
+            "store::recorded"
+        ),
+        ["store::limits::X", "store::sibling", "top", "store::recorded::child::Y"]
+    );
+    // A sibling reached by `super::` closes a circle the finder sees.
+    let files = [
+        ("a::x", "use super::y::F;"),
+        ("a::y", "use crate::a::x::G;"),
+    ];
+    let mut g = std::collections::BTreeMap::new();
+    for (m, text) in files {
+        let to: BTreeSet<String> = crate_paths(text, m)
+            .into_iter()
+            .map(|p| {
+                p.rsplit_once("::")
+                    .map_or(p.clone(), |(m, _)| m.to_string())
+            })
+            .collect();
+        g.insert(m.to_string(), to);
+    }
+    assert!(find_cycle(&g).is_some(), "{g:?}");
 }
 
 /// The most lines a service source file may have (issue 19).

@@ -140,6 +140,9 @@ pub struct RedisCounters {
     pub timeouts: AtomicU64,
     /// Commands not sent because the breaker was open.
     pub skipped: AtomicU64,
+    /// Rounds of owed invalidations the background task tried to deliver
+    /// (each a pipeline of `DEL`s, or skipped by the open breaker).
+    pub owed_rounds: AtomicU64,
 }
 
 /// Why a Redis command gave no answer. The read path treats every one
@@ -574,6 +577,7 @@ async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounter
             .collect();
         let sent: Result<Vec<i64>, CacheError> =
             guard.run(&counters, query_each(&conn, dels)).await;
+        counters.owed_rounds.fetch_add(1, Ordering::Relaxed);
         if sent.is_ok() {
             guard.owed.settle(&owed);
             tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");

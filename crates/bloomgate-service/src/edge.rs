@@ -233,6 +233,7 @@ where
                 answer(raw)
             };
             if let Some((res, outcome)) = answered {
+                shared.metrics.fast_answered();
                 let res = shared.finish(res, Some(outcome), started, route, Some(id), &span);
                 return EdgeFuture::answered(res);
             }
@@ -241,9 +242,12 @@ where
             state: Stage::Routed {
                 inner: self.inner.call(req).instrument(span),
                 sleep: None,
-                shared: Arc::clone(&self.shared),
-                started,
-                route,
+                open: Unanswered {
+                    shared: Arc::clone(&self.shared),
+                    started,
+                    route,
+                    answered: false,
+                },
                 id: Some(id),
             },
         }
@@ -300,6 +304,26 @@ impl<F> EdgeFuture<F> {
     }
 }
 
+/// A routed request not answered yet. Dropped so (the client went away
+/// and the server dropped the request's future), it is counted as
+/// [`Outcome::CANCELLED`] with status 499.
+struct Unanswered {
+    shared: Arc<Shared>,
+    started: Instant,
+    route: usize,
+    answered: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.shared
+                .metrics
+                .record(self.route, Outcome::CANCELLED, 499, self.started.elapsed());
+        }
+    }
+}
+
 pin_project_lite::pin_project! {
     #[project = StageProj]
     enum Stage<F> {
@@ -311,9 +335,7 @@ pin_project_lite::pin_project! {
             inner: Instrumented<F>,
             // Armed at the first `Pending`.
             sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-            shared: Arc<Shared>,
-            started: Instant,
-            route: usize,
+            open: Unanswered,
             id: Option<HeaderValue>,
         },
     }
@@ -326,7 +348,7 @@ where
     type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (mut inner, sleep, shared, started, route, id) = match self.project().state.project() {
+        let (mut inner, sleep, open, id) = match self.project().state.project() {
             // Polled again after it answered: nothing more to give.
             StageProj::Answered { res } => {
                 return res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r)))
@@ -334,19 +356,20 @@ where
             StageProj::Routed {
                 inner,
                 sleep,
-                shared,
-                started,
-                route,
+                open,
                 id,
-            } => (inner, sleep, shared, started, route, id),
+            } => (inner, sleep, open, id),
         };
         // Whatever an earlier request on this thread left unclaimed.
         let _ = Outcome::take_noted();
         let answered = match inner.as_mut().poll(cx) {
             Poll::Ready(Ok(res)) => res,
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Ready(Err(e)) => {
+                open.answered = true;
+                return Poll::Ready(Err(e));
+            }
             Poll::Pending => {
-                let deadline = tokio::time::Instant::from_std(*started + shared.timeout);
+                let deadline = tokio::time::Instant::from_std(open.started + open.shared.timeout);
                 let sleep =
                     sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
                 if sleep.as_mut().poll(cx).is_pending() {
@@ -364,7 +387,15 @@ where
         // A handler that notes its outcome answers JSON already (the read
         // routes: see `Outcome::note`); any other response is checked.
         let noted = Outcome::take_noted();
-        let res = shared.finish(answered, noted, *started, *route, id.take(), inner.span());
+        open.answered = true;
+        let res = open.shared.finish(
+            answered,
+            noted,
+            open.started,
+            open.route,
+            id.take(),
+            inner.span(),
+        );
         Poll::Ready(Ok(res))
     }
 }

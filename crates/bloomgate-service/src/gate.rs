@@ -244,6 +244,13 @@ impl Gate {
         self.current.load_full()
     }
 
+    /// The filter being built or adopted, which inserts reach too (for
+    /// tests of the swap's order).
+    #[doc(hidden)]
+    pub fn building(&self) -> Option<Arc<GateFilter>> {
+        self.building.load_full()
+    }
+
     /// Completed rebuilds (cheap, unlike [`Gate::stats`]).
     pub fn rebuild_count(&self) -> u64 {
         self.rebuilds.load(Ordering::Relaxed)

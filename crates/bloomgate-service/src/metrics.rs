@@ -85,7 +85,7 @@ pub struct Outcome(usize);
 
 impl Outcome {
     /// Every label, in index order.
-    pub const LABELS: [&'static str; 10] = [
+    pub const LABELS: [&'static str; 11] = [
         "filter_rejected",
         "l1_hit",
         "l1_negative_hit",
@@ -96,6 +96,7 @@ impl Outcome {
         "ok",
         "client_error",
         "error",
+        "cancelled",
     ];
     /// The filter said no.
     pub const FILTER_REJECTED: Self = Self(0);
@@ -117,6 +118,9 @@ impl Outcome {
     pub const CLIENT_ERROR: Self = Self(8);
     /// A 5xx.
     pub const ERROR: Self = Self(9);
+    /// Never answered: the client went away and the server dropped the
+    /// request's future (status 499, nginx's "client closed request").
+    pub const CANCELLED: Self = Self(10);
 
     /// Notes this outcome for the request being answered: the handler
     /// calls it just before it returns (after its last `.await`), and
@@ -150,8 +154,8 @@ impl Outcome {
 
 /// The statuses the service sends, each its own series; anything else is
 /// counted as `status="other"`.
-const STATUSES: [u16; 14] = [
-    200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503,
+const STATUSES: [u16; 15] = [
+    200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 415, 429, 499, 500, 503,
 ];
 
 fn status_slot(status: u16) -> usize {
@@ -269,6 +273,8 @@ pub struct ServiceMetrics {
     /// Slot 0 is [`UNMATCHED`]; the others fill in as routes are seen.
     routes: Box<[OnceLock<RouteSeries>]>,
     adding: Mutex<()>,
+    /// Requests the edge answered itself, without the router.
+    fast_answers: Counter,
 }
 
 impl Default for ServiceMetrics {
@@ -306,6 +312,7 @@ impl ServiceMetrics {
             handle,
             routes,
             adding: Mutex::new(()),
+            fast_answers: Counter::default(),
         }
     }
 
@@ -362,6 +369,18 @@ impl ServiceMetrics {
             }
             None => 0,
         }
+    }
+
+    /// Counts a request the edge answered itself (`EdgeLayer::fast_get`).
+    #[inline]
+    pub(crate) fn fast_answered(&self) {
+        self.fast_answers.incr();
+    }
+
+    /// Requests the edge answered itself, without the router.
+    #[must_use]
+    pub fn fast_answers(&self) -> u64 {
+        self.fast_answers.get()
     }
 
     /// Counts one request of series `route`.

@@ -121,6 +121,10 @@ pub struct SkuStore {
     /// its transaction commits (keyed by the SKU id).
     #[doc(hidden)]
     pub before_commit: Arc<crate::pause::PausePoint>,
+    /// Test hook: where a write waits after writing its row, before it
+    /// records its change (keyed by the SKU id).
+    #[doc(hidden)]
+    pub after_row: Arc<crate::pause::PausePoint>,
     /// The instance's shutdown signal (its own when used alone): late
     /// entries recorded again are tracked by it.
     background: crate::tasks::Background,
@@ -211,6 +215,7 @@ impl SkuStore {
             rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
             before_commit: Arc::default(),
+            after_row: Arc::default(),
             background: crate::tasks::Background::new(),
         };
         Ok(store)

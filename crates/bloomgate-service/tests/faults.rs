@@ -271,8 +271,21 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
         b.took
     );
 
-    // Delivery attempts while Redis is frozen must not count as delivered.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Delivery attempts while Redis is frozen must not count as delivered:
+    // wait until two rounds were tried (timed out, or skipped by the open
+    // breaker), then the DEL is still owed.
+    let rounds = || {
+        tier.counters
+            .owed_rounds
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let tried = rounds();
+    eventually(
+        10,
+        "two delivery rounds tried against the frozen Redis",
+        || async { rounds() >= tried + 2 },
+    )
+    .await;
     assert_eq!(tier.owed_invalidations(), 1, "delivered to a frozen Redis");
     redis.resume();
     let thawed = Instant::now();

@@ -62,6 +62,67 @@ async fn every_backend_records_each_committed_write_in_the_same_transaction() {
     }
 }
 
+/// A write stopped after its row (before its entry), and one stopped after
+/// its entry (before its commit), then dropped as a killed process's
+/// would be: neither leaves its row nor its entry. Fails if the entry had
+/// a transaction of its own (it would stay after the second), or the row
+/// (after the first).
+async fn a_write_cut_before_its_commit_leaves_nothing(url: &str) {
+    use bloomgate_service::model::catalogue_sku;
+    let store = bloomgate_service::store::SkuStore::connect(url)
+        .await
+        .unwrap();
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(url).await.unwrap();
+    for (at, point, id) in [
+        ("after its row", &store.after_row, 801_i64),
+        ("after its entry", &store.before_commit, 802),
+    ] {
+        let pause = point.arm(id);
+        let writer = store.clone();
+        let task = tokio::spawn(async move { writer.insert(&catalogue_sku(id)).await });
+        pause.reached().await;
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM skus WHERE id = {id}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let entries: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM bloomgate_changes WHERE item_key = '{id}'"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!((rows, entries), (0, 0), "{url}: a write cut {at}");
+    }
+    // The same writes, not cut, leave one of each.
+    for id in [801_i64, 802] {
+        assert!(store.insert(&catalogue_sku(id)).await.unwrap());
+    }
+    let entries: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM bloomgate_changes WHERE item_key IN ('801', '802')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(entries, 2, "{url}");
+    pool.close().await;
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_cut_before_its_commit_leaves_neither_row_nor_entry_on_any_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    a_write_cut_before_its_commit_leaves_nothing(&common::sqlite_url(&dir)).await;
+    if let Some(db) = common::mysql_database("outbox_cut").await {
+        a_write_cut_before_its_commit_leaves_nothing(&db).await;
+    }
+    if let Some(db) = common::postgres_database("outbox_cut").await {
+        a_write_cut_before_its_commit_leaves_nothing(&db).await;
+    }
+}
+
 /// Seq 10 commits after seq 11 (the first write waits after recording its
 /// change, before committing): the follower sees 11, keeps 10 open as a
 /// gap, and applies it when it commits.
@@ -155,6 +216,9 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
     // Sized near the catalogue at 1%, so the attack measures a real rate.
     config.cache.bloom_expected = 2100;
     config.cache.bloom_fpp = 0.01;
+    // README: without Redis, instances learn a write within a poll or two;
+    // every create here is held to five polls.
+    let bound = Duration::from_millis(5 * config.sql.outbox_poll_ms);
     let a = TestServer::start(config.clone(), 2000).await;
     let b = TestServer::start(config.clone(), 0).await;
     let c = TestServer::start(config, 0).await;
@@ -170,8 +234,8 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
                     break;
                 }
                 assert!(
-                    answered.elapsed() < Duration::from_secs(5),
-                    "{id} not found on another instance"
+                    answered.elapsed() < bound,
+                    "{id} not found on another instance within {bound:?}"
                 );
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -203,19 +267,41 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
     );
     assert!(b.state.reader.gate.in_step(), "SQL answers: B is in step");
 
-    // Redis back, empty: every create still found, new ones too.
+    // Redis back, empty: what B and C served before is never refused, on
+    // any poll, while the creates made now reach them within the bound.
     redis.start().await;
+    let mut arriving = Vec::new();
     for id in 10_041..=10_050 {
         assert_eq!(a.create(id, "outbox").await, 201);
+        arriving.push((Instant::now(), id));
     }
-    for other in [&b, &c] {
-        for id in 10_001..=10_050 {
-            let path = format!("/api/seckill/{id}");
-            eventually(5, "found after Redis returned empty", || async {
-                other.get(&path).await.0 == 200
-            })
-            .await;
+    let mut waiting: Vec<_> = [&b, &c]
+        .iter()
+        .flat_map(|o| arriving.iter().map(move |&(at, id)| (*o, at, id)))
+        .collect();
+    while !waiting.is_empty() {
+        for other in [&b, &c] {
+            for id in 10_001..=10_040 {
+                let (status, _) = other.get(&format!("/api/seckill/{id}")).await;
+                assert_eq!(
+                    status, 200,
+                    "{id}, served before, after Redis returned empty"
+                );
+            }
         }
+        let mut still = Vec::new();
+        for (other, at, id) in waiting {
+            if other.get(&format!("/api/seckill/{id}")).await.0 != 200 {
+                // The 40 reads above take time of their own: the bound
+                // counts from the create, plus one round of them.
+                assert!(
+                    at.elapsed() < 4 * bound,
+                    "{id} not found after Redis returned"
+                );
+                still.push((other, at, id));
+            }
+        }
+        waiting = still;
     }
     a.stop().await;
     b.stop().await;
@@ -288,30 +374,52 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
 }
 
 /// `bloomgate seed` style writes (rows no entry names) record one rebuild
-/// request: the other instances rebuild and admit the seeded ids.
+/// request: every instance (two here) rebuilds and admits the seeded ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_seed_behind_the_services_back_makes_every_instance_rebuild() {
     let Some(db) = common::mysql_database("outbox_seed").await else {
         return;
     };
     let a = TestServer::start(common::config(&db, None, "outbox-seed"), 100).await;
-    assert_eq!(a.get("/api/seckill/150").await.0, 404);
+    let b = TestServer::start(common::config(&db, None, "outbox-seed"), 0).await;
+    for s in [&a, &b] {
+        assert_eq!(s.get("/api/seckill/150").await.0, 404);
+    }
+    let before: Vec<i64> = vec![
+        counter(&a.stats().await, &["outbox", "rebuilds"]),
+        counter(&b.stats().await, &["outbox", "rebuilds"]),
+    ];
     let store = bloomgate_service::store::SkuStore::connect(&db)
         .await
         .unwrap();
     assert_eq!(store.seed_range(101, 200, |_| {}).await.unwrap(), 100);
     store.close().await;
-    eventually(10, "A rebuilds and admits the seeded ids", || async {
-        a.get("/api/seckill/150").await.0 == 200
-    })
-    .await;
-    assert!(counter(&a.stats().await, &["outbox", "rebuilds"]) >= 1);
+    for (s, before) in [(&a, before[0]), (&b, before[1])] {
+        eventually(
+            10,
+            "the instance rebuilds and admits the seeded ids",
+            || async { s.get("/api/seckill/150").await.0 == 200 },
+        )
+        .await;
+        assert_eq!(
+            counter(&s.stats().await, &["outbox", "rebuilds"]),
+            before + 1,
+            "one rebuild each"
+        );
+        for id in [101, 199, 200] {
+            assert_eq!(s.get(&format!("/api/seckill/{id}")).await.0, 200);
+        }
+    }
     a.stop().await;
+    b.stop().await;
 }
 
 /// Issue 18's review defect: `finish_adopt` published the adopted filter
 /// after clearing `building`, so an insert in between reached only the old
-/// filter. The hook inserts from another thread at exactly that point.
+/// filter. Inserts wait on the slots lock, which the swap holds, so the
+/// order is tested directly: at the hook between the two stores the
+/// adopted filter is already published *and* still the one being built
+/// (the other order has neither), and an insert queued there reaches it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_while_an_adopted_filter_is_swapped_in_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,19 +433,28 @@ async fn an_insert_while_an_adopted_filter_is_swapped_in_reaches_it() {
     )
     .unwrap();
     let filter = gate.begin_adopt(adopted).expect("nothing else is building");
-    let inserter = std::sync::Arc::clone(&gate);
+    let (observer, expected) = (std::sync::Arc::clone(&gate), std::sync::Arc::clone(&filter));
     let (tx, rx) = std::sync::mpsc::channel();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let at_hook = std::sync::Arc::clone(&seen);
     gate.adopt_hook.set(move || {
-        let g = std::sync::Arc::clone(&inserter);
+        let is =
+            |f: Option<std::sync::Arc<_>>| f.is_some_and(|f| std::sync::Arc::ptr_eq(&f, &expected));
+        *at_hook.lock().unwrap() = Some((is(observer.published()), is(observer.building())));
+        let g = std::sync::Arc::clone(&observer);
         let tx = tx.clone();
         std::thread::spawn(move || {
             g.insert(4242);
             let _ = tx.send(());
         });
-        // Give the insert every chance to land here, mid-swap.
-        std::thread::sleep(Duration::from_millis(100));
     });
     assert!(gate.finish_adopt(&filter, 1000));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some((true, true)),
+        "(published, still building) between the two stores"
+    );
+    assert!(gate.building().is_none(), "building cleared after");
     rx.recv_timeout(Duration::from_secs(5))
         .expect("the insert ran");
     assert_eq!(

@@ -673,6 +673,10 @@ async fn the_edge_answers_exactly_as_the_router_does() {
         assert_eq!(a, b, "{method} {path}");
         assert!(a.3, "{method} {path}: no request id");
     }
+    // The edge really answered on one side and never on the other: the
+    // L1 hit, the filter's "no" and L1's "not found", each a plain GET.
+    assert_eq!(fast.state.metrics.fast_answers(), 3, "fast answers");
+    assert_eq!(routed.state.metrics.fast_answers(), 0, "routed answers");
     let (sa, sb) = (fast.stats().await, routed.stats().await);
     for section in ["requests", "l1"] {
         assert_eq!(sa[section], sb[section], "{section}");

@@ -443,12 +443,18 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     let hits = users.reader.l1_counters.hits.get();
     let negative = users.reader.l1_counters.negative_hits.get();
     let before = users.gate().stats();
+    let answered_fast = s.state.metrics.fast_answers();
     for key in ["u000007", &rejected, &passed] {
         let fast = seen(&s, Method::GET, &format!("/api/users/{key}")).await;
         let routed = seen(&s, Method::GET, &format!("/api/users/{}", escaped(key))).await;
         assert_eq!(fast, routed, "{key}");
         assert!(fast.3, "{key}: no request id");
     }
+    assert_eq!(
+        s.state.metrics.fast_answers() - answered_fast,
+        3,
+        "the plain spellings answered by the edge, the escaped ones routed"
+    );
     let after = users.gate().stats();
     assert_eq!(
         after.rejected - before.rejected,
@@ -537,7 +543,8 @@ async fn refuse_bad_configs(url: &str) {
         ("resources[0].key", Box::new(|r| r[0].key = "nope".into())),
         (
             "resources[0].table",
-            Box::new(|r| r[0].table = "users; DROP TABLE skus".into()),
+            // A table that exists: an executed injection would show below.
+            Box::new(|r| r[0].table = "users; DROP TABLE users".into()),
         ),
         (
             "resources[1].name",
@@ -773,4 +780,156 @@ async fn a_load_that_panics_answers_503_to_every_reader() {
     assert_eq!(ok.unwrap().status(), 200);
     let _ = tx.send(());
     task.await.unwrap().unwrap();
+}
+
+/// The watch column's promises (README, `resource.rs`): a row that
+/// commits after a row with a larger value is still seen when it commits
+/// within five polls; a full page of one value is gone past, not read
+/// forever; and the documented gap: a row that commits more than five
+/// polls after a larger value is left to `keys` or the next rebuild.
+/// Fails with `WATCH_LAG_POLLS = 0` (the first) and without the page's
+/// `past` (the second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_watch_sees_late_commits_within_five_polls_and_pages_past_one_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, None, "watch-promises");
+    config.cache.bloom_auto_rebuild = false;
+    let mut watched = resource("members", true);
+    // Room for the page of 10,000 without an alarm (a rebuild would admit
+    // every row and hide what the watch did).
+    watched.bloom_expected = 30_000;
+    config.resources = vec![watched];
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    let members = users(&s, "members");
+    let admitted = |k: &str| members.gate().probe(text(k)) != Verdict::Reject;
+    let fresh = |prefix: &str| rejected_everywhere(&[&s], prefix).to_string();
+    let insert = |key: String, seq: i64| {
+        let url = url.clone();
+        async move {
+            exec(
+                &url,
+                &[format!(
+                    "INSERT INTO users (id, name, seq) VALUES ('{key}', 'watched', {seq})"
+                )],
+            )
+            .await;
+        }
+    };
+    let every = std::time::Duration::from_millis(50);
+
+    // Out of order within five polls: 150,000 commits just after 200,000
+    // was seen.
+    let (high, late) = (fresh("hi"), fresh("lo"));
+    insert(high.clone(), 200_000).await;
+    eventually(5, "the watch admits the larger value", || async {
+        admitted(&high)
+    })
+    .await;
+    insert(late.clone(), 150_000).await;
+    eventually(
+        5,
+        "a row committed out of order within five polls",
+        || async { admitted(&late) },
+    )
+    .await;
+
+    // A full page (10,000 rows) of one value, then one past it.
+    let page: Vec<String> = (0..10_000)
+        .map(|i| format!("('pg{i:05}', 'page', 300000)"))
+        .collect();
+    exec(
+        &url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES {}",
+            page.join(", ")
+        )],
+    )
+    .await;
+    let after = fresh("af");
+    insert(after.clone(), 300_001).await;
+    eventually(10, "the row past a full page of one value", || async {
+        admitted(&after)
+    })
+    .await;
+    for i in [0, 4_999, 9_999] {
+        assert!(admitted(&format!("pg{i:05}")), "pg{i:05} of the page");
+    }
+
+    // The documented gap: a smaller value committed more than five polls
+    // after the largest is not admitted by the watch.
+    tokio::time::sleep(every * 12).await;
+    let missed = fresh("gap");
+    insert(missed.clone(), 100).await;
+    tokio::time::sleep(every * 12).await;
+    assert!(
+        !admitted(&missed),
+        "the gap README states: left to keys or the next rebuild"
+    );
+    s.stop().await;
+}
+
+/// A resource's `keys` call drops the keys' cached entries from Redis
+/// before it records them in the outbox: when Redis does not confirm the
+/// `DEL` (an ACL without it, on a Redis of the test's own) the call
+/// answers 503 and nothing is recorded; once Redis takes `DEL`s again the
+/// same call answers 200 and records one entry. Fails if the outbox were
+/// written first (the 503 would leave an entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_answers_503_and_records_nothing_when_redis_does_not_confirm() {
+    let redis = common::OwnServer::redis().await;
+    let mut admin = common::redis_conn(&redis.url()).await;
+    let acl = |del: &'static str| {
+        redis::cmd("ACL")
+            .arg(&["SETUSER", "nodel", "on", "nopass", "~*", "&*", "+@all", del])
+            .clone()
+    };
+    let _: () = acl("-del").query_async(&mut admin).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let nodel = format!("redis://nodel:x@127.0.0.1:{}/", redis.port);
+    let mut config = common::config(&url, Some(&nodel), "keys-redis-first");
+    config.resources = vec![resource("users", false)];
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    let key = rejected_everywhere(&[&s], "k").to_string();
+    exec(
+        &url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES ('{key}', 'app', 999999)"
+        )],
+    )
+    .await;
+    let recorded = || {
+        let (url, key) = (url.clone(), key.clone());
+        async move {
+            let pool = pool(&url).await;
+            let n: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM bloomgate_changes WHERE item_key = '{key}'"
+            ))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            n
+        }
+    };
+    let (status, body) = post(&s, "/api/users/keys", &[&key]).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].is_string(), "a JSON error: {body}");
+    assert_eq!(
+        recorded().await,
+        0,
+        "nothing recorded before Redis confirmed"
+    );
+
+    let _: () = acl("+del").query_async(&mut admin).await.unwrap();
+    let (status, body) = post(&s, "/api/users/keys", &[&key]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(recorded().await, 1);
+    assert_eq!(s.get(&format!("/api/users/{key}")).await.0, 200);
+    s.stop().await;
 }

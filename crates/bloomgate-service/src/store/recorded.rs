@@ -37,6 +37,7 @@ impl SkuStore {
             tx.rollback().await.map_err(err(op))?;
             return Ok(0);
         }
+        self.after_row.pass(id).await;
         let recorded = Instant::now();
         self.record_in(&mut tx, SKU_RESOURCE, &id.to_string(), kind)
             .await?;

@@ -719,12 +719,13 @@ impl OwnCluster {
         panic!("no node serves slot {slot}: {shards}");
     }
 
-    /// Keys on node `i` (`DBSIZE`).
+    /// Keys on node `i` (`DBSIZE`); panics when the node does not answer
+    /// a number (an unreachable node is not an empty one).
     pub fn keys_on(&self, i: usize) -> u64 {
-        self.cli(self.nodes[i].port, &["dbsize"])
-            .trim()
+        let out = self.cli(self.nodes[i].port, &["dbsize"]);
+        out.trim()
             .parse()
-            .unwrap_or(0)
+            .unwrap_or_else(|_| panic!("node {i} answered DBSIZE with {out:?}"))
     }
 }
 
