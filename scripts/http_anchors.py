@@ -226,7 +226,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
         return
     subprocess.run(["mariadb", "-uroot", "-e",
                     "DROP DATABASE IF EXISTS bg_anchors; CREATE DATABASE bg_anchors"], check=True)
-    db = "mysql://root@127.0.0.1:3306/bg_anchors"
+    db = "mysql://root@127.0.0.1:3306/bg_anchors?ssl-mode=DISABLED"
     prefix = "bganchors:"
     keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{prefix}*"],
                           capture_output=True, text=True).stdout.split()

@@ -320,6 +320,12 @@ fn use_tree(s: &str) -> (Vec<String>, &str) {
                     }
                     let (members, after) = use_tree(rest);
                     out.extend(members.into_iter().map(|m| format!("{prefix}{m}")));
+                    // A member that is no path (`*`, `self`): step over it.
+                    let after = if after.len() == rest.len() {
+                        after.char_indices().nth(1).map_or("", |(i, _)| &after[i..])
+                    } else {
+                        after
+                    };
                     rest = after.trim_start();
                     // `as name` and the separator.
                     if let Some(after) = rest.strip_prefix("as ") {
@@ -386,7 +392,11 @@ fn crate_paths(text: &str, module: &str) -> Vec<String> {
                 let grouped = after.strip_prefix('{').map(|g| format!("x::{{{g}"));
                 let (paths, _) = use_tree(grouped.as_deref().unwrap_or(after));
                 for p in paths {
-                    let p = p.strip_prefix("x::").unwrap_or(&p).to_string();
+                    // Only the group's stand-in root is dropped.
+                    let p = match &grouped {
+                        Some(_) => p.strip_prefix("x::").unwrap_or(&p).to_string(),
+                        None => p,
+                    };
                     out.push(if prefix.is_empty() {
                         p
                     } else {
@@ -533,6 +543,8 @@ fn a_circle_is_found() {
         crate_paths("use crate::{a::{b, c::D}, e as f, g};", "m"),
         ["a::b", "a::c::D", "e", "g"]
     );
+    // A glob in a group is stepped over, not read forever.
+    assert_eq!(crate_paths("use crate::x::{a, *};", "m"), ["x::a"]);
     // `super::` and `self::` name modules relative to the file's own;
     // inside its `#[cfg(test)]` part `super` is the module itself.
     assert_eq!(

@@ -305,8 +305,9 @@ impl<F> EdgeFuture<F> {
 }
 
 /// A routed request not answered yet. Dropped so (the client went away
-/// and the server dropped the request's future), it is counted as
-/// [`Outcome::CANCELLED`] with status 499.
+/// and the server dropped the request's future, or the shutdown grace
+/// ran out), it is counted as [`Outcome::CANCELLED`] with status 499; one
+/// dropped by a handler's panic as an `error`, 500.
 struct Unanswered {
     shared: Arc<Shared>,
     started: Instant,
@@ -317,9 +318,20 @@ struct Unanswered {
 impl Drop for Unanswered {
     fn drop(&mut self) {
         if !self.answered {
+            let (outcome, status) = if std::thread::panicking() {
+                (Outcome::ERROR, 500)
+            } else {
+                (Outcome::CANCELLED, 499)
+            };
+            let latency = self.started.elapsed();
             self.shared
                 .metrics
-                .record(self.route, Outcome::CANCELLED, 499, self.started.elapsed());
+                .record(self.route, outcome, status, latency);
+            tracing::debug!(
+                status,
+                latency_ms = latency.as_millis() as u64,
+                "request dropped before its answer"
+            );
         }
     }
 }

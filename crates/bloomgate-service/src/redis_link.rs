@@ -21,7 +21,8 @@ use futures_util::future::try_join_all;
 use redis::{Cmd, FromRedisValue, RedisResult};
 
 /// Where Redis is, and how to check its certificate when it speaks TLS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` hides the URLs' passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisTarget {
     /// One server or a cluster's nodes.
     pub nodes: RedisNodes,
@@ -29,8 +30,8 @@ pub struct RedisTarget {
     pub tls: TlsFiles,
 }
 
-/// One server or a cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One server or a cluster. Its `Debug` hides the URLs' passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisNodes {
     /// One server (`redis://host:port/db`, or `rediss://` for TLS).
     Server(String),
@@ -39,6 +40,28 @@ pub enum RedisNodes {
 }
 
 pub use bloomgate_redis::tls::TlsFiles;
+
+impl std::fmt::Debug for RedisNodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::text::redact_url;
+        match self {
+            Self::Server(url) => f.debug_tuple("Server").field(&redact_url(url)).finish(),
+            Self::Cluster(nodes) => f
+                .debug_tuple("Cluster")
+                .field(&nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("nodes", &self.nodes)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
 
 impl RedisTarget {
     /// One server, without TLS files.
@@ -99,15 +122,17 @@ impl RedisTarget {
         }
     }
 
-    /// Connects and sends one `PING`: what start-up checks before anything
-    /// else uses Redis, so that a wrong address, password or certificate
-    /// stops the start with one clear error.
+    /// Connects once, as every later use will: what start-up does before
+    /// anything else uses Redis, so that a wrong address, password or
+    /// certificate stops the start with one clear error. (No command is
+    /// sent: a `PING` would need every cluster primary up, and is refused
+    /// while Redis loads its data or by an ACL without it, none of which
+    /// stopped a start before.)
     ///
     /// # Errors
-    /// As [`RedisTarget::connect`], or the `PING`'s error.
+    /// As [`RedisTarget::connect`].
     pub async fn check(&self, timeout: Duration) -> RedisResult<()> {
-        let mut conn = self.connect(timeout, timeout).await?;
-        redis::cmd("PING").query_async::<()>(&mut conn).await
+        self.connect(timeout, timeout).await.map(drop)
     }
 }
 

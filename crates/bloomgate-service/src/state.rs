@@ -87,10 +87,22 @@ impl StartError {
             let u = u.to_ascii_lowercase();
             u.contains("sslmode=disable") || u.contains("ssl-mode=disabled")
         });
-        let hint = if tls_off {
-            // MariaDB with require_secure_transport answers a plain login
-            // "Access denied"; PostgreSQL's hba says "no encryption".
+        // MariaDB with require_secure_transport answers a plain login
+        // "Access denied"; PostgreSQL's hba says "no encryption".
+        let refused_plain = ["no encryption", "access denied", "insecure transport"]
+            .iter()
+            .any(|w| text.contains(w));
+        let plain_redis = url.is_some_and(|u| u.starts_with("redis://"));
+        let hint = if tls_off && refused_plain {
             " (TLS is disabled in the URL: a server that requires TLS refuses such logins)"
+        } else if plain_redis && text.contains("reset by peer") {
+            " (a Redis that speaks only TLS resets plain connections: use rediss://)"
+        } else if text.contains("certificaterequired") || text.contains("certificate required") {
+            if key == "database_url" {
+                " (the server asks for a client certificate: sslcert and sslkey on PostgreSQL, ssl-cert and ssl-key on MySQL)"
+            } else {
+                " (the server asks for a client certificate: set redis_tls_cert and redis_tls_key)"
+            }
         } else if !text.contains("certificate") {
             ""
         } else if key == "database_url" {
@@ -128,10 +140,15 @@ impl AppState {
         let target = config.redis();
         if let Some(target) = &target {
             let timeout = Duration::from_millis(c.redis_timeout_ms).max(Duration::from_secs(2));
-            target
-                .check(timeout)
-                .await
-                .map_err(|e| StartError::connect(target.key(), e.into(), None))?;
+            target.check(timeout).await.map_err(|e| {
+                let url = match &target.nodes {
+                    crate::redis_link::RedisNodes::Server(u) => u.as_str(),
+                    crate::redis_link::RedisNodes::Cluster(n) => {
+                        n.first().map_or("", |u| u.as_str())
+                    }
+                };
+                StartError::connect(target.key(), e.into(), Some(url))
+            })?;
         }
         let (redis, changes) = match &target {
             Some(target) => (

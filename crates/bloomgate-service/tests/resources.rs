@@ -800,6 +800,9 @@ async fn the_watch_sees_late_commits_within_five_polls_and_pages_past_one_value(
     // Room for the page of 10,000 without an alarm (a rebuild would admit
     // every row and hide what the watch did).
     watched.bloom_expected = 30_000;
+    // Polls slow enough that "within five polls" (a second) has room on a
+    // loaded machine.
+    watched.watch_every_ms = 200;
     config.resources = vec![watched];
     let s = TestServer::start(config, 0).await;
     ready(&s).await;
@@ -818,7 +821,7 @@ async fn the_watch_sees_late_commits_within_five_polls_and_pages_past_one_value(
             .await;
         }
     };
-    let every = std::time::Duration::from_millis(50);
+    let every = std::time::Duration::from_millis(200);
 
     // Out of order within five polls: 150,000 commits just after 200,000
     // was seen.
@@ -860,10 +863,10 @@ async fn the_watch_sees_late_commits_within_five_polls_and_pages_past_one_value(
 
     // The documented gap: a smaller value committed more than five polls
     // after the largest is not admitted by the watch.
-    tokio::time::sleep(every * 12).await;
+    tokio::time::sleep(every * 7).await;
     let missed = fresh("gap");
     insert(missed.clone(), 100).await;
-    tokio::time::sleep(every * 12).await;
+    tokio::time::sleep(every * 7).await;
     assert!(
         !admitted(&missed),
         "the gap README states: left to keys or the next rebuild"

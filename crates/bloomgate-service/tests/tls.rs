@@ -461,6 +461,16 @@ async fn values_leases_the_doorbell_and_strict_mode_work_over_tls() {
         if what == "other CA" {
             assert!(e.contains("redis_tls_ca"), "{what}: {e}");
         }
+        if what == "plain" && e.contains("reset by peer") {
+            assert!(e.contains("use rediss://"), "{what}: {e}");
+        }
+        // A server asking for a client certificate is not a CA problem:
+        // where the error speaks of certificates, the hint names the
+        // client certificate's keys.
+        if what == "no client certificate" && e.to_ascii_lowercase().contains("certificate") {
+            assert!(e.contains("redis_tls_cert"), "{what}: {e}");
+        }
+        eprintln!("{what}: {e}");
     }
 }
 
@@ -628,6 +638,23 @@ async fn no_password_reaches_a_log_an_error_the_stats_metrics_or_the_dashboard()
         redis_url: Some(redis_url.replace(&redis.port.to_string(), &closed.to_string())),
         ..config.clone()
     };
+    // A wrong password is refused by the server: its error (WRONGPASS,
+    // Access denied) must not quote the password either.
+    let bad_redis_password = Config {
+        redis_url: Some(redis_url.replace(REDIS_PASSWORD, "Wrong-Redis-Secret-1")),
+        ..config.clone()
+    };
+    let bad_db_password = Config {
+        database_url: db_url.replace(DB_PASSWORD, "Wrong-Db-Secret-1"),
+        ..config.clone()
+    };
+    for c in [&bad_redis_password, &bad_db_password] {
+        let e = AppState::connect(c).await.expect_err("refused");
+        let text = format!("{e} / {e:?}");
+        assert!(!text.contains("Wrong-"), "{text}");
+        seen.push(("wrong-password error", text));
+    }
+    seen.push(("config debug", format!("{config:?}")));
     for c in [&wrong_db, &wrong_redis] {
         let e = AppState::connect(c).await.expect_err("refused");
         seen.push(("start error", format!("{e} / {e:?}")));
