@@ -344,9 +344,10 @@ impl Outbox {
         Ok(out)
     }
 
-    /// The ids created after `from`, for a filter that is complete up to
-    /// `from` (a snapshot, another instance's rebuild); `None` when entries
-    /// after `from` were trimmed, so what it lacks cannot be known.
+    /// The SKU ids created after `from` (other resources' entries skipped),
+    /// for a filter that is complete up to `from` (a snapshot, another
+    /// instance's rebuild); `None` when entries after `from` were trimmed,
+    /// so what it lacks cannot be known.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -359,7 +360,8 @@ impl Outbox {
         loop {
             let page = self.after(cursor).await?;
             for e in &page {
-                if e.kind == crate::wire::kind::CREATED {
+                // A resource's keys are no SKU ids, even when they parse.
+                if e.kind == crate::wire::kind::CREATED && e.resource == SKU_RESOURCE {
                     if let Ok(id) = e.key.parse() {
                         created.push(id);
                     }

@@ -936,3 +936,33 @@ async fn keys_answers_503_and_records_nothing_when_redis_does_not_confirm() {
     assert_eq!(s.get(&format!("/api/users/{key}")).await.0, 200);
     s.stop().await;
 }
+
+/// Issue 30's defect: the SKU filter's replay from the outbox
+/// (`Outbox::created_after`, behind snapshot restores and adopted
+/// rebuilds, and their "does the filter account for SQL's rows" check)
+/// took a resource's key that parses as an integer for a SKU id. A users
+/// key "42" must not count as SKU 42.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resources_integer_looking_key_is_no_sku_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, None, "created-after");
+    config.resources = vec![resource("users", false)];
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    exec(
+        &url,
+        &["INSERT INTO users (id, name, seq) VALUES ('42', 'numeric', 999998)".into()],
+    )
+    .await;
+    let (status, body) = post(&s, "/api/users/keys", &["42"]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(s.create(7, "a sku").await, 201);
+    assert_eq!(
+        s.state.outbox.created_after(0).await.unwrap(),
+        Some(vec![7]),
+        "the SKU creates after position 0"
+    );
+    s.stop().await;
+}
