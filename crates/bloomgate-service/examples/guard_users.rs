@@ -79,6 +79,9 @@ pub async fn guarded(
 
 #[tokio::main]
 async fn main() {
+    // A fresh checkout has no `data/` yet (SQLite creates the file, not
+    // its directory).
+    std::fs::create_dir_all("data").expect("data/");
     let users = SqlitePool::connect("sqlite://data/users.db?mode=rwc")
         .await
         .expect("users.db");
