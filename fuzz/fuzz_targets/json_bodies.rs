@@ -5,9 +5,9 @@
 
 use axum::http::{HeaderMap, HeaderValue};
 use bloomgate_service::error::AppError;
-use bloomgate_service::input::json_body;
+use bloomgate_service::http::input::json_body;
 use bloomgate_service::model::SkuInput;
-use bloomgate_service::routes::WarmRequest;
+use bloomgate_service::http::routes::WarmRequest;
 use libfuzzer_sys::fuzz_target;
 
 fn check(r: Result<(), AppError>) {

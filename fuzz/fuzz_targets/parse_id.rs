@@ -4,7 +4,7 @@
 #![no_main]
 
 use bloomgate_service::error::AppError;
-use bloomgate_service::input::{parse_id, MAX_QUOTED};
+use bloomgate_service::http::input::{parse_id, MAX_QUOTED};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

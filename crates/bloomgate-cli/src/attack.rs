@@ -2,7 +2,13 @@
 //! missing id, distinct random ids, existing ids or a mix, against a
 //! running service, bounded in count, time and rate; a report of what got
 //! through to Redis and SQL, from the server's stats and (optionally) the
-//! database's and Redis's own counters; an SVG plot over time.
+//! database's and Redis's own counters; an SVG plot over time. With
+//! `--resource NAME` the keys go to a guarded resource's
+//! `GET /api/{name}/{key}` instead (text keys for a text resource).
+
+mod counters;
+mod plan;
+mod report;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,6 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+
+use counters::{get, snapshot, stats, DbCounter, Sample};
+use plan::{check_target, plan, Ids, Target};
+use report::{percentile, points_to_series, print_report};
 
 /// Most requests one run sends (latencies are kept, 4 bytes each).
 pub const MAX_REQUESTS: u64 = 20_000_000;
@@ -35,6 +45,13 @@ pub enum Mode {
 /// `bloomgate attack`.
 #[derive(Debug, Args)]
 pub struct AttackArgs {
+    /// Attack resource NAME (`GET /api/{NAME}/{key}`) instead of seed
+    /// 000's `/api/seckill/{id}`; a text resource gets text keys.
+    #[arg(long)]
+    resource: Option<String>,
+    /// Text keys are this prefix and a number (seed 002's `u1001`).
+    #[arg(long, default_value = "u")]
+    key_prefix: String,
     /// Base URL of the service (loopback only, unless --allow-remote).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
@@ -94,306 +111,12 @@ pub struct AttackArgs {
     sample_every: f64,
 }
 
-/// How many requests and for how long, after checking the bounds.
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    requests: u64,
-    deadline: Option<Duration>,
-    interval: Option<Duration>,
-}
-
-fn plan(a: &AttackArgs) -> anyhow::Result<Plan> {
-    if a.concurrency == 0 || a.concurrency > MAX_CONCURRENCY {
-        bail!(
-            "--concurrency must be 1..={MAX_CONCURRENCY} (got {})",
-            a.concurrency
-        );
-    }
-    let requests = match (a.requests, a.duration) {
-        (Some(n), _) => n,
-        (None, Some(_)) => MAX_REQUESTS,
-        (None, None) => 100_000,
-    };
-    if requests == 0 || requests > MAX_REQUESTS {
-        bail!("--requests must be 1..={MAX_REQUESTS} (got {requests})");
-    }
-    let deadline = match a.duration {
-        Some(d) if !(d > 0.0 && d <= MAX_DURATION_SECS) => {
-            bail!("--duration must be over 0 and at most {MAX_DURATION_SECS} seconds (got {d})")
-        }
-        Some(d) => Some(Duration::from_secs_f64(d)),
-        None => None,
-    };
-    let interval = match a.rate {
-        Some(r) if !(0.01..=10_000_000.0).contains(&r) => {
-            bail!("--rate must be 0.01..=10000000 requests per second (got {r})")
-        }
-        Some(r) => Some(Duration::from_secs_f64(1.0 / r)),
-        None => None,
-    };
-    if !(0.01..=60.0).contains(&a.sample_every) {
-        bail!(
-            "--sample-every must be 0.01..=60 seconds (got {})",
-            a.sample_every
-        );
-    }
-    match a.mode {
-        Mode::Same if a.id == 0 || a.id > i64::MAX as u64 => {
-            bail!("--id must be a positive 64-bit id (got {})", a.id)
-        }
-        Mode::Random | Mode::Mix
-            if a.min_id == 0 || a.min_id > a.max_id || a.max_id > i64::MAX as u64 =>
-        {
-            bail!(
-                "--min-id and --max-id must satisfy 1 <= min <= max <= 2^63-1 (got {}..={})",
-                a.min_id,
-                a.max_id
-            )
-        }
-        Mode::Existing | Mode::Mix if a.existing_max == 0 || a.existing_max > i64::MAX as u64 => {
-            bail!(
-                "--existing-max must be a positive 64-bit id (got {})",
-                a.existing_max
-            )
-        }
-        Mode::Mix if !(0.0..=1.0).contains(&a.existing_ratio) => {
-            bail!(
-                "--existing-ratio must be in [0, 1] (got {})",
-                a.existing_ratio
-            )
-        }
-        _ => {}
-    }
-    if a.mode == Mode::Random && requests > a.max_id - a.min_id + 1 && a.duration.is_none() {
-        bail!(
-            "--mode random sends distinct ids: {requests} requests need a range of at least that many (got {}..={})",
-            a.min_id, a.max_id
-        );
-    }
-    Ok(Plan {
-        requests,
-        deadline,
-        interval,
-    })
-}
-
-/// The i-th id of a run: a pure function of the arguments, so runs repeat.
-#[derive(Debug, Clone, Copy)]
-struct Ids {
-    mode: Mode,
-    id: u64,
-    min: u64,
-    span: u64,
-    /// A multiplier coprime with `span`: i ↦ (i·step + offset) mod span is
-    /// a permutation, so the first `span` random ids are distinct.
-    step: u64,
-    offset: u64,
-    existing_max: u64,
-    /// `--existing-ratio` scaled to 2^64.
-    existing_below: u64,
-    seed: u64,
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-impl Ids {
-    fn new(a: &AttackArgs) -> Self {
-        let span = a.max_id - a.min_id + 1;
-        let mix = bloomgate_filter::hash::splitmix64;
-        let mut step = mix(a.seed) % span.max(1);
-        let mut n = 0;
-        while gcd(step, span) != 1 {
-            n += 1;
-            step = mix(a.seed.wrapping_add(n)) % span;
-        }
-        Self {
-            mode: a.mode,
-            id: a.id,
-            min: a.min_id,
-            span,
-            step,
-            offset: mix(a.seed ^ 0x5eed) % span,
-            existing_max: a.existing_max,
-            existing_below: (a.existing_ratio * 2f64.powi(64)).min(u64::MAX as f64) as u64,
-            seed: a.seed,
-        }
-    }
-
-    fn random(&self, i: u64) -> u64 {
-        let k = (u128::from(i) * u128::from(self.step) + u128::from(self.offset))
-            % u128::from(self.span);
-        self.min + k as u64
-    }
-
-    fn existing(&self, i: u64) -> u64 {
-        bloomgate_filter::hash::splitmix64(self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i)
-            % self.existing_max
-            + 1
-    }
-
-    fn nth(&self, i: u64) -> u64 {
-        match self.mode {
-            Mode::Same => self.id,
-            Mode::Random => self.random(i),
-            Mode::Existing => self.existing(i),
-            Mode::Mix => {
-                let coin = bloomgate_filter::hash::splitmix64(self.seed ^ i.rotate_left(17));
-                if coin < self.existing_below {
-                    self.existing(i)
-                } else {
-                    self.random(i)
-                }
-            }
-        }
-    }
-}
-
-/// Refuses targets off this machine unless allowed.
-fn check_target(raw: &str, allow_remote: bool) -> anyhow::Result<String> {
-    let url = reqwest::Url::parse(raw).with_context(|| format!("--url {raw:?} is not a URL"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        bail!("--url must be http:// or https:// (got {raw})");
-    }
-    let loopback = match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => bail!("--url has no host (got {raw})"),
-    };
-    if !loopback && !allow_remote {
-        bail!("--url {raw} is not on this machine; pass --allow-remote to attack it anyway");
-    }
-    Ok(raw.trim_end_matches('/').to_string())
-}
-
-/// A point of the plot.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    secs: f64,
-    sent: u64,
-    sql_queries: i64,
-    redis_keys: i64,
-}
-
-/// Counters read before and after.
-#[derive(Debug, Clone)]
-struct Snapshot {
-    stats: Value,
-    db: Option<i64>,
-    redis_keys: Option<i64>,
-}
-
-fn get(v: &Value, path: &[&str]) -> i64 {
-    path.iter().fold(v, |v, k| &v[*k]).as_i64().unwrap_or(0)
-}
-
-async fn stats(client: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
-    let r = client
-        .get(format!("{url}/api/cache/stats"))
-        .send()
-        .await
-        .with_context(|| format!("fetching {url}/api/cache/stats"))?;
-    if !r.status().is_success() {
-        bail!("{url}/api/cache/stats answered {}", r.status());
-    }
-    Ok(r.json().await?)
-}
-
-/// The database's own statement counter.
-enum DbCounter {
-    MySql(sqlx::MySqlPool),
-    Postgres(sqlx::PgPool),
-}
-
-impl DbCounter {
-    async fn connect(url: &str) -> anyhow::Result<Self> {
-        if url.starts_with("mysql:") || url.starts_with("mariadb:") {
-            let url = url.replacen("mariadb:", "mysql:", 1);
-            Ok(Self::MySql(
-                sqlx::MySqlPool::connect(&url)
-                    .await
-                    .context("--database-url")?,
-            ))
-        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Ok(Self::Postgres(
-                sqlx::PgPool::connect(url).await.context("--database-url")?,
-            ))
-        } else {
-            bail!("--database-url must be mysql:// or postgres:// (SQLite keeps no server-side query counter)")
-        }
-    }
-
-    async fn read(&self) -> anyhow::Result<i64> {
-        use sqlx::Row;
-        Ok(match self {
-            Self::MySql(p) => {
-                let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Com_select'")
-                    .fetch_one(p)
-                    .await?;
-                let v: String = row.try_get(1)?;
-                v.parse()?
-            }
-            Self::Postgres(p) => {
-                // Statistics are flushed when a backend goes idle; ask for
-                // a fresh snapshot.
-                sqlx::query("SELECT pg_stat_clear_snapshot()")
-                    .execute(p)
-                    .await?;
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()",
-                )
-                .fetch_one(p)
-                .await?
-            }
-        })
-    }
-}
-
-async fn redis_dbsize(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
-    Ok(redis::cmd("DBSIZE").query_async(conn).await?)
-}
-
-async fn snapshot(
-    client: &reqwest::Client,
-    url: &str,
-    db: Option<&DbCounter>,
-    redis: Option<&mut redis::aio::MultiplexedConnection>,
-) -> anyhow::Result<Snapshot> {
-    let stats = stats(client, url).await?;
-    let db = match db {
-        Some(d) => Some(d.read().await?),
-        None => None,
-    };
-    let redis_keys = match redis {
-        Some(c) => Some(redis_dbsize(c).await?),
-        None => stats["redis"]["keys"].as_i64(),
-    };
-    Ok(Snapshot {
-        stats,
-        db,
-        redis_keys,
-    })
-}
-
 #[derive(Debug, Default)]
 struct Tally {
     ok: AtomicU64,
     not_found: AtomicU64,
     other: AtomicU64,
     errors: AtomicU64,
-}
-
-fn percentile(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    f64::from(sorted[i]) / 1000.0
 }
 
 pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
@@ -418,6 +141,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
         None => None,
     };
     let before = snapshot(&client, &url, db.as_ref(), redis.as_mut()).await?;
+    let target = Target::new(&a, &before.stats)?;
 
     let ids = Ids::new(&a);
     let next = Arc::new(AtomicU64::new(0));
@@ -447,9 +171,10 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
             Arc::clone(&stop),
         );
         let (q0, k0) = (
-            get(&before.stats, &["sql", "queries"]),
+            target.sql(&before.stats).0,
             get(&before.stats, &["redis", "keys"]),
         );
+        let target = target.clone();
         let every = Duration::from_secs_f64(a.sample_every);
         tokio::spawn(async move {
             loop {
@@ -458,7 +183,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
                     let point = Sample {
                         secs: started.elapsed().as_secs_f64(),
                         sent: done.load(Ordering::Relaxed),
-                        sql_queries: get(&s, &["sql", "queries"]) - q0,
+                        sql_queries: target.sql(&s).0 - q0,
                         redis_keys: get(&s, &["redis", "keys"]) - k0,
                     };
                     samples
@@ -476,13 +201,14 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
 
     let mut workers = Vec::new();
     for _ in 0..a.concurrency {
-        let (client, next, done, tally, url, progress) = (
+        let (client, next, done, tally, url, progress, target) = (
             client.clone(),
             Arc::clone(&next),
             Arc::clone(&done),
             Arc::clone(&tally),
             url.clone(),
             progress.clone(),
+            target.clone(),
         );
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
@@ -500,7 +226,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
                 }
                 let sent = Instant::now();
                 let slot = match client
-                    .get(format!("{url}/api/seckill/{}", ids.nth(i)))
+                    .get(format!("{url}{}", target.path_of(ids.nth(i))))
                     .send()
                     .await
                 {
@@ -551,7 +277,8 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
                 .collect()
         })
         .unwrap_or_default();
-    let sql_queries = delta(&["sql", "queries"]);
+    let ((q1, m1), (q0, m0)) = (target.sql(&after.stats), target.sql(&before.stats));
+    let sql_queries = q1 - q0;
     let db_delta = after.db.zip(before.db).map(|(a, b)| a - b);
     let redis_delta = after.redis_keys.zip(before.redis_keys).map(|(a, b)| a - b);
     let report = json!({
@@ -573,9 +300,10 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
             "errors": tally.errors.load(Ordering::Relaxed),
         },
         "outcomes": outcomes,
-        "filter_rejected": delta(&["bloom", "rejected"]),
+        "resource": target.resource,
+        "filter_rejected": delta(&target.figure(&["bloom", "rejected"])),
         "sql_queries": sql_queries,
-        "sql_missing": delta(&["sql", "missing"]),
+        "sql_missing": m1 - m0,
         "sql_background": delta(&["sql", "background_statements"]),
         "database_counter": db_delta,
         "redis_keys_added": redis_delta,
@@ -585,8 +313,8 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
             "redis_keys_added": redis_delta.map(per_k),
         },
         "filter": {
-            "ready": after.stats["bloom"]["ready"],
-            "expected_fpr": after.stats["bloom"]["expected_fpr"],
+            "ready": target.figure(&["bloom", "ready"]).iter().fold(&after.stats, |v, k| &v[*k]),
+            "expected_fpr": target.figure(&["bloom", "expected_fpr"]).iter().fold(&after.stats, |v, k| &v[*k]),
         },
     });
     if let Some(path) = &a.plot {
@@ -613,75 +341,6 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
         bail!("stopped after {sent} of {} requests", plan.requests);
     }
     Ok(())
-}
-
-fn points_to_series(points: &[Sample]) -> crate::plot::Series {
-    let mut s = crate::plot::Series::default();
-    for w in points.windows(2) {
-        let dt = (w[1].secs - w[0].secs).max(1e-9);
-        s.requests_per_sec
-            .push((w[1].secs, (w[1].sent - w[0].sent) as f64 / dt));
-        s.sql_per_sec
-            .push((w[1].secs, (w[1].sql_queries - w[0].sql_queries) as f64 / dt));
-    }
-    s.redis_keys = points
-        .iter()
-        .map(|p| (p.secs, p.redis_keys as f64))
-        .collect();
-    s
-}
-
-fn print_report(r: &Value) {
-    let f = |p: &[&str]| p.iter().fold(r, |v, k| &v[*k]).as_f64().unwrap_or(0.0);
-    println!(
-        "{} requests ({} mode) in {:.2} s: {:.0} req/s",
-        r["requests"],
-        r["mode"].as_str().unwrap_or(""),
-        f(&["seconds"]),
-        f(&["throughput"])
-    );
-    println!(
-        "latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
-        f(&["latency_ms", "p50"]),
-        f(&["latency_ms", "p90"]),
-        f(&["latency_ms", "p99"]),
-        f(&["latency_ms", "max"])
-    );
-    let s = &r["status"];
-    println!(
-        "status: 200 {}  404 {}  other {}  errors {}",
-        s["200"], s["404"], s["other"], s["errors"]
-    );
-    if let Some(o) = r["outcomes"].as_object() {
-        let parts: Vec<String> = o.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("answered by: {}", parts.join("  "));
-    }
-    println!(
-        "sql queries +{} (missing ids +{}), {:.2} per 1,000 requests",
-        r["sql_queries"],
-        r["sql_missing"],
-        f(&["per_1000", "sql_queries"])
-    );
-    if !r["database_counter"].is_null() {
-        println!(
-            "database's own counter +{}, {:.2} per 1,000 requests",
-            r["database_counter"],
-            f(&["per_1000", "database_counter"])
-        );
-    }
-    if r["redis_keys_added"].is_null() {
-        println!("redis: not configured");
-    } else {
-        println!(
-            "redis keys +{}, {:.2} per 1,000 requests",
-            r["redis_keys_added"],
-            f(&["per_1000", "redis_keys_added"])
-        );
-    }
-    println!(
-        "filter: ready {}, expected FPR {}",
-        r["filter"]["ready"], r["filter"]["expected_fpr"]
-    );
 }
 
 #[cfg(test)]
@@ -775,11 +434,45 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_pick_the_nearest_rank() {
-        let v: Vec<u32> = (1..=100).map(|x| x * 1000).collect();
-        assert_eq!(percentile(&v, 0.5), 50.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&v, 1.0), 100.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
+    fn a_resource_gets_its_route_its_keys_and_its_figures() {
+        let stats = json!({
+            "bloom": {"rejected": 1},
+            "sql": {"queries": 10, "missing": 4},
+            "resources": {
+                "users": {
+                    "key_type": "text",
+                    "bloom": {"rejected": 7},
+                    "sql": {"statements": 5, "loads": 3, "found": 1},
+                },
+                "orders": {"key_type": "int", "bloom": {"rejected": 0}},
+            },
+        });
+        let seckill = Target::new(&args(&[]), &stats).unwrap();
+        assert_eq!(seckill.path_of(200_100), "/api/seckill/200100");
+        assert_eq!(seckill.sql(&stats), (10, 4));
+        let users = Target::new(&args(&["--resource", "users"]), &stats).unwrap();
+        assert_eq!(users.path_of(1001), "/api/users/u1001");
+        assert_eq!(get(&stats, &users.figure(&["bloom", "rejected"])), 7);
+        assert_eq!(users.sql(&stats), (5, 2));
+        let users = Target::new(
+            &args(&["--resource", "users", "--key-prefix", "k-"]),
+            &stats,
+        )
+        .unwrap();
+        assert_eq!(users.path_of(9), "/api/users/k-9");
+        let orders = Target::new(&args(&["--resource", "orders"]), &stats).unwrap();
+        assert_eq!(orders.path_of(42), "/api/orders/42");
+        let e = Target::new(&args(&["--resource", "carts"]), &stats)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("carts") && e.contains("users, orders"), "{e}");
+        for (bad, needle) in [
+            (vec!["--resource", "Users"], "--resource"),
+            (vec!["--resource", "a/b"], "--resource"),
+            (vec!["--key-prefix", "a/b"], "--key-prefix"),
+        ] {
+            let e = plan(&args(&bad)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad:?}: {e}");
+        }
     }
 }

@@ -604,6 +604,107 @@ fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
 }
 
 #[test]
+fn attack_sends_text_keys_to_a_text_resource() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/bg.db?mode=rwc", dir.path().display());
+    rt.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+        sqlx::query("CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        for i in 1..=50 {
+            sqlx::query("INSERT INTO users VALUES (?, 'x')")
+                .bind(format!("u{i}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+    });
+    let config = dir.path().join("bloomgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database_url = {db:?}\n[[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\nbloom_expected = 1000\n"
+        ),
+    )
+    .unwrap();
+    let (mut child, port) = spawn_serve(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    let base = format!("http://127.0.0.1:{port}");
+    let stats = || -> serde_json::Value {
+        rt.block_on(async {
+            reqwest::get(format!("{base}/api/cache/stats"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while stats()["resources"]["users"]["bloom"]["ready"] != true {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "users' filter not built"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let attack = |mode: &str| -> serde_json::Value {
+        let out = run(&[
+            "attack",
+            "--url",
+            &base,
+            "--resource",
+            "users",
+            "--mode",
+            mode,
+            "--existing-max",
+            "50",
+            "--min-id",
+            "1000",
+            "--max-id",
+            "1000000",
+            "--requests",
+            "400",
+            "--concurrency",
+            "4",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Random text keys (u1000..u1000000, none of which exist): every one a
+    // 404, nearly all of them the filter's, and no SKU route touched.
+    let seckill_before = stats()["bloom"]["rejected"].clone();
+    let random = attack("random");
+    let n = |v: &serde_json::Value| v.as_i64().unwrap();
+    assert_eq!(random["resource"], "users");
+    assert_eq!(n(&random["status"]["404"]), 400, "{random}");
+    assert!(n(&random["filter_rejected"]) >= 390, "{random}");
+    assert!(n(&random["sql_queries"]) <= 10, "{random}");
+    assert_eq!(stats()["bloom"]["rejected"], seckill_before);
+    // Existing keys u1..u50: every one found.
+    let existing = attack("existing");
+    assert_eq!(n(&existing["status"]["200"]), 400, "{existing}");
+    assert_eq!(n(&existing["filter_rejected"]), 0, "{existing}");
+    // A resource the service does not guard is named, and nothing is sent.
+    let out = run(&[
+        "attack",
+        "--url",
+        &base,
+        "--resource",
+        "carts",
+        "--requests",
+        "5",
+    ]);
+    assert_clean_failure(&out, "carts");
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn attack_refuses_remote_targets_and_unbounded_runs() {
     assert_clean_failure(
         &run(&["attack", "--url", "http://192.0.2.1:8080"]),

@@ -491,7 +491,7 @@ fn the_service_crate_has_no_import_circle() {
     let graph = module_graph(&src);
     assert!(graph.len() > 20, "the graph was read: {graph:?}");
     assert!(
-        graph["router"].contains("routes") && graph["reader"].contains("gate"),
+        graph["http::router"].contains("http::routes") && graph["reader"].contains("gate"),
         "edges are found: {graph:?}"
     );
     if let Some(circle) = find_cycle(&graph) {
@@ -573,17 +573,71 @@ fn a_circle_is_found() {
     assert!(find_cycle(&g).is_some(), "{g:?}");
 }
 
-/// The most lines a service source file may have (issue 19).
+/// The most lines a source file of any crate may have (issues 19 and 30).
 const MAX_LINES: usize = 600;
 
 #[test]
-fn no_service_file_is_longer_than_600_lines() {
-    let src = root().join("crates/bloomgate-service/src");
-    let long: Vec<String> = rust_files(&src)
-        .into_iter()
+fn no_source_file_is_longer_than_600_lines() {
+    let long: Vec<String> = crates()
+        .iter()
+        .flat_map(|dir| rust_files(&dir.join("src")))
         .map(|f| (read(&f).lines().count(), f))
         .filter(|(n, _)| *n > MAX_LINES)
         .map(|(n, f)| format!("{} ({n} lines)", f.display()))
         .collect();
     assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+}
+
+/// The files under `src` outside `src/http.rs` and `src/http/` whose code
+/// (not comments) names axum.
+fn axum_outside_http(src: &Path) -> Vec<String> {
+    rust_files(src)
+        .into_iter()
+        .filter(|f| {
+            let rel = f.strip_prefix(src).unwrap();
+            !(rel.starts_with("http") || rel == Path::new("http.rs"))
+        })
+        .filter(|f| {
+            read(f).lines().any(|line| {
+                let code = line.split("//").next().unwrap_or_default();
+                code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|word| word == "axum")
+            })
+        })
+        .map(|f| f.strip_prefix(src).unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn only_http_knows_axum() {
+    let src = root().join("crates/bloomgate-service/src");
+    let outside = axum_outside_http(&src);
+    assert!(
+        outside.is_empty(),
+        "only `http` may import axum (ARCHITECTURE.md's invariant); these do: {outside:?}"
+    );
+}
+
+#[test]
+fn axum_outside_http_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("http")).unwrap();
+    std::fs::create_dir_all(src.join("cache")).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(src.join(name), text).unwrap();
+    write("http.rs", "//! x\nuse axum::Router;\n");
+    write("http/edge.rs", "//! x\nuse axum::body::Body;\n");
+    write(
+        "cache.rs",
+        "//! x\n// axum in a comment is fine\npub fn f() {}\n",
+    );
+    write("cache/l1.rs", "//! x\npub type B = axum::body::Bytes;\n");
+    write("httpish.rs", "//! x\nuse axum::Json;\n");
+    write(
+        "model.rs",
+        "//! x\nuse serde::Serialize; // not axum::Json\n",
+    );
+    let mut found = axum_outside_http(src);
+    found.sort();
+    assert_eq!(found, ["cache/l1.rs", "httpish.rs"]);
 }

@@ -17,11 +17,11 @@
 //! [`hash`], the file format in [`snapshot`].
 //!
 //! This crate does no network I/O; its only I/O is reading and writing
-//! snapshot files. `unsafe` code lives in four small modules: `mmap` (mapping
+//! snapshot files. `unsafe` code lives in five small modules: `mmap` (mapping
 //! a file), `simd` (the AVX2 block mask, and the atomic block load in
 //! assembly), `block` (calling `simd` after the run-time AVX2 check, and the
-//! prefetch hint) and `storage` (a slice view of owned, possibly
-//! huge-page-mapped lines).
+//! prefetch hint), `batch` (the batch loops' calls of `simd`, and cpuid)
+//! and `storage` (a slice view of owned, possibly huge-page-mapped lines).
 //!
 //! ```
 //! use bloomgate_filter::{BlockedBloom, Filter};

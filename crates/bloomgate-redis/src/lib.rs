@@ -22,8 +22,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod conn;
+mod error;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod transfer;
+
+pub use conn::Conn;
+pub use error::{Error, Result};
 
 /// The crate README, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
@@ -31,10 +37,8 @@ pub mod tls;
 pub struct ReadmeDoctests;
 
 use bloomgate_filter::sizing::BlockedParams;
-use bloomgate_filter::{BlockedBloom, BloomKey, Filter};
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
+use bloomgate_filter::{BlockedBloom, BloomKey};
+use redis::{AsyncCommands, Cmd};
 
 /// The largest string Redis stores, so the largest segment.
 pub const MAX_SEGMENT_BYTES: u64 = 512 << 20;
@@ -46,174 +50,6 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 128 << 20;
 /// Bytes fetched per `GETRANGE` when downloading, so one reply never
 /// holds Redis up for long.
 const DOWNLOAD_CHUNK: u64 = 4 << 20;
-
-/// A connection to one Redis server or to a Redis Cluster.
-///
-/// ```
-/// use bloomgate_redis::Conn;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
-/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-/// let client = redis::Client::open(url)?;
-/// let conn = match redis::aio::ConnectionManager::new(client).await {
-///     Ok(c) => c,
-/// #   // Without a Redis to talk to, the example has nothing to show
-/// #   // (under CI=true it fails instead).
-/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
-///     Err(e) => return Err(e.into()),
-/// };
-/// // A single server's connection; a cluster's `ClusterConnection` converts too.
-/// let shared: Conn = conn.into();
-/// assert!(matches!(shared, Conn::Single(_)));
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub enum Conn {
-    /// One server (reconnecting).
-    Single(ConnectionManager),
-    /// A cluster: commands are routed by their key's hash slot.
-    Cluster(ClusterConnection),
-}
-
-impl From<ConnectionManager> for Conn {
-    fn from(c: ConnectionManager) -> Self {
-        Self::Single(c)
-    }
-}
-
-impl From<ClusterConnection> for Conn {
-    fn from(c: ClusterConnection) -> Self {
-        Self::Cluster(c)
-    }
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// What can go wrong with a shared filter.
-///
-/// ```
-/// use bloomgate_redis::{Error, RedisBloom};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
-/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-/// let client = redis::Client::open(url)?;
-/// let conn = match redis::aio::ConnectionManager::new(client).await {
-///     Ok(c) => c,
-/// #   // Without a Redis to talk to, the example has nothing to show
-/// #   // (under CI=true it fails instead).
-/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
-///     Err(e) => return Err(e.into()),
-/// };
-/// let key = "bgdoc:error";
-/// # let _: () = redis::cmd("DEL").arg(key).arg(format!("{key}:meta")).query_async(&mut conn.clone()).await?;
-/// let f = RedisBloom::create(conn.clone(), key, 1000, 0.01, 1).await?;
-/// // The same key with another shape is refused, never silently resized.
-/// let other = RedisBloom::create(conn.clone(), key, 5000, 0.01, 1).await;
-/// assert!(matches!(other, Err(Error::ShapeMismatch { .. })));
-/// f.destroy().await?;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Redis failed or is unreachable.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// Sizing or filter construction failed.
-    #[error(transparent)]
-    Filter(#[from] bloomgate_filter::Error),
-    /// The metadata under `{key}:meta` is missing or not a bloomgate filter's.
-    #[error("shared filter {key}: {reason}")]
-    Meta {
-        /// The filter's key.
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A filter of another shape already exists under the key.
-    #[error("shared filter {key} exists with another shape")]
-    ShapeMismatch {
-        /// The filter's key.
-        key: String,
-    },
-    /// A TLS file (CA, client certificate or key) could not be read.
-    #[cfg(feature = "tls")]
-    #[error("cannot read {}: {source}", path.display())]
-    TlsFile {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The key or segment size cannot be used.
-    #[error("shared filter {key}: {reason}")]
-    Invalid {
-        /// The filter's key.
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-/// Shorthand for results in this crate.
-///
-/// ```
-/// use bloomgate_redis::{RedisBloom, Result};
-/// async fn seen(f: &RedisBloom, id: u64) -> Result<bool> {
-///     f.contains(&id).await
-/// }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let url = std::env::var("BLOOMGATE_TEST_REDIS_URL")
-/// #     .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-/// let client = redis::Client::open(url)?;
-/// let conn = match redis::aio::ConnectionManager::new(client).await {
-///     Ok(c) => c,
-/// #   // Without a Redis to talk to, the example has nothing to show
-/// #   // (under CI=true it fails instead).
-/// #   Err(_) if std::env::var("CI").as_deref() != Ok("true") => return Ok(()),
-///     Err(e) => return Err(e.into()),
-/// };
-/// let key = "bgdoc:result";
-/// # let _: () = redis::cmd("DEL").arg(key).arg(format!("{key}:meta")).query_async(&mut conn.clone()).await?;
-/// let f = RedisBloom::create(conn, key, 1000, 0.01, 1).await?;
-/// f.insert(&5u64).await?;
-/// assert!(seen(&f, 5).await?);
-/// f.destroy().await?;
-/// # Ok(())
-/// # }
-/// ```
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A blocked Bloom filter stored in Redis under `key` (one string) or
 /// `{key}:seg:{i}` (segments), with its shape in the hash `{key}:meta`.
@@ -679,124 +515,6 @@ impl RedisBloom {
             }
         }
         Ok(answers)
-    }
-
-    fn check_shape(&self, local: &BlockedBloom) -> Result<()> {
-        if local.params() != self.params || local.seed() != self.seed {
-            return Err(Error::ShapeMismatch {
-                key: self.key.clone(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Merges a local filter's bits (same shape and seed) into the shared
-    /// ones with `BITOP OR`, segment by segment, e.g. after building from
-    /// the database. A merge, not a replacement: a `SETBIT` another
-    /// instance makes while the upload runs is kept (replacing the string
-    /// would drop it, a false negative). Clearing bits (forgetting deleted
-    /// keys) needs a fresh key.
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`]; Redis errors.
-    pub async fn upload(&self, local: &BlockedBloom) -> Result<()> {
-        self.check_shape(local)?;
-        let bytes: Vec<u8> = local
-            .bitmap()
-            .words()
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .map(u8::reverse_bits)
-            .take((self.params.bits() / 8) as usize)
-            .collect();
-        for i in 0..self.segments() {
-            let start = (i * self.segment_bytes) as usize;
-            let part = &bytes[start..start + self.segment_len(i) as usize];
-            let seg = self.segment_key(i);
-            // The temporary key's hash tag is the segment's name, so a
-            // cluster keeps both in one slot and the transaction runs.
-            let tmp = format!("{{{seg}}}:upload:{:016x}", fastrand::u64(..));
-            let _: () = redis::pipe()
-                .atomic()
-                .set(&tmp, part)
-                .ignore()
-                .cmd("BITOP")
-                .arg("OR")
-                .arg(&seg)
-                .arg(&seg)
-                .arg(&tmp)
-                .ignore()
-                .del(&tmp)
-                .ignore()
-                .query_async(&mut self.conn.clone())
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Copies the shared bits into a local filter, reading each segment in
-    /// `GETRANGE` chunks of 4 MiB.
-    ///
-    /// # Errors
-    /// [`Error::Meta`] when a segment is missing or has the wrong length;
-    /// Redis errors.
-    pub async fn download(&self) -> Result<BlockedBloom> {
-        let total = self.params.bits() / 8;
-        let mut bytes = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-        for i in 0..self.segments() {
-            let len = self.segment_len(i);
-            let seg = self.segment_key(i);
-            let mut at = 0;
-            while at < len {
-                let end = (at + DOWNLOAD_CHUNK).min(len);
-                let chunk: Vec<u8> = redis::cmd("GETRANGE")
-                    .arg(&seg)
-                    .arg(at)
-                    .arg(end - 1)
-                    .query_async(&mut self.conn.clone())
-                    .await?;
-                if chunk.len() as u64 != end - at {
-                    return Err(Error::Meta {
-                        key: seg,
-                        reason: format!(
-                            "segment missing or short: {} bytes at {at}, the shape needs {}",
-                            chunk.len(),
-                            end - at
-                        ),
-                    });
-                }
-                bytes.extend_from_slice(&chunk);
-                at = end;
-            }
-        }
-        let mut local = BlockedBloom::new(self.params, self.seed)?;
-        let mut words: Vec<u64> = bytes
-            .chunks(8)
-            .map(|c| {
-                let mut a = [0u8; 8];
-                for (d, s) in a.iter_mut().zip(c) {
-                    *d = s.reverse_bits();
-                }
-                u64::from_le_bytes(a)
-            })
-            .collect();
-        words.resize(local.bitmap().words().len(), 0);
-        local.set_words(&words)?;
-        Ok(local)
-    }
-
-    /// Deletes the filter, its segments and its metadata (one key per
-    /// command, so a cluster routes each).
-    ///
-    /// # Errors
-    /// Redis errors.
-    pub async fn destroy(self) -> Result<()> {
-        let mut c = self.conn.clone();
-        for i in 0..self.segments() {
-            let _: () = c.del(self.segment_key(i)).await?;
-        }
-        let _: () = c.del(format!("{}:meta", self.key)).await?;
-        Ok(())
     }
 }
 

@@ -102,7 +102,7 @@ async fn main() {
     let refused = format!("/api/users/{refused}");
     {
         let state = std::sync::Arc::new(state.clone());
-        let handler = bloomgate_service::routes::sku_detail(
+        let handler = bloomgate_service::http::routes::sku_detail(
             axum::extract::State(std::sync::Arc::clone(&state)),
             axum::extract::Path("42".to_string()),
         );

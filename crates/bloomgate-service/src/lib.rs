@@ -7,22 +7,16 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod admin;
 pub mod cache;
 pub mod changes;
 pub mod config;
-pub mod dashboard;
-pub mod edge;
 pub mod error;
 pub mod filter;
 pub mod gate;
-pub mod input;
-pub mod json_errors;
+pub mod http;
 pub mod key;
-pub mod limits;
 pub mod metrics;
 pub mod model;
-pub mod openapi;
 pub mod outbox;
 pub mod paths;
 #[doc(hidden)]
@@ -31,10 +25,6 @@ pub mod persist;
 pub mod reader;
 pub mod redis_link;
 pub mod resource;
-pub mod resource_routes;
-pub mod route_table;
-pub mod router;
-pub mod routes;
 pub mod shared;
 pub mod source;
 pub mod state;
@@ -43,7 +33,6 @@ pub mod store;
 pub mod sync;
 pub mod table;
 pub mod tasks;
-pub mod telemetry;
 pub mod text;
 pub mod wire;
 pub mod write;
@@ -53,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::Config;
-pub use router::router;
+pub use http::router;
 pub use state::{AppState, StartError};
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
@@ -84,26 +73,7 @@ pub async fn run(
     };
     // The peer address is an extension on every request, which costs an
     // allocation each: only the per-client rate limit needs it.
-    let per_client = state.http.rate_limit_per_sec > 0;
-    let app = router(state);
-    let served = async move {
-        if per_client {
-            let app =
-                axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-                    std::net::SocketAddr,
-                >(app);
-            axum::serve(listener, app)
-                .with_graceful_shutdown(signal)
-                .await
-        } else {
-            axum::serve(
-                listener,
-                axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
-            )
-            .with_graceful_shutdown(signal)
-            .await
-        }
-    };
+    let served = http::serve(listener, state, signal);
     let bound = async move {
         if stopping_rx.await.is_ok() {
             tokio::time::sleep(grace).await;

@@ -124,7 +124,7 @@ impl Outcome {
 
     /// Notes this outcome for the request being answered: the handler
     /// calls it just before it returns (after its last `.await`), and
-    /// [`crate::edge`] takes it when the route's future is ready, in the
+    /// [`crate::http::edge`] takes it when the route's future is ready, in the
     /// same poll on the same thread. An extension on the response would
     /// cost an allocation per request. A handler that notes answers JSON
     /// (the edge then skips the check that rewrites non-JSON errors).
@@ -244,6 +244,14 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_sql_errors_total", Kind::Counter, "SQL statements that failed, by kind (error, timeout)."),
     ("bloomgate_sql_slow_queries_total", Kind::Counter, "SQL statements slower than sql.slow_query_ms, by statement."),
     ("bloomgate_sql_bulkhead_rejected_total", Kind::Counter, "Read-path loads turned away because the SQL bulkhead was full."),
+    ("bloomgate_resource_filter_checks_total", Kind::Counter, "A resource's filter checks by verdict (the SKU table is resource=\"skus\")."),
+    ("bloomgate_resource_filter_ready", Kind::Gauge, "1 while a resource's filter is built and trusted."),
+    ("bloomgate_resource_filter_fill_ratio", Kind::Gauge, "Share of a resource's filter bits set."),
+    ("bloomgate_resource_filter_items_estimated", Kind::Gauge, "Items in a resource's filter, estimated from its fill."),
+    ("bloomgate_resource_l1_lookups_total", Kind::Counter, "A resource's in-process cache lookups by result."),
+    ("bloomgate_resource_redis_lookups_total", Kind::Counter, "A resource's Redis lookups by result."),
+    ("bloomgate_resource_sql_statements_total", Kind::Counter, "SQL statements a resource's reads ran."),
+    ("bloomgate_resource_call_keys_total", Kind::Counter, "Keys named in a resource's key API calls, by call."),
 ];
 
 const REQUEST_DURATION: &str = "bloomgate_request_duration_seconds";

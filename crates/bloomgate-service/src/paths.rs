@@ -3,3 +3,7 @@
 
 /// The read route's pattern, its `route` label in metrics.
 pub const SECKILL_ROUTE: &str = "/api/seckill/{sku_id}";
+
+/// The default resource's read, `GET /api/skus/{id}`: the same answer as
+/// [`SECKILL_ROUTE`], under the resource API's spelling.
+pub const SKU_ROUTE: &str = "/api/skus/{sku_id}";

@@ -36,10 +36,11 @@ use crate::key::Key;
 use crate::metrics::{Counter, Outcome};
 use crate::model::Sku;
 use crate::pause::PausePoint;
-use crate::source::{BoxFuture, Row, Source as RowSource};
+use crate::source::{BoxFuture, DynSource as RowSource, Row};
 use crate::store::{SkuStore, StoreError};
 use crate::sync::lock;
 
+mod figures;
 mod verdict;
 mod warm;
 

@@ -19,7 +19,7 @@ use crate::error::AppError;
 use crate::gate::{Gate, GateConfig, Verdict};
 use crate::key::{Key, KeyType};
 use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
-use crate::source::{Row, ScanOf, Source};
+use crate::source::{DynSource, Row, ScanOf};
 use crate::store::SkuStore;
 use crate::table::{SqlTable, WatchValue};
 
@@ -119,7 +119,7 @@ impl Resource {
     #[must_use]
     pub fn new(
         name: &str,
-        source: Arc<dyn Source>,
+        source: Arc<dyn DynSource>,
         options: &ResourceOptions,
         shared: &Shared,
     ) -> Arc<Self> {
@@ -140,7 +140,7 @@ impl Resource {
 
     fn assemble(
         name: &str,
-        source: Arc<dyn Source>,
+        source: Arc<dyn DynSource>,
         table: Option<SqlTable>,
         options: &ResourceOptions,
         shared: &Shared,
@@ -402,34 +402,14 @@ impl Resource {
     #[must_use]
     pub fn stats(&self) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let r = &self.reader;
-        let l1 = &r.l1_counters;
-        let mut v = serde_json::json!({
-            "key_type": self.key_type(),
-            "bloom": r.gate.stats(),
-            "l1": {
-                "hits": l1.hits.get(),
-                "negative_hits": l1.negative_hits.get(),
-                "misses": l1.misses.get(),
-                "entries": r.l1.entry_count(),
-            },
-            "calls": {
-                "keys_added": get(&self.counters.keys_added),
-                "invalidated": get(&self.counters.invalidated),
-                "exists_checked": get(&self.counters.exists_checked),
-                "batch_keys": get(&self.counters.batch_keys),
-                "watched": get(&self.counters.watched),
-            },
+        let mut v = self.reader.figures(self.key_type());
+        v["calls"] = serde_json::json!({
+            "keys_added": get(&self.counters.keys_added),
+            "invalidated": get(&self.counters.invalidated),
+            "exists_checked": get(&self.counters.exists_checked),
+            "batch_keys": get(&self.counters.batch_keys),
+            "watched": get(&self.counters.watched),
         });
-        if let Some(redis) = &r.redis {
-            let c = &redis.counters;
-            v["redis"] = serde_json::json!({
-                "hits": get(&c.hits),
-                "nil_hits": get(&c.nil_hits),
-                "misses": get(&c.misses),
-                "keys_written": get(&c.keys_written),
-            });
-        }
         if let Some(t) = &self.table {
             let c = &t.counters;
             v["sql"] = serde_json::json!({

@@ -1,7 +1,9 @@
 //! What a guarded resource reads from: a [`Source`] answers point loads
 //! (a JSON object, or missing), batch loads, key scans in key order and a
-//! row count. [`crate::table::SqlTable`] is the SQL one; a Rust user
-//! implements it for a source of their own. [`KeyScan`] is the part of it
+//! row count. A Rust user implements it with `async fn` for a source of
+//! their own; the service holds it as a [`DynSource`] (boxed futures,
+//! object-safe), which [`crate::table::SqlTable`], the SQL one,
+//! implements directly. [`KeyScan`] is the part of it
 //! the gate rebuilds from, which the SKU store implements too.
 
 use std::future::Future;
@@ -16,22 +18,64 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A row, as the API answers it: column name → value, in column order.
 pub type Row = serde_json::Map<String, serde_json::Value>;
 
-/// A source of rows a resource guards. Every method may fail; a failure is
-/// answered 503 and never cached.
+/// A source of rows a resource guards, written with `async fn`. Every
+/// method may fail; a failure is answered 503 and never cached.
+///
+/// ```
+/// use bloomgate_service::key::{Key, KeyType};
+/// use bloomgate_service::source::{Row, Source};
+/// use bloomgate_service::store::StoreError;
+///
+/// /// Two fixed rows.
+/// #[derive(Debug)]
+/// struct Two;
+///
+/// impl Source for Two {
+///     fn key_type(&self) -> KeyType {
+///         KeyType::Text
+///     }
+///     async fn load(&self, key: &Key) -> Result<Option<Row>, StoreError> {
+///         let known = ["a", "b"].contains(&key.to_string().as_str());
+///         Ok(known.then(|| {
+///             let mut row = Row::new();
+///             row.insert("id".into(), key.to_string().into());
+///             row
+///         }))
+///     }
+///     async fn scan(&self, after: Option<&Key>, limit: usize) -> Result<Vec<Key>, StoreError> {
+///         let after = after.map(ToString::to_string).unwrap_or_default();
+///         Ok(["a", "b"]
+///             .into_iter()
+///             .filter(|k| **k > *after)
+///             .take(limit)
+///             .map(|k| Key::Text(k.into()))
+///             .collect())
+///     }
+///     async fn count(&self) -> Result<u64, StoreError> {
+///         Ok(2)
+///     }
+/// }
+/// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// # rt.block_on(async {
+/// let keys = Two.scan(None, 10).await.unwrap();
+/// assert_eq!(keys.len(), 2);
+/// assert!(Two.load(&Key::Text("c".into())).await.unwrap().is_none());
+/// # });
+/// ```
 pub trait Source: Send + Sync + std::fmt::Debug + 'static {
     /// How this source's keys are spelled.
     fn key_type(&self) -> KeyType;
 
     /// The row of `key`, or `None` when there is none.
-    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>>;
+    fn load(&self, key: &Key) -> impl Future<Output = Result<Option<Row>, StoreError>> + Send;
 
     /// The rows of `keys` that exist, with their keys, in any order. The
     /// default loads them one by one.
-    fn load_many<'a>(
-        &'a self,
-        keys: &'a [Key],
-    ) -> BoxFuture<'a, Result<Vec<(Key, Row)>, StoreError>> {
-        Box::pin(async move {
+    fn load_many(
+        &self,
+        keys: &[Key],
+    ) -> impl Future<Output = Result<Vec<(Key, Row)>, StoreError>> + Send {
+        async move {
             let mut found = Vec::new();
             for k in keys {
                 if let Some(row) = self.load(k).await? {
@@ -39,20 +83,76 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
                 }
             }
             Ok(found)
-        })
+        }
     }
 
     /// Up to `limit` keys greater than `after` (all keys when `None`), in
     /// ascending order: the filter is rebuilt by calling this until it
     /// returns fewer than `limit`.
+    fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Key>, StoreError>> + Send;
+
+    /// How many rows there are (the filter is sized for it).
+    fn count(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// [`Source`] as the service holds it, behind `Arc<dyn DynSource>`: the
+/// same methods returning boxed futures. Every [`Source`] is one; the
+/// service's own [`crate::table::SqlTable`] implements it directly.
+pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
+    /// [`Source::key_type`].
+    fn key_type(&self) -> KeyType;
+
+    /// [`Source::load`].
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>>;
+
+    /// [`Source::load_many`].
+    fn load_many<'a>(
+        &'a self,
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<Vec<(Key, Row)>, StoreError>>;
+
+    /// [`Source::scan`].
     fn scan<'a>(
         &'a self,
         after: Option<&'a Key>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Key>, StoreError>>;
 
-    /// How many rows there are (the filter is sized for it).
+    /// [`Source::count`].
     fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+impl<S: Source> DynSource for S {
+    fn key_type(&self) -> KeyType {
+        Source::key_type(self)
+    }
+
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>> {
+        Box::pin(Source::load(self, key))
+    }
+
+    fn load_many<'a>(
+        &'a self,
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<Vec<(Key, Row)>, StoreError>> {
+        Box::pin(Source::load_many(self, keys))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        after: Option<&'a Key>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Key>, StoreError>> {
+        Box::pin(Source::scan(self, after, limit))
+    }
+
+    fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(Source::count(self))
+    }
 }
 
 pub use crate::filter::KeyBatch;
@@ -73,7 +173,7 @@ pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
 
 /// Every [`Source`] is a [`KeyScan`] through its `scan`.
 #[derive(Debug)]
-pub struct ScanOf(pub std::sync::Arc<dyn Source>);
+pub struct ScanOf(pub std::sync::Arc<dyn DynSource>);
 
 impl KeyScan for ScanOf {
     fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>> {

@@ -281,7 +281,7 @@ impl AppState {
     pub fn with_resource(
         mut self,
         name: &str,
-        source: Arc<dyn crate::source::Source>,
+        source: Arc<dyn crate::source::DynSource>,
         options: &crate::resource::ResourceOptions,
     ) -> Result<Self, StartError> {
         let index = self.resources.len();

@@ -14,7 +14,8 @@ use crate::paths::SECKILL_ROUTE;
 use crate::state::AppState;
 
 /// The `/api/cache/stats` body: seed 000's `bloom` keys first, then every
-/// level; `resources` only when some are configured.
+/// level; then `resources`, every guarded table in one shape, the SKU
+/// table first as `skus`.
 pub async fn json(state: &AppState) -> serde_json::Value {
     let r = &state.reader;
     let l1 = &r.l1_counters;
@@ -114,15 +115,29 @@ pub async fn json(state: &AppState) -> serde_json::Value {
             "bulkhead_rejected": r.bulkhead.rejected.get(),
         },
     });
-    if !state.resources.is_empty() {
-        body["resources"] = state
-            .resources
-            .iter()
-            .map(|res| (res.name.to_string(), res.stats()))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
+    let mut resources = serde_json::Map::new();
+    resources.insert("skus".into(), skus(state));
+    for res in &state.resources {
+        resources.insert(res.name.to_string(), res.stats());
     }
+    body["resources"] = resources.into();
     body
+}
+
+/// The SKU table as the default resource `skus`, in the shape of
+/// [`crate::resource::Resource::stats`]: the same figures as the flat
+/// keys seed 000 prints, under the names every resource uses.
+fn skus(state: &AppState) -> Value {
+    let r = &state.reader;
+    let sql = &r.store.counters;
+    let mut v = r.figures(crate::key::KeyType::Int);
+    let queries = sql.queries.load(Ordering::Relaxed);
+    v["sql"] = json!({
+        "statements": queries,
+        "loads": queries,
+        "found": sql.found.load(Ordering::Relaxed),
+    });
+    v
 }
 
 /// The number at `path` in a snapshot (0 when absent).

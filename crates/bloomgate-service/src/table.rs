@@ -20,7 +20,7 @@ use sqlx::Row as _;
 use crate::config::resources::{is_identifier, ResourceConfig};
 use crate::config::ConfigError;
 use crate::key::{Key, KeyType};
-use crate::source::{BoxFuture, Row, Source};
+use crate::source::{BoxFuture, DynSource, Row};
 use crate::store::{err, Backend, SkuStore, StoreError, Within};
 
 mod watch;
@@ -428,7 +428,7 @@ async fn catalogue(
         .map_err(err("catalogue"))
 }
 
-impl Source for SqlTable {
+impl DynSource for SqlTable {
     fn key_type(&self) -> KeyType {
         self.key_type
     }

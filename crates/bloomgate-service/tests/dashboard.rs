@@ -195,3 +195,97 @@ async fn the_dashboard_renders_what_the_stats_say_while_reads_run() {
     );
     Arc::into_inner(server).unwrap().stop().await;
 }
+
+/// Every resource is on the page, the SKU table as `skus` beside a
+/// configured `users` table: a users resource's 300 reads of missing keys
+/// and 50 of existing ones, made just before, appear in its row.
+#[tokio::test]
+async fn the_dashboard_shows_every_resource() {
+    let Some(binary) = common::tool("chromium") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&format!("{url}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    for i in 1..=50 {
+        sqlx::query(&format!("INSERT INTO users VALUES ('u{i}', 'user {i}')"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+    let mut config = common::config(&url, None, "dashboard-res");
+    config.resources = vec![bloomgate_service::config::resources::ResourceConfig {
+        name: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+        key_type: bloomgate_service::key::KeyType::Text,
+        columns: Vec::new(),
+        bloom_expected: 1000,
+        bloom_fpp: 0.01,
+        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
+        max_batch_keys: 50,
+        watch_column: None,
+        watch_every_ms: 1000,
+    }];
+    let server = TestServer::start(config, 100).await;
+    common::eventually(20, "users' filter built", || async {
+        server.stats().await["resources"]["users"]["bloom"]["ready"] == true
+    })
+    .await;
+    for n in 0..300 {
+        assert_eq!(server.get(&format!("/api/users/x{n}")).await.0, 404);
+    }
+    for n in 1..=50 {
+        assert_eq!(server.get(&format!("/api/users/u{n}")).await.0, 200);
+    }
+    for id in [1, 2, 3, 999_999_999] {
+        server.get(&format!("/api/seckill/{id}")).await;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let page = server.url("/dashboard?interval=300");
+    let dom = tokio::task::spawn_blocking(move || {
+        chromium(&binary, profile.path(), &["--dump-dom", &page])
+    })
+    .await
+    .unwrap();
+    let stats = server.stats().await;
+    let (keyed, _) = rendered(&dom);
+    let users = &stats["resources"]["users"];
+    assert!(
+        users["bloom"]["rejected"].as_u64().unwrap() >= 290,
+        "{users}"
+    );
+    for name in ["users", "skus"] {
+        for key in [
+            "key_type",
+            "bloom.ready",
+            "bloom.rejected",
+            "bloom.passed",
+            "l1.hits",
+            "l1.misses",
+            "sql.statements",
+        ] {
+            let full = format!("resources.{name}.{key}");
+            let shown: Value = serde_json::from_str(
+                keyed
+                    .get(&full)
+                    .unwrap_or_else(|| panic!("{full} not on the page")),
+            )
+            .unwrap();
+            assert_eq!(&shown, at(&stats, &full), "{full}");
+        }
+    }
+    assert_eq!(keyed["resources.users.key_type"], "\"text\"");
+    assert_eq!(keyed["resources.skus.key_type"], "\"int\"");
+    server.stop().await;
+}

@@ -192,6 +192,35 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
         requests(&after, "l1_hit", "200")
     );
     assert_eq!(stats["rebuild_history"].as_array().unwrap().len(), 1);
+    // The SKU table is also the default resource "skus", labelled as every
+    // resource is, with the same figures as the flat series.
+    assert_eq!(
+        j(&["resources", "skus", "sql", "statements"]),
+        value(
+            &after,
+            "bloomgate_resource_sql_statements_total",
+            &[("resource", "skus")]
+        )
+    );
+    assert_eq!(
+        j(&["sql", "queries"]),
+        j(&["resources", "skus", "sql", "statements"])
+    );
+    for (result, key) in [
+        ("hit", "hits"),
+        ("negative_hit", "negative_hits"),
+        ("miss", "misses"),
+    ] {
+        assert_eq!(
+            j(&["l1", key]),
+            value(
+                &after,
+                "bloomgate_resource_l1_lookups_total",
+                &[("resource", "skus"), ("result", result)]
+            ),
+            "{result}"
+        );
+    }
 
     if let Some(promtool) = common::tool("promtool") {
         for (who, text) in [("A", &after), ("B", &tb)] {

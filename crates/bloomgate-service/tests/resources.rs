@@ -206,6 +206,34 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
         &[("resource", "users"), ("verdict", "rejected")],
     );
     assert!(rejected.is_some_and(|v| v >= 285.0), "{rejected:?}");
+    // One family set: the SKU table is resource "skus" in the same series
+    // as "users", with the figures of seed 000's flat keys.
+    for family in [
+        "bloomgate_resource_filter_ready",
+        "bloomgate_resource_filter_fill_ratio",
+        "bloomgate_resource_sql_statements_total",
+    ] {
+        for name in ["skus", "users"] {
+            assert!(
+                common::prom_value(&metrics, family, &[("resource", name)]).is_some(),
+                "no {family}{{resource={name:?}}}"
+            );
+        }
+    }
+    assert_eq!(
+        common::prom_value(
+            &metrics,
+            "bloomgate_resource_filter_checks_total",
+            &[("resource", "skus"), ("verdict", "rejected")],
+        ),
+        Some(counter(&stats, &["bloom", "rejected"]) as f64)
+    );
+    for key in ["ready", "rejected", "capacity", "added", "target_fpr"] {
+        assert_eq!(
+            stats["resources"]["skus"]["bloom"][key], stats["bloom"][key],
+            "the default resource's filter is seed 000's: {key}"
+        );
+    }
     // The requests themselves count under the resource's route pattern.
     let attack = common::prom_value(
         &metrics,
@@ -420,7 +448,7 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
         .expect("a false positive among 100,000 keys at 1%");
     // Each key and the same key with its first character percent-escaped.
     let escaped = |k: &str| format!("%{:02X}{}", k.as_bytes()[0], &k[1..]);
-    use bloomgate_service::resource_routes::read_now;
+    use bloomgate_service::http::resources::read_now;
     assert!(read_now(&users, "u000007").is_none(), "an L1 miss waits");
     assert_eq!(
         seen(&s, Method::GET, "/api/users/u000007").await.0,
@@ -644,54 +672,95 @@ async fn serve_built(
     (base, g, tx, task)
 }
 
+#[path = "../examples/guard_profiles.rs"]
 #[allow(dead_code)]
-#[path = "../examples/guard_users.rs"]
-mod guard_users;
+mod guard_profiles;
 
-/// The README's Rust example: a `Source` of the user's own, guarded as
-/// resource `users` beside the SKUs.
+/// The README's Rust example, run through its `main` path (`serve`, which
+/// `main` calls with the loaded config, a bound listener and the shutdown
+/// signal): a directory of JSON files guarded as resource `profiles`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rust_example_guards_a_source_of_its_own() {
+async fn the_rust_example_guards_a_directory_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let users = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}/users.db?mode=rwc",
-        dir.path().display()
-    ))
-    .await
-    .unwrap();
-    sqlx::query("CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT NOT NULL)")
-        .execute(&users)
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO users VALUES ('u1001', 'Ada'), ('u1002', 'Grace')")
-        .execute(&users)
-        .await
-        .unwrap();
+    let profiles = dir.path().join("profiles");
     let config = common::config(&common::sqlite_url(&dir), None, "res-example");
-    let state = guard_users::guarded(&config, users).await;
-    let (base, g, tx, task) = serve_built(state).await;
-    let get = |path: &str| reqwest::get(format!("{base}{path}"));
-    let ada = get("/api/users/u1001").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let served = {
+        let (config, profiles) = (config.clone(), profiles.clone());
+        tokio::spawn(async move {
+            guard_profiles::serve(&config, &profiles, listener, async {
+                let _ = rx.await;
+            })
+            .await
+        })
+    };
+    let client = reqwest::Client::new();
+    let stats = || async {
+        let r = client.get(format!("{base}/api/cache/stats")).send().await;
+        match r {
+            Ok(r) => r.json::<serde_json::Value>().await.unwrap(),
+            Err(_) => serde_json::Value::Null,
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while stats().await["resources"]["profiles"]["bloom"]["ready"] != true {
+        assert!(!served.is_finished(), "the example stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "profiles' filter not built"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let get = |key: String| client.get(format!("{base}/api/profiles/{key}")).send();
+    // The sample the first run writes, read from its file.
+    let ada = get("u1001".into()).await.unwrap();
     assert_eq!(ada.status(), 200);
     assert_eq!(
         ada.json::<serde_json::Value>().await.unwrap(),
         serde_json::json!({"id": "u1001", "name": "Ada"})
     );
-    let key = (0..10_000)
-        .map(|n| text(&format!("u9{n}")))
-        .find(|k| g.probe(k) == Verdict::Reject)
+    // Keys with no file: 404, nearly all refused by the filter.
+    let before = stats().await["resources"]["profiles"]["bloom"]["rejected"]
+        .as_u64()
         .unwrap();
-    let before = g.stats().rejected;
-    let missing = get(&format!("/api/users/{key}")).await.unwrap();
-    assert_eq!(missing.status(), 404);
+    for n in 0..20 {
+        assert_eq!(get(format!("u9{n}")).await.unwrap().status(), 404);
+    }
+    let rejected = stats().await["resources"]["profiles"]["bloom"]["rejected"]
+        .as_u64()
+        .unwrap()
+        - before;
+    assert!(rejected >= 18, "{rejected} of 20 refused by the filter");
+    // A file written by another program, told with `keys`: found.
+    std::fs::write(
+        profiles.join("u2002.json"),
+        br#"{"id":"u2002","name":"Grace"}"#,
+    )
+    .unwrap();
+    let told = client
+        .post(format!("{base}/api/profiles/keys"))
+        .json(&serde_json::json!({"keys": ["u2002"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(told.status(), 200);
+    let grace = get("u2002".into()).await.unwrap();
+    assert_eq!(grace.status(), 200);
     assert_eq!(
-        g.stats().rejected,
-        before + 1,
-        "refused by the filter, not the source"
+        grace.json::<serde_json::Value>().await.unwrap()["name"],
+        "Grace"
     );
-    assert_eq!(g.stats().added, 2);
+    // A key that would leave the directory is no row, never a file read.
+    let p = guard_profiles::Profiles(profiles.clone());
+    let escape = Key::Text("../profiles/u1001".into());
+    assert!(bloomgate_service::source::Source::load(&p, &escape)
+        .await
+        .unwrap()
+        .is_none());
     let _ = tx.send(());
-    task.await.unwrap().unwrap();
+    served.await.unwrap().unwrap();
 }
 
 /// A source whose load of `boom` panics.
@@ -702,40 +771,28 @@ impl bloomgate_service::source::Source for Panicky {
     fn key_type(&self) -> KeyType {
         KeyType::Text
     }
-    fn load<'a>(
-        &'a self,
-        key: &'a Key,
-    ) -> bloomgate_service::source::BoxFuture<
-        'a,
-        Result<Option<bloomgate_service::source::Row>, bloomgate_service::store::StoreError>,
-    > {
-        Box::pin(async move {
-            assert!(key.to_string() != "boom", "the source fails hard");
-            let mut row = bloomgate_service::source::Row::new();
-            row.insert("id".into(), key.to_string().into());
-            Ok(Some(row))
-        })
+    async fn load(
+        &self,
+        key: &Key,
+    ) -> Result<Option<bloomgate_service::source::Row>, bloomgate_service::store::StoreError> {
+        assert!(key.to_string() != "boom", "the source fails hard");
+        let mut row = bloomgate_service::source::Row::new();
+        row.insert("id".into(), key.to_string().into());
+        Ok(Some(row))
     }
-    fn scan<'a>(
-        &'a self,
-        after: Option<&'a Key>,
+    async fn scan(
+        &self,
+        after: Option<&Key>,
         _limit: usize,
-    ) -> bloomgate_service::source::BoxFuture<
-        'a,
-        Result<Vec<Key>, bloomgate_service::store::StoreError>,
-    > {
-        let keys = if after.is_none() {
+    ) -> Result<Vec<Key>, bloomgate_service::store::StoreError> {
+        Ok(if after.is_none() {
             vec![text("boom"), text("ok")]
         } else {
             Vec::new()
-        };
-        Box::pin(async move { Ok(keys) })
+        })
     }
-    fn count(
-        &self,
-    ) -> bloomgate_service::source::BoxFuture<'_, Result<u64, bloomgate_service::store::StoreError>>
-    {
-        Box::pin(async { Ok(2) })
+    async fn count(&self) -> Result<u64, bloomgate_service::store::StoreError> {
+        Ok(2)
     }
 }
 
@@ -963,6 +1020,40 @@ async fn a_resources_integer_looking_key_is_no_sku_create() {
         s.state.outbox.created_after(0).await.unwrap(),
         Some(vec![7]),
         "the SKU creates after position 0"
+    );
+    s.stop().await;
+}
+
+/// The SKU table is the default resource `skus`: `GET /api/skus/{id}`
+/// answers byte for byte as seed 000's `GET /api/seckill/{skuId}`, for a
+/// row, a filter "no", an L1 hit and a bad id, and the stats carry it.
+#[tokio::test]
+async fn the_sku_table_answers_as_the_default_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), None, "res-skus");
+    let s = TestServer::start(config, 100).await;
+    let raw = |path: String| {
+        let client = s.client.clone();
+        let url = s.url(&path);
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            let status = r.status().as_u16();
+            let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+            (status, kind, r.bytes().await.unwrap())
+        }
+    };
+    for id in ["1", "50", "50", "100", "101", "999999999", "0", "abc", "-3"] {
+        let seckill = raw(format!("/api/seckill/{id}")).await;
+        let skus = raw(format!("/api/skus/{id}")).await;
+        assert_eq!(seckill, skus, "{id}");
+    }
+    assert_eq!(raw("/api/skus/7".into()).await.0, 200);
+    assert_eq!(raw("/api/skus/999999999".into()).await.0, 404);
+    let stats = s.stats().await;
+    assert_eq!(stats["resources"]["skus"]["key_type"], "int");
+    assert_eq!(
+        stats["resources"]["skus"]["bloom"]["rejected"],
+        stats["bloom"]["rejected"]
     );
     s.stop().await;
 }

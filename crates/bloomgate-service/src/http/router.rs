@@ -11,26 +11,29 @@ use axum::routing::{get, post, put};
 use axum::Router;
 
 use crate::error::AppError;
-use crate::route_table::Routes;
-use crate::routes::{
-    create_sku, delete_sku, metrics, ping, sku_detail, stats, update_sku, warm, SECKILL_ROUTE,
+use crate::http::route_table::Routes;
+use crate::http::routes::{
+    create_sku, delete_sku, metrics, ping, sku_by_id, sku_detail, stats, update_sku, warm,
+    SECKILL_ROUTE,
 };
 use crate::state::AppState;
 
 /// The service: every route, wrapped once in the edge layer.
-pub type App = crate::edge::Edge<Router>;
+pub type App = crate::http::edge::Edge<Router>;
 
 /// The service's routes over `state`, with the body limit, a request
 /// timeout (`edge`), the optional per-client rate limit on the read
 /// route, and JSON for every error.
 pub fn router(state: AppState) -> App {
-    let mut read = Routes::new().route(SECKILL_ROUTE, get(sku_detail));
-    let limit = crate::limits::rate_limit(&state.http);
+    let mut read = Routes::new()
+        .route(SECKILL_ROUTE, get(sku_detail))
+        .route(crate::paths::SKU_ROUTE, get(sku_by_id));
+    let limit = crate::http::limits::rate_limit(&state.http);
     let rate_limited = limit.is_some();
     if let Some(limit) = limit {
         read = read.layer(axum::middleware::from_fn_with_state(
             limit,
-            crate::limits::enforce,
+            crate::http::limits::enforce,
         ));
     }
     // The routes that read a body, under the body limit (a layer that
@@ -39,23 +42,23 @@ pub fn router(state: AppState) -> App {
     let with_bodies = Routes::new()
         .route("/api/cache/warm", post(warm))
         .route("/api/skus", post(create_sku))
-        .route("/api/skus/{sku_id}", put(update_sku).delete(delete_sku))
+        .route(crate::paths::SKU_ROUTE, put(update_sku).delete(delete_sku))
         .layer(limit);
     let (router, patterns) = Routes::new()
         .merge(read)
         .merge(with_bodies)
-        .merge(crate::resource_routes::routes(&state))
+        .merge(crate::http::resources::routes(&state))
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
-        .route("/dashboard", get(crate::dashboard::page))
+        .route("/dashboard", get(crate::http::dashboard::page))
         .route("/api/ping", get(ping))
         .route("/healthz", get(ping))
-        .route("/openapi.json", get(crate::openapi::serve))
+        .route("/openapi.json", get(crate::http::openapi::serve))
         .into_parts();
     let router = router
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
-            crate::error::error_response(
+            crate::http::error::error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
                 "method not allowed on this route",
@@ -63,7 +66,7 @@ pub fn router(state: AppState) -> App {
         });
     // One layer for what every request needs (id, span, counters, JSON
     // errors, timeout: see `edge`), around the whole router.
-    let mut edge = crate::edge::EdgeLayer::new(
+    let mut edge = crate::http::edge::EdgeLayer::new(
         Arc::clone(&state.metrics),
         std::time::Duration::from_millis(state.http.request_timeout_ms),
         &patterns,
@@ -73,20 +76,22 @@ pub fn router(state: AppState) -> App {
     // without the router; not under a per-client rate limit, which only
     // the router's route enforces.
     if !rate_limited {
-        let fast = Arc::clone(&state);
-        let registered = edge.fast_get(
-            SECKILL_ROUTE,
-            Box::new(move |raw| crate::routes::sku_detail_now(&fast, raw)),
-        );
-        // The route is one of the edge's patterns and the layer is new.
-        debug_assert!(registered, "the seckill route has its fast answer");
+        for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE] {
+            let fast = Arc::clone(&state);
+            let registered = edge.fast_get(
+                route,
+                Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
+            );
+            // The route is one of the edge's patterns and the layer is new.
+            debug_assert!(registered, "{route} has its fast answer");
+        }
     }
     // Each resource's read likewise (no rate limit applies to them).
     for r in &state.resources {
         let fast = Arc::clone(r);
         let registered = edge.fast_get(
-            &crate::resource_routes::read_route(&r.name),
-            Box::new(move |raw| crate::resource_routes::read_now(&fast, raw)),
+            &crate::http::resources::read_route(&r.name),
+            Box::new(move |raw| crate::http::resources::read_now(&fast, raw)),
         );
         debug_assert!(registered, "{}'s read has its fast answer", r.name);
     }

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{Response, StatusCode};
 
-use crate::error::error_response;
+use crate::http::error::error_response;
 
 /// The machine-readable code for a status.
 #[must_use]

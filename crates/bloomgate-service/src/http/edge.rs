@@ -5,7 +5,7 @@
 //! histogram, the JSON error shape for errors that are not JSON yet, the
 //! `x-request-id` echoed on the response, and the request timeout.
 //!
-//! It wraps the whole router once ([`crate::router`]), not each route:
+//! It wraps the whole router once ([`crate::http::router`]), not each route:
 //! `Router::layer` would box every route's service again and clone that
 //! box on every request, and nest one more future holding the request.
 //! So the edge finds the request's route itself, from the router's own
@@ -42,8 +42,8 @@ use axum::http::{HeaderValue, Request, Response, StatusCode};
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use crate::http::telemetry::{on_response, request_span, REQUEST_ID};
 use crate::metrics::{Outcome, ServiceMetrics};
-use crate::telemetry::{on_response, request_span, REQUEST_ID};
 use tracing::Span;
 
 /// The layer: see the module docs.
@@ -271,7 +271,7 @@ impl Shared {
         let mut res = if noted.is_some() {
             answered
         } else {
-            crate::json_errors::json_errors(answered)
+            crate::http::json_errors::json_errors(answered)
         };
         let status = res.status();
         let outcome = noted.unwrap_or_else(|| Outcome::of_status(status.as_u16()));
@@ -389,7 +389,7 @@ where
                 }
                 // Too long: the route's future is dropped (cancelled) with
                 // this one.
-                crate::error::error_response(
+                crate::http::error::error_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
                     "the request took too long; retry",

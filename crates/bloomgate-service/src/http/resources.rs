@@ -20,14 +20,14 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::admin::authorize;
 use crate::error::AppError;
-use crate::input::json_body;
+use crate::http::admin::authorize;
+use crate::http::input::json_body;
+use crate::http::route_table::Routes;
 use crate::key::Key;
 use crate::metrics::Outcome;
 use crate::reader::Lookup;
 use crate::resource::Resource;
-use crate::route_table::Routes;
 use crate::state::AppState;
 
 /// The body of every resource call.
@@ -63,7 +63,7 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
     };
     let answer = r.get(key).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
-    crate::telemetry::record_outcome_only(outcome.label());
+    crate::http::telemetry::record_outcome_only(outcome.label());
     let res = match answer {
         Ok(answer) => row_response(&r, &raw, answer),
         Err(e) => e.into_response(),
@@ -75,14 +75,14 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
 /// What [`read`] answers for the raw path segment `raw` when it can answer
 /// without waiting (a filter "no", an L1 entry): the edge sends it at once,
 /// without the router, as it does the seckill read's
-/// (`crate::routes::sku_detail_now`). `None` sends the request the whole
+/// (`crate::http::routes::sku_detail_now`). `None` sends the request the whole
 /// way: a key that does not parse, and every read that goes on to Redis
 /// or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
     let key = Key::parse(r.key_type(), raw).ok()?;
     let answer = r.reader.lookup_now(&key)?;
     let outcome = answer.outcome();
-    crate::telemetry::record_outcome_only(outcome.label());
+    crate::http::telemetry::record_outcome_only(outcome.label());
     Some((row_response(r, raw, answer), outcome))
 }
 
@@ -95,9 +95,11 @@ fn row_response(r: &Resource, raw: &str, answer: Lookup<crate::source::Row>) -> 
             cached.body(),
         )
             .into_response(),
-        Lookup::Missing(_) => {
-            crate::error::not_found(&format!("{} {} not found", r.name, crate::input::clip(raw)))
-        }
+        Lookup::Missing(_) => crate::http::error::not_found(&format!(
+            "{} {} not found",
+            r.name,
+            crate::http::input::clip(raw)
+        )),
     }
 }
 

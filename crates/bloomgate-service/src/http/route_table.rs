@@ -1,5 +1,5 @@
 //! A router and the patterns of its routes, built together: the edge
-//! (`crate::edge`) wraps the whole router and names each request's route
+//! (`crate::http::edge`) wraps the whole router and names each request's route
 //! by matching these patterns itself.
 
 use std::sync::Arc;

@@ -85,7 +85,7 @@ pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Ne
         Err(not_until) => {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let mut res = crate::error::error_response(
+            let mut res = crate::http::error::error_response(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 "too many requests from this client; slow down",

@@ -1,6 +1,6 @@
 //! Request tracing: every request runs in a span with its method, route,
 //! request id, SKU id, outcome, status and duration (opened by
-//! [`crate::edge`]), and carries an `x-request-id`: the client's, or a new
+//! [`crate::http::edge`]), and carries an `x-request-id`: the client's, or a new
 //! one, echoed on the response.
 
 use std::time::Duration;

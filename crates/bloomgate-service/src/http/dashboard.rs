@@ -6,7 +6,7 @@
 use axum::response::Html;
 
 /// The page.
-pub const PAGE: &str = include_str!("../assets/dashboard.html");
+pub const PAGE: &str = include_str!("../../assets/dashboard.html");
 
 /// Serves the page.
 #[utoipa::path(get, path = "/dashboard",

@@ -4,7 +4,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::routes;
+use crate::http::routes;
 
 /// The service's OpenAPI document.
 #[derive(OpenApi)]
@@ -15,6 +15,7 @@ use crate::routes;
     ),
     paths(
         routes::sku_detail,
+        routes::sku_by_id,
         routes::warm,
         routes::stats,
         routes::create_sku,
@@ -22,7 +23,7 @@ use crate::routes;
         routes::delete_sku,
         routes::ping,
         routes::metrics,
-        crate::dashboard::page,
+        crate::http::dashboard::page,
     ),
     components(schemas(
         crate::model::Sku,

@@ -13,10 +13,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::admin::authorize;
 use crate::error::AppError;
 use crate::gate::RebuildError;
-use crate::input::{json_body, parse_id};
+use crate::http::admin::authorize;
+use crate::http::input::{json_body, parse_id};
 use crate::metrics::Outcome;
 use crate::model::{Sku, SkuInput};
 use crate::reader::Lookup;
@@ -58,7 +58,7 @@ pub async fn sku_detail(
     let id = parse_id(&raw)?;
     let answer = state.reader.lookup(id).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
-    crate::telemetry::record_outcome(id, outcome.label());
+    crate::http::telemetry::record_outcome(id, outcome.label());
     let res = match answer {
         Ok(answer) => sku_response(id, answer),
         Err(e) => e.into_response(),
@@ -67,16 +67,34 @@ pub async fn sku_detail(
     Ok(res)
 }
 
+/// The SKU table as the default resource `skus`: `GET /api/skus/{id}`
+/// answers exactly as `GET /api/seckill/{skuId}` does.
+#[utoipa::path(get, path = "/api/skus/{skuId}",
+    params(("skuId" = i64, Path, minimum = 1, description = "A positive 64-bit SKU id")),
+    responses(
+        (status = 200, description = "The SKU", body = crate::model::Sku),
+        (status = 400, description = "Not a positive 64-bit integer", body = crate::error::ErrorBody),
+        (status = 404, description = "No such SKU", body = crate::error::ErrorBody),
+        (status = 429, description = "Over the per-client rate limit", body = crate::error::ErrorBody),
+        (status = 503, description = "The database is unavailable or overloaded", body = crate::error::ErrorBody),
+    ))]
+pub async fn sku_by_id(
+    state: State<Arc<AppState>>,
+    raw: Path<String>,
+) -> Result<impl IntoResponse, AppError> {
+    sku_detail(state, raw).await
+}
+
 /// What [`sku_detail`] answers for the raw path segment `raw`, when it
 /// can answer without waiting (a filter "no", an L1 hit): the edge sends
-/// it at once, without the router (`crate::edge`, `EdgeLayer::fast_get`).
+/// it at once, without the router (`crate::http::edge`, `EdgeLayer::fast_get`).
 /// `None` sends the request the whole way: an id that does not parse (its
 /// 400 is the handler's), and every read that goes on to Redis or SQL.
 pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
-    let id = crate::input::id_of(raw)?;
+    let id = crate::http::input::id_of(raw)?;
     let answer = state.reader.lookup_now(&id)?;
     let outcome = answer.outcome();
-    crate::telemetry::record_outcome(id, outcome.label());
+    crate::http::telemetry::record_outcome(id, outcome.label());
     Some((sku_response(id, answer), outcome))
 }
 
@@ -87,7 +105,7 @@ fn sku_response(id: i64, answer: Lookup<Sku>) -> axum::response::Response {
             cached.body(),
         )
             .into_response(),
-        Lookup::Missing(_) => crate::error::sku_not_found(id),
+        Lookup::Missing(_) => crate::http::error::sku_not_found(id),
     }
 }
 

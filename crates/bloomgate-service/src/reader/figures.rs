@@ -1,0 +1,38 @@
+//! A funnel's figures in the one shape every resource's stats use (the
+//! SKU table's `skus` too): its filter, L1 and Redis levels.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+
+use super::{Rows, ShieldedReader};
+
+impl<R: Rows> ShieldedReader<R> {
+    /// `{"key_type", "bloom", "l1", "redis"?}` for `/api/cache/stats`
+    /// under `resources.<name>`; the caller adds its SQL figures.
+    #[must_use]
+    pub fn figures(&self, key_type: crate::key::KeyType) -> Value {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let l1 = &self.l1_counters;
+        let mut v = json!({
+            "key_type": key_type,
+            "bloom": self.gate.stats(),
+            "l1": {
+                "hits": l1.hits.get(),
+                "negative_hits": l1.negative_hits.get(),
+                "misses": l1.misses.get(),
+                "entries": self.l1.entry_count(),
+            },
+        });
+        if let Some(redis) = &self.redis {
+            let c = &redis.counters;
+            v["redis"] = json!({
+                "hits": get(&c.hits),
+                "nil_hits": get(&c.nil_hits),
+                "misses": get(&c.misses),
+                "keys_written": get(&c.keys_written),
+            });
+        }
+        v
+    }
+}
