@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use counters::{get, snapshot, stats, DbCounter, Sample};
 use plan::{check_target, plan, Ids, Target};
@@ -49,9 +49,10 @@ pub struct AttackArgs {
     /// 000's `/api/seckill/{id}`; a text resource gets text keys.
     #[arg(long)]
     resource: Option<String>,
-    /// Text keys are this prefix and a number (seed 002's `u1001`).
-    #[arg(long, default_value = "u")]
-    key_prefix: String,
+    /// A text resource's keys are this prefix and a number (default `u`,
+    /// seed 002's `u1001`); refused for integer keys.
+    #[arg(long)]
+    key_prefix: Option<String>,
     /// Base URL of the service (loopback only, unless --allow-remote).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
@@ -265,18 +266,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
         }
     };
     let delta = |p: &[&str]| get(&after.stats, p) - get(&before.stats, p);
-    let outcomes: serde_json::Map<String, Value> = after.stats["requests"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    let was = before.stats["requests"][k].as_i64().unwrap_or(0);
-                    (k.clone(), json!(v.as_i64().unwrap_or(0) - was))
-                })
-                .filter(|(_, v)| v.as_i64() != Some(0))
-                .collect()
-        })
-        .unwrap_or_default();
+    let outcomes = target.outcomes(&before.stats, &after.stats);
     let ((q1, m1), (q0, m0)) = (target.sql(&after.stats), target.sql(&before.stats));
     let sql_queries = q1 - q0;
     let db_delta = after.db.zip(before.db).map(|(a, b)| a - b);
@@ -346,6 +336,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -466,13 +457,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("carts") && e.contains("users, orders"), "{e}");
+        let e = Target::new(
+            &args(&["--resource", "orders", "--key-prefix", "k"]),
+            &stats,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("integer keys"), "{e}");
         for (bad, needle) in [
             (vec!["--resource", "Users"], "--resource"),
             (vec!["--resource", "a/b"], "--resource"),
-            (vec!["--key-prefix", "a/b"], "--key-prefix"),
+            (
+                vec!["--resource", "users", "--key-prefix", "a/b"],
+                "--key-prefix",
+            ),
+            (vec!["--key-prefix", "u"], "--resource"),
         ] {
             let e = plan(&args(&bad)).unwrap_err().to_string();
             assert!(e.contains(needle), "{bad:?}: {e}");
         }
+        // What answered, by level: seed 000's request counts, or a
+        // resource's levels.
+        let after = json!({
+            "requests": {"filter_rejected": 5, "db_found": 2},
+            "resources": {"users": {
+                "key_type": "text",
+                "bloom": {"rejected": 17},
+                "l1": {"hits": 4, "negative_hits": 0},
+                "sql": {"statements": 9, "loads": 7, "found": 4},
+            }},
+        });
+        let before = json!({
+            "requests": {"filter_rejected": 1, "db_found": 2},
+            "resources": {"users": {
+                "key_type": "text",
+                "bloom": {"rejected": 7},
+                "sql": {"statements": 5, "loads": 3, "found": 1},
+            }},
+        });
+        let seckill = Target::new(&args(&[]), &after).unwrap();
+        assert_eq!(
+            Value::from(seckill.outcomes(&before, &after)),
+            json!({"filter_rejected": 4})
+        );
+        let users = Target::new(&args(&["--resource", "users"]), &after).unwrap();
+        assert_eq!(
+            Value::from(users.outcomes(&before, &after)),
+            json!({"filter_rejected": 10, "l1_hit": 4, "db_found": 3, "db_missing": 1})
+        );
     }
 }

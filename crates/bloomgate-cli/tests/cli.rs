@@ -683,6 +683,10 @@ fn attack_sends_text_keys_to_a_text_resource() {
     assert_eq!(random["resource"], "users");
     assert_eq!(n(&random["status"]["404"]), 400, "{random}");
     assert!(n(&random["filter_rejected"]) >= 390, "{random}");
+    assert_eq!(
+        random["outcomes"]["filter_rejected"], random["filter_rejected"],
+        "answered by the resource's filter"
+    );
     assert!(n(&random["sql_queries"]) <= 10, "{random}");
     assert_eq!(stats()["bloom"]["rejected"], seckill_before);
     // Existing keys u1..u50: every one found.

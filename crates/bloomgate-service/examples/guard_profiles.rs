@@ -16,14 +16,19 @@ use bloomgate_service::store::StoreError;
 pub struct Profiles(pub PathBuf);
 
 impl Profiles {
-    /// Keys are file names: letters, digits, `-` and `_` only, so no key
-    /// reaches outside the directory.
+    /// Keys are file names of letters, digits, `-` and `_` only, so no key
+    /// reaches outside the directory. Other files are no rows, and are not
+    /// scanned either: the filter never holds a key `load` would refuse.
+    fn plain(key: &str) -> bool {
+        !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }
+
     fn path(&self, key: &Key) -> Option<PathBuf> {
         let key = key.to_string();
-        let plain = key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        (plain && !key.is_empty()).then(|| self.0.join(format!("{key}.json")))
+        Self::plain(&key).then(|| self.0.join(format!("{key}.json")))
     }
 
     async fn keys(&self) -> Result<Vec<String>, StoreError> {
@@ -37,7 +42,7 @@ impl Profiles {
             .map_err(|e| StoreError::new("list", e))?
         {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(key) = name.strip_suffix(".json") {
+            if let Some(key) = name.strip_suffix(".json").filter(|k| Self::plain(k)) {
                 keys.push(key.to_owned());
             }
         }

@@ -402,7 +402,8 @@ impl Resource {
     #[must_use]
     pub fn stats(&self) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut v = self.reader.figures(self.key_type());
+        let bloom = serde_json::to_value(self.reader.gate.stats()).unwrap_or_default();
+        let mut v = self.reader.figures(self.key_type(), bloom);
         v["calls"] = serde_json::json!({
             "keys_added": get(&self.counters.keys_added),
             "invalidated": get(&self.counters.invalidated),

@@ -116,7 +116,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
         },
     });
     let mut resources = serde_json::Map::new();
-    resources.insert("skus".into(), skus(state));
+    resources.insert("skus".into(), skus(state, body["bloom"].clone()));
     for res in &state.resources {
         resources.insert(res.name.to_string(), res.stats());
     }
@@ -127,10 +127,10 @@ pub async fn json(state: &AppState) -> serde_json::Value {
 /// The SKU table as the default resource `skus`, in the shape of
 /// [`crate::resource::Resource::stats`]: the same figures as the flat
 /// keys seed 000 prints, under the names every resource uses.
-fn skus(state: &AppState) -> Value {
+fn skus(state: &AppState, bloom: Value) -> Value {
     let r = &state.reader;
     let sql = &r.store.counters;
-    let mut v = r.figures(crate::key::KeyType::Int);
+    let mut v = r.figures(crate::key::KeyType::Int, bloom);
     let queries = sql.queries.load(Ordering::Relaxed);
     v["sql"] = json!({
         "statements": queries,
@@ -354,13 +354,19 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
             count(r, &["sql", "statements"]),
         );
     }
-    for (call, key) in [
-        ("keys", "keys_added"),
-        ("invalidate", "invalidated"),
-        ("exists", "exists_checked"),
-        ("batch", "batch_keys"),
-        ("watch", "watched"),
-    ] {
+    // The key API's calls, for the resources that have it.
+    let calls = if r["calls"].is_object() {
+        &[
+            ("keys", "keys_added"),
+            ("invalidate", "invalidated"),
+            ("exists", "exists_checked"),
+            ("batch", "batch_keys"),
+            ("watch", "watched"),
+        ][..]
+    } else {
+        &[]
+    };
+    for &(call, key) in calls {
         m.counter(
             "bloomgate_resource_call_keys_total",
             vec![name(), label("call", call)],

@@ -422,7 +422,7 @@ fn counter(v: &serde_json::Value, path: &[&str]) -> i64 {
 }
 
 /// A resource's read answers a filter "no" and an L1 entry in the edge,
-/// without the router (`resource_routes::read_now`). A key spelled with a
+/// without the router (`http::resources::read_now`). A key spelled with a
 /// percent escape is the same key to the handler but always goes through
 /// the router, so each answer is compared with the routed one for the
 /// same key, and each read is counted once.
@@ -751,6 +751,19 @@ async fn the_rust_example_guards_a_directory_of_its_own() {
     assert_eq!(
         grace.json::<serde_json::Value>().await.unwrap()["name"],
         "Grace"
+    );
+    // A file whose name is no plain key is neither a row nor a key.
+    std::fs::write(profiles.join("john.doe.json"), br#"{"id":"x"}"#).unwrap();
+    let scanned = bloomgate_service::source::Source::scan(
+        &guard_profiles::Profiles(profiles.clone()),
+        None,
+        100,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        scanned,
+        [Key::Text("u1001".into()), Key::Text("u2002".into())]
     );
     // A key that would leave the directory is no row, never a file read.
     let p = guard_profiles::Profiles(profiles.clone());

@@ -89,12 +89,17 @@ pub fn plan(a: &AttackArgs) -> anyhow::Result<Plan> {
             bail!("--resource must be a resource's name: lower-case letters, digits and _ (got {name:?})");
         }
     }
-    if a.key_prefix.len() > 200
-        || a.key_prefix
-            .bytes()
-            .any(|b| !b.is_ascii_alphanumeric() && !b"-_.~".contains(&b))
-    {
-        bail!("--key-prefix must be at most 200 URL-safe characters: letters, digits, - _ . ~ (got {:?})", a.key_prefix);
+    if let Some(prefix) = &a.key_prefix {
+        if a.resource.is_none() {
+            bail!("--key-prefix is for a text resource's keys: give --resource too");
+        }
+        if prefix.len() > 200
+            || prefix
+                .bytes()
+                .any(|b| !b.is_ascii_alphanumeric() && !b"-_.~".contains(&b))
+        {
+            bail!("--key-prefix must be at most 200 URL-safe characters: letters, digits, - _ . ~ (got {prefix:?})");
+        }
     }
     if a.mode == Mode::Random && requests > a.max_id - a.min_id + 1 && a.duration.is_none() {
         bail!(
@@ -246,10 +251,13 @@ impl Target {
             );
         };
         let text = r["key_type"].as_str() == Some("text");
+        if !text && a.key_prefix.is_some() {
+            bail!("--key-prefix: resource {name} has integer keys");
+        }
         Ok(Self {
             path: format!("/api/{name}/"),
             resource: Some(name.clone()),
-            text_prefix: text.then(|| a.key_prefix.clone()),
+            text_prefix: text.then(|| a.key_prefix.clone().unwrap_or_else(|| "u".into())),
         })
     }
 
@@ -271,6 +279,44 @@ impl Target {
                 .chain(path.iter().copied())
                 .collect(),
         }
+    }
+
+    /// What answered the run's requests, by level, as the difference of
+    /// two stats snapshots: seed 000's route has its own request counts
+    /// by outcome; a resource's are read from its levels' counters (a
+    /// request that joined another's SQL load counts once, in the load).
+    pub fn outcomes(&self, before: &Value, after: &Value) -> serde_json::Map<String, Value> {
+        let delta = |p: &[&str]| {
+            let p = self.figure(p);
+            super::counters::get(after, &p) - super::counters::get(before, &p)
+        };
+        let counted: Vec<(String, i64)> = match &self.resource {
+            None => after["requests"]
+                .as_object()
+                .map(|m| {
+                    m.keys()
+                        .map(|k| (k.clone(), delta(&["requests", k.as_str()])))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Some(_) => {
+                let missing = self.sql(after).1 - self.sql(before).1;
+                vec![
+                    ("filter_rejected".into(), delta(&["bloom", "rejected"])),
+                    ("l1_hit".into(), delta(&["l1", "hits"])),
+                    ("l1_negative_hit".into(), delta(&["l1", "negative_hits"])),
+                    ("redis_hit".into(), delta(&["redis", "hits"])),
+                    ("redis_nil_hit".into(), delta(&["redis", "nil_hits"])),
+                    ("db_found".into(), delta(&["sql", "found"])),
+                    ("db_missing".into(), missing),
+                ]
+            }
+        };
+        counted
+            .into_iter()
+            .filter(|(_, n)| *n != 0)
+            .map(|(k, n)| (k, Value::from(n)))
+            .collect()
     }
 
     /// The statements the request path sent to SQL, and the loads that

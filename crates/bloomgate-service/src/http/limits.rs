@@ -1,4 +1,4 @@
-//! The optional per-client rate limit on the public read route (`governor`,
+//! The optional per-client rate limit on the SKU reads (`governor`,
 //! keyed by the peer IP address). Off by default: a flash sale's legitimate
 //! clients may sit behind few addresses, so an operator chooses the rate.
 //! Over the limit: 429 with the JSON error shape and `Retry-After`.
@@ -33,7 +33,8 @@ thread_local! {
     static CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// The limiter of the read route, when `http.rate_limit_per_sec` is set.
+/// The limiter of the SKU reads (one bucket per client for both routes),
+/// when `http.rate_limit_per_sec` is set.
 #[derive(Debug)]
 pub struct RateLimit {
     limiter: DefaultKeyedRateLimiter<IpAddr>,

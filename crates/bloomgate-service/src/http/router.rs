@@ -1,7 +1,8 @@
 //! The router: every route with its layers (the body limit where a body
-//! is read, the optional rate limit on the read route), merged once over
-//! the handlers of `routes`, `resource_routes`, `dashboard` and
-//! `openapi`, and wrapped as a whole in `edge`.
+//! is read, the optional rate limit on the SKU reads, `/api/seckill/{id}`
+//! and its alias `/api/skus/{id}`), merged once over the handlers of
+//! `routes`, `resources`, `dashboard` and `openapi`, and wrapped as a
+//! whole in `edge`.
 
 use std::sync::Arc;
 

@@ -9,14 +9,16 @@ use super::{Rows, ShieldedReader};
 
 impl<R: Rows> ShieldedReader<R> {
     /// `{"key_type", "bloom", "l1", "redis"?}` for `/api/cache/stats`
-    /// under `resources.<name>`; the caller adds its SQL figures.
+    /// under `resources.<name>`, with `bloom` as the caller read it (the
+    /// filter's fill is counted once per snapshot); the caller adds its
+    /// SQL figures.
     #[must_use]
-    pub fn figures(&self, key_type: crate::key::KeyType) -> Value {
+    pub fn figures(&self, key_type: crate::key::KeyType, bloom: Value) -> Value {
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let l1 = &self.l1_counters;
         let mut v = json!({
             "key_type": key_type,
-            "bloom": self.gate.stats(),
+            "bloom": bloom,
             "l1": {
                 "hits": l1.hits.get(),
                 "negative_hits": l1.negative_hits.get(),
