@@ -83,6 +83,7 @@ async fn main() {
         max_batch_keys: 1000,
         watch_column: None,
         watch_every_ms: 1000,
+        bloom_snapshot_path: None,
     }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {

@@ -41,10 +41,10 @@ pub const MAX_BLOOM_FPP: f64 = 0.5;
 /// The largest filter the service will allocate (4 GiB).
 pub const MAX_FILTER_BYTES: u64 = 4 << 30;
 
-/// SKUs written to SQL behind the change log's back (`bloomgate seed`, a
-/// bulk load) are in no stored filter and no replay: a filter from a
-/// `source` (snapshot, epoch) is trusted only if SQL's `rows` are at most
-/// its items plus the `replayed` creates.
+/// Rows written behind the change feed's back (`bloomgate seed`, a bulk
+/// load) are in no stored filter and no replay: a filter from a `source`
+/// (snapshot, epoch) is trusted only if the table's `rows` are at most its
+/// items plus the `replayed` creates.
 ///
 /// # Errors
 /// A sentence for the log when SQL holds more.
@@ -57,17 +57,28 @@ pub fn accounts_for(
     let items = filter.as_filter().items();
     if rows > items + replayed as u64 {
         return Err(format!(
-            "SQL holds {rows} SKUs, more than the {source}'s {items} plus {replayed} created since: some were written behind the change log's back"
+            "the table holds {rows} rows, more than the {source}'s {items} plus {replayed} created since: some were written behind the change feed's back"
         ));
     }
     Ok(())
 }
 
-/// A gate filter in the library's snapshot format.
-pub fn encode(filter: &GateFilter) -> Vec<u8> {
+/// A gate filter in the library's snapshot format, recording how its keys
+/// were hashed (`Integer` for the SKUs and integer resources, `Bytes` for
+/// text keys).
+pub fn encode(filter: &GateFilter, kind: KeyKind) -> Vec<u8> {
     match filter {
-        GateFilter::Blocked(f) => f.to_blocked().to_bytes(KeyKind::Integer),
-        GateFilter::Classic(f) => f.to_classic().to_bytes(KeyKind::Integer),
+        GateFilter::Blocked(f) => f.to_blocked().to_bytes(kind),
+        GateFilter::Classic(f) => f.to_classic().to_bytes(kind),
+    }
+}
+
+/// How a resource's keys are hashed, as the snapshot format records it.
+#[must_use]
+pub const fn key_kind(key_type: crate::key::KeyType) -> KeyKind {
+    match key_type {
+        crate::key::KeyType::Int => KeyKind::Integer,
+        crate::key::KeyType::Text => KeyKind::Bytes,
     }
 }
 
@@ -75,16 +86,21 @@ pub fn encode(filter: &GateFilter) -> Vec<u8> {
 ///
 /// # Errors
 /// A sentence naming what failed to verify.
-pub fn decode(layout: BloomLayout, bytes: &[u8]) -> Result<GateFilter, String> {
-    match layout {
+pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFilter, String> {
+    let (filter, recorded) = match layout {
         BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
-            .and_then(|(f, _)| AtomicBloom::from_blocked(&f))
-            .map(GateFilter::Blocked),
-        BloomLayout::Classic => ClassicBloom::from_bytes(bytes)
-            .and_then(|(f, _)| AtomicClassicBloom::from_classic(&f))
-            .map(GateFilter::Classic),
+            .and_then(|(f, k)| AtomicBloom::from_blocked(&f).map(|f| (GateFilter::Blocked(f), k))),
+        BloomLayout::Classic => ClassicBloom::from_bytes(bytes).and_then(|(f, k)| {
+            AtomicClassicBloom::from_classic(&f).map(|f| (GateFilter::Classic(f), k))
+        }),
     }
-    .map_err(|e| format!("the snapshot fails to verify: {e}"))
+    .map_err(|e| format!("the snapshot fails to verify: {e}"))?;
+    if recorded != kind {
+        return Err(format!(
+            "the snapshot holds {recorded:?} keys, this filter {kind:?} keys"
+        ));
+    }
+    Ok(filter)
 }
 
 /// The in-process filter, in the configured layout.

@@ -62,10 +62,19 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
     let background = state.background.clone();
-    let persist = state
+    // Every filter's snapshot: the SKUs' and each resource's.
+    let persist: Vec<_> = state
         .persist
         .clone()
-        .map(|p| (p, Arc::clone(&state.reader.gate)));
+        .map(|p| (p, Arc::clone(&state.reader.gate)))
+        .into_iter()
+        .chain(
+            state
+                .resources
+                .iter()
+                .filter_map(|r| Some((r.persist.clone()?, Arc::clone(r.gate())))),
+        )
+        .collect();
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
@@ -88,11 +97,14 @@ pub async fn run(
             Ok(())
         }
     };
-    // The last snapshot, so the next start needs no SQL scan.
-    if let Some((persist, gate)) = persist {
+    // The last snapshots, so the next start needs no SQL scan.
+    for (persist, gate) in persist {
+        let path = persist.path().display().to_string();
         match persist.save(&gate).await {
-            Ok(_) => tracing::info!("filter snapshot saved at shutdown"),
-            Err(e) => tracing::warn!(error = %e, "saving the filter snapshot at shutdown failed"),
+            Ok(_) => tracing::info!(%path, "filter snapshot saved at shutdown"),
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "saving the filter snapshot at shutdown failed")
+            }
         }
     }
     // Then every background loop, through the one signal.
@@ -209,6 +221,21 @@ pub async fn prepare(
         }
         changes.spawn_follower(from, &state.reader);
     }
+    // A resource restored from its snapshot is complete up to the
+    // snapshot's outbox position: the follower starts at or before it, so
+    // every entry after it (one that commits late too) is applied.
+    let mut restored_resources = Vec::with_capacity(state.resources.len());
+    for r in &state.resources {
+        let at = if c.bloom_enabled {
+            r.restore().await
+        } else {
+            None
+        };
+        if let Some(at) = at {
+            outbox_from = outbox_from.min(at);
+        }
+        restored_resources.push(at.is_some());
+    }
     outbox.spawn_follower(outbox_from, covered, &state.reader);
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
@@ -219,8 +246,13 @@ pub async fn prepare(
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
         );
-        for r in &state.resources {
-            drop(r.start(retry, Duration::from_millis(c.bloom_monitor_ms)));
+        for (r, restored) in state.resources.iter().zip(restored_resources) {
+            drop(r.start(
+                retry,
+                Duration::from_millis(c.bloom_monitor_ms),
+                restored,
+                Duration::from_secs(c.bloom_snapshot_every_secs),
+            ));
         }
     }
     if let Some(persist) = &state.persist {

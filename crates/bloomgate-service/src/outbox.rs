@@ -352,6 +352,27 @@ impl Outbox {
     /// # Errors
     /// [`StoreError`].
     pub async fn created_after(&self, from: i64) -> Result<Option<Vec<i64>>, StoreError> {
+        Ok(self
+            .created_keys_after(from, SKU_RESOURCE)
+            .await?
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| k.parse().ok())
+                    .collect::<Vec<i64>>()
+            }))
+    }
+
+    /// The keys of `resource` created after `from`, as the entries spell
+    /// them (a resource's keys are no SKU ids, even when they parse); `None`
+    /// when entries after `from` were trimmed.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn created_keys_after(
+        &self,
+        from: i64,
+        resource: &str,
+    ) -> Result<Option<Vec<String>>, StoreError> {
         if self.trimmed_through().await? > from {
             return Ok(None);
         }
@@ -360,11 +381,8 @@ impl Outbox {
         loop {
             let page = self.after(cursor).await?;
             for e in &page {
-                // A resource's keys are no SKU ids, even when they parse.
-                if e.kind == crate::wire::kind::CREATED && e.resource == SKU_RESOURCE {
-                    if let Ok(id) = e.key.parse() {
-                        created.push(id);
-                    }
+                if e.kind == crate::wire::kind::CREATED && e.resource == resource {
+                    created.push(e.key.clone());
                 }
                 cursor = e.seq;
             }

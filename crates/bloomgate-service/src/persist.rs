@@ -19,8 +19,16 @@
 //! the replay, which reads the outbox in SQL (complete by construction)
 //! as well as the Redis log.
 //! Without a change log (no Redis) nothing could be replayed, so the
-//! configuration refuses a snapshot path without `redis_url` or
+//! configuration refuses a SKU snapshot path without `redis_url` or
 //! `redis_cluster`.
+//!
+//! Every other resource keeps a snapshot the same way
+//! ([`Persist::for_resource`], [`Persist::restore_resource`]), positioned
+//! in the outbox alone: its creates are recorded there only (`keys`, the
+//! owned writes), so the same argument holds with no Redis at all. The
+//! follower then starts at or before the snapshot's position, so an entry
+//! that commits late (a long transaction) is applied by it, with its gap
+//! handling, even when the replay did not see it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,7 +41,9 @@ use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
 use crate::filter::{accounts_for, decode, encode};
 use crate::gate::{Gate, GateFilter};
+use crate::key::{Key, KeyType};
 use crate::outbox::Outbox;
+use bloomgate_filter::KeyKind;
 
 /// The metadata file's format version.
 const VERSION: u32 = 1;
@@ -67,8 +77,12 @@ pub struct Persist {
     path: PathBuf,
     layout: BloomLayout,
     fpp: f64,
-    changes: ChangeLog,
+    /// The Redis change log the SKU snapshot is positioned in (`None` for
+    /// a resource's, positioned in the outbox alone).
+    changes: Option<ChangeLog>,
     outbox: Outbox,
+    /// How the filter's keys are hashed, as the file records it.
+    kind: KeyKind,
 }
 
 fn meta_path(path: &Path) -> PathBuf {
@@ -121,12 +135,35 @@ impl Persist {
         outbox: Outbox,
     ) -> Self {
         Self {
+            changes: Some(changes),
+            ..Self::for_resource(path, layout, fpp, KeyType::Int, outbox)
+        }
+    }
+
+    /// Snapshots at `path` for a resource's filter of `layout` at `fpp`
+    /// whose keys are `key_type`, positioned in `outbox`.
+    #[must_use]
+    pub fn for_resource(
+        path: PathBuf,
+        layout: BloomLayout,
+        fpp: f64,
+        key_type: KeyType,
+        outbox: Outbox,
+    ) -> Self {
+        Self {
             path,
             layout,
             fpp,
-            changes,
+            changes: None,
             outbox,
+            kind: crate::filter::key_kind(key_type),
         }
+    }
+
+    /// Where the snapshot is written.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Saves `gate`'s published filter (nothing when none is published).
@@ -141,16 +178,19 @@ impl Persist {
         if gate.rebuild_is_owed() {
             return Ok(false);
         }
-        let position = self.changes.applied();
+        let position = self
+            .changes
+            .as_ref()
+            .map_or_else(String::new, ChangeLog::applied);
         let outbox = Some(self.outbox.watermark());
         let covered = self.outbox.rebuilds_covered();
         let Some(filter) = gate.published() else {
             return Ok(false);
         };
         let capacity = gate.capacity();
-        let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
+        let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
         tokio::task::spawn_blocking(move || {
-            let bytes = encode(&filter);
+            let bytes = encode(&filter, kind);
             let meta = Meta {
                 version: VERSION,
                 position,
@@ -184,11 +224,12 @@ impl Persist {
         gate: &Gate,
         store: &crate::store::SkuStore,
     ) -> Result<(String, i64, i64), String> {
-        let (path, layout, fpp) = (self.path.clone(), self.layout, self.fpp);
-        let (filter, meta) = tokio::task::spawn_blocking(move || load(&path, layout, fpp))
-            .await
-            .map_err(|e| e.to_string())??;
-        let (created, last) = match self.changes.created_since(&meta.position).await {
+        let changes = self
+            .changes
+            .as_ref()
+            .ok_or("this snapshot is a resource's: use restore_resource")?;
+        let (filter, meta) = self.load().await?;
+        let (created, last) = match changes.created_since(&meta.position).await {
             Ok(Some(found)) => found,
             Ok(None) => {
                 return Err(format!(
@@ -232,6 +273,62 @@ impl Persist {
         Ok((last, outbox_at, meta.covered))
     }
 
+    /// A resource's [`Persist::restore`]: loads the snapshot, replays the
+    /// keys of `resource` created after its outbox position, checks that
+    /// `rows` (the source's count) is accounted for, and publishes it in
+    /// `gate`. Returns the outbox position the snapshot is complete up to.
+    ///
+    /// # Errors
+    /// A sentence for the log: the resource then scans its source.
+    pub async fn restore_resource(
+        &self,
+        gate: &Gate,
+        resource: &str,
+        key_type: KeyType,
+        rows: impl std::future::Future<Output = Result<u64, crate::store::StoreError>>,
+    ) -> Result<i64, String> {
+        let (filter, meta) = self.load().await?;
+        let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
+        let created = match self.outbox.created_keys_after(at, resource).await {
+            Ok(Some(keys)) => keys,
+            Ok(None) => {
+                return Err(format!(
+                    "the change outbox was trimmed past the snapshot's position {at}"
+                ))
+            }
+            Err(e) => return Err(format!("reading the change outbox: {e}")),
+        };
+        let mut keys = Vec::with_capacity(created.len());
+        for raw in &created {
+            keys.push(Key::parse(key_type, raw).map_err(|e| {
+                format!("the outbox holds a key of {resource} that does not parse: {e}")
+            })?);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let rows = rows.await.map_err(|e| e.to_string())?;
+        accounts_for(rows, &filter, keys.len(), "snapshot")?;
+        filter.insert_many(&keys);
+        if !gate.install(filter, meta.capacity) {
+            return Err("a filter was published meanwhile".into());
+        }
+        tracing::info!(
+            resource,
+            path = %self.path.display(),
+            outbox = at,
+            replayed = keys.len(),
+            "resource filter restored from its snapshot; no scan"
+        );
+        Ok(at)
+    }
+
+    async fn load(&self) -> Result<(GateFilter, Meta), String> {
+        let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
+        tokio::task::spawn_blocking(move || load(&path, layout, fpp, kind))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
     /// Saves after every rebuild (checked each second) and every `every`,
     /// until the gate is dropped.
     pub fn spawn_saver(&self, gate: &Arc<Gate>, every: Duration, bg: &crate::tasks::Background) {
@@ -264,7 +361,12 @@ impl Persist {
 }
 
 /// Reads, pairs and verifies the two files.
-fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta), String> {
+fn load(
+    path: &Path,
+    layout: BloomLayout,
+    fpp: f64,
+    kind: KeyKind,
+) -> Result<(GateFilter, Meta), String> {
     let meta_file = meta_path(path);
     let json = std::fs::read(&meta_file)
         .map_err(|e| format!("no snapshot metadata at {}: {e}", meta_file.display()))?;
@@ -287,6 +389,6 @@ fn load(path: &Path, layout: BloomLayout, fpp: f64) -> Result<(GateFilter, Meta)
     if hash_hex(&bytes) != meta.file_xxh3 {
         return Err("the snapshot file does not match its metadata (a save was cut short)".into());
     }
-    let filter = decode(layout, &bytes)?;
+    let filter = decode(layout, &bytes, kind)?;
     Ok((filter, meta))
 }

@@ -37,6 +37,9 @@ pub struct ResourceOptions {
     pub layout: BloomLayout,
     /// Most keys in one call.
     pub max_batch_keys: usize,
+    /// Where the filter's snapshot is kept (restart without a scan).
+    /// `None`: `<cache.bloom_snapshot_path>.<name>` when that is set.
+    pub snapshot_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ResourceOptions {
@@ -46,6 +49,7 @@ impl Default for ResourceOptions {
             fpp: 0.001,
             layout: BloomLayout::Blocked,
             max_batch_keys: 1000,
+            snapshot_path: None,
         }
     }
 }
@@ -97,6 +101,8 @@ pub struct Resource {
     pub table: Option<SqlTable>,
     /// Call counters.
     pub counters: CallCounters,
+    /// The filter's snapshot, when one is configured.
+    pub persist: Option<crate::persist::Persist>,
     store: SkuStore,
     changes: Option<crate::changes::ChangeLog>,
     background: crate::tasks::Background,
@@ -174,7 +180,22 @@ impl Resource {
             shared.bulkhead.clone(),
         );
         shared.outbox.register(name, reader.clone());
+        let snapshot = options.snapshot_path.clone().or_else(|| {
+            c.bloom_snapshot_path
+                .as_ref()
+                .map(|p| crate::config::resources::derived_snapshot_path(p, name))
+        });
+        let persist = snapshot.map(|path| {
+            crate::persist::Persist::for_resource(
+                path,
+                options.layout,
+                options.fpp,
+                reader.store.0.key_type(),
+                shared.outbox.clone(),
+            )
+        });
         Arc::new(Self {
+            persist,
             name: Arc::from(name),
             reader,
             max_batch_keys: options.max_batch_keys.max(1),
@@ -205,13 +226,34 @@ impl Resource {
             .store(every.as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// Starts the filter build (retried until it succeeds), its monitor
-    /// and the watch of a SQL table's watch column, if set. Returns the
-    /// build task.
+    /// Publishes the filter from its snapshot, if one is configured and
+    /// can be trusted (see [`crate::persist::Persist::restore_resource`]).
+    /// Returns the outbox position it is complete up to; `None` when the
+    /// filter must be built from the source.
+    pub async fn restore(&self) -> Option<i64> {
+        let persist = self.persist.as_ref()?;
+        let source = &self.reader.store.0;
+        match persist
+            .restore_resource(self.gate(), &self.name, self.key_type(), source.count())
+            .await
+        {
+            Ok(at) => Some(at),
+            Err(why) => {
+                tracing::warn!(resource = %self.name, %why, "resource snapshot not used; scanning its source");
+                None
+            }
+        }
+    }
+
+    /// Starts the filter build (retried until it succeeds; not when
+    /// `restored`), its monitor, the snapshot saver and the watch of a SQL
+    /// table's watch column, if set. Returns the build task.
     pub fn start(
         self: &Arc<Self>,
         retry: (Duration, Duration),
         monitor_every: Duration,
+        restored: bool,
+        snapshot_every: Duration,
     ) -> tokio::task::JoinHandle<()> {
         let gate = Arc::clone(self.gate());
         gate.spawn_monitor(monitor_every);
@@ -219,6 +261,12 @@ impl Resource {
         if every > 0 && self.table.is_some() {
             self.background
                 .spawn(watch(Arc::downgrade(self), Duration::from_millis(every)));
+        }
+        if let Some(persist) = &self.persist {
+            persist.spawn_saver(&gate, snapshot_every, &self.background);
+        }
+        if restored {
+            return self.background.spawn(async {});
         }
         self.background
             .spawn(gate.build_until_ready(retry.0, retry.1))

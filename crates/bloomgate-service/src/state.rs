@@ -247,6 +247,7 @@ impl AppState {
                 fpp: rc.bloom_fpp,
                 layout: rc.bloom_layout,
                 max_batch_keys: rc.max_batch_keys,
+                snapshot_path: rc.bloom_snapshot_path.clone(),
             };
             let r =
                 crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared());

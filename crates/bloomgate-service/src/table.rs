@@ -118,6 +118,8 @@ pub struct TableCounters {
     pub found: AtomicU64,
     /// Batch loads (one `IN (…)` each).
     pub batch_loads: AtomicU64,
+    /// Pages of a key scan (a filter build reads them all).
+    pub scans: AtomicU64,
 }
 
 /// A configured table as a [`Source`].
@@ -504,6 +506,7 @@ impl DynSource for SqlTable {
                 query = Self::bind_key(query, k);
             }
             self.count_statement();
+            self.counters.scans.fetch_add(1, Ordering::Relaxed);
             let rows = query
                 .fetch_all(&self.store.pool)
                 .within(&self.store.limit, "resource scan")

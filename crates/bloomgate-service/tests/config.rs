@@ -352,3 +352,52 @@ fn redis_tls_files_go_with_rediss_and_a_certificate_with_its_key() {
         assert_eq!(key_of(e), key, "{pairs:?}");
     }
 }
+
+#[test]
+fn each_filter_has_a_snapshot_file_of_its_own() {
+    let table = |name: &str, extra: &str| {
+        format!("[[resources]]\nname = \"{name}\"\ntable = \"{name}\"\nkey = \"id\"\nkey_type = \"text\"\n{extra}")
+    };
+    let redis = "redis_url = \"redis://127.0.0.1:6379/\"\n";
+    // Derived from [cache]: `<path>.<name>`; a resource's own path wins.
+    let f = toml_file(&format!(
+        "{redis}[cache]\nbloom_snapshot_path = \"data/f.bgf\"\n{}{}",
+        table("users", ""),
+        table("orders", "bloom_snapshot_path = \"data/orders.bgf\"\n")
+    ));
+    let c = Config::load_from(Some(f.path()), env(&[])).unwrap();
+    assert_eq!(c.resources[0].bloom_snapshot_path, None);
+    assert_eq!(
+        bloomgate_service::config::resources::derived_snapshot_path(
+            c.cache.bloom_snapshot_path.as_deref().unwrap(),
+            "users"
+        ),
+        std::path::Path::new("data/f.bgf.users")
+    );
+    // A resource's snapshot needs no Redis (the outbox positions it).
+    let f = toml_file(&table("users", "bloom_snapshot_path = \"data/u.bgf\"\n"));
+    assert!(Config::load_from(Some(f.path()), env(&[])).is_ok());
+    // Two filters on one file are refused, naming the later one.
+    for (text, key) in [
+        (
+            format!(
+                "{redis}[cache]\nbloom_snapshot_path = \"data/f.bgf\"\n{}",
+                table("users", "bloom_snapshot_path = \"data/f.bgf\"\n")
+            ),
+            "resources[0].bloom_snapshot_path",
+        ),
+        (
+            format!(
+                "{redis}[cache]\nbloom_snapshot_path = \"data/f.bgf\"\n{}{}",
+                table("orders", "bloom_snapshot_path = \"data/f.bgf.users\"\n"),
+                table("users", "")
+            ),
+            "resources[1].bloom_snapshot_path",
+        ),
+    ] {
+        let f = toml_file(&text);
+        let e = Config::load_from(Some(f.path()), env(&[])).unwrap_err();
+        assert!(e.to_string().contains("also the snapshot of"), "{e}");
+        assert_eq!(key_of(e), key);
+    }
+}

@@ -86,6 +86,7 @@ fn resource(name: &str, watch: bool) -> ResourceConfig {
         max_batch_keys: 50,
         watch_column: watch.then(|| "seq".into()),
         watch_every_ms: 50,
+        bloom_snapshot_path: None,
     }
 }
 
@@ -1069,4 +1070,105 @@ async fn the_sku_table_answers_as_the_default_resource() {
         stats["bloom"]["rejected"]
     );
     s.stop().await;
+}
+
+/// A `users` resource restarted with its snapshot answers every key from
+/// the snapshot plus the outbox (a key added through another instance
+/// after the save too) and reads no key scan of `users`; without the
+/// snapshot the same start scans.
+async fn users_restart_from_snapshot(url: &str, redis: Option<&str>, prefix: &str) {
+    users_table(url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("users.snap");
+    let config = |snapshot: bool| {
+        let mut c = common::config(url, redis, prefix);
+        let mut r = resource("users", false);
+        r.bloom_snapshot_path = snapshot.then(|| snap.clone());
+        c.resources = vec![r];
+        c
+    };
+    let scans = |s: &TestServer| {
+        users(s, "users")
+            .table
+            .as_ref()
+            .unwrap()
+            .counters
+            .scans
+            .load(Relaxed)
+    };
+    // A builds by scanning, learns v1 through `keys`, saves at shutdown.
+    let a = TestServer::start(config(true), 0).await;
+    ready(&a).await;
+    assert!(scans(&a) > 0, "the first start scans");
+    exec(
+        url,
+        &["INSERT INTO users (id, name, seq) VALUES ('v1', 'late', 100001)".into()],
+    )
+    .await;
+    assert_eq!(post(&a, "/api/users/keys", &["v1"]).await.0, 200);
+    a.stop().await;
+    assert!(snap.exists(), "saved at shutdown");
+    // After the save, another instance (no snapshot) learns v2.
+    exec(
+        url,
+        &["INSERT INTO users (id, name, seq) VALUES ('v2', 'later', 100002)".into()],
+    )
+    .await;
+    let b = TestServer::start(config(false), 0).await;
+    ready(&b).await;
+    assert_eq!(post(&b, "/api/users/keys", &["v2"]).await.0, 200);
+    b.stop().await;
+    // A again: ready as `prepare` returns, without one page of scan.
+    let a = TestServer::start(config(true), 0).await;
+    let u = users(&a, "users");
+    assert!(u.gate().is_ready(), "restored before serving");
+    assert_eq!(u.gate().rebuild_count(), 0, "no build");
+    let keys: Vec<String> = (1..=ROWS)
+        .map(|i| format!("u{i:06}"))
+        .chain(["v1".into(), "v2".into()])
+        .collect();
+    for k in &keys {
+        assert_eq!(a.get(&format!("/api/users/{k}")).await.0, 200, "{k}");
+    }
+    assert_eq!(scans(&a), 0, "no scan of users");
+    a.stop().await;
+    // Without the snapshot the same start scans (the check above can fail).
+    std::fs::remove_file(&snap).unwrap();
+    let a = TestServer::start(config(true), 0).await;
+    ready(&a).await;
+    assert!(scans(&a) > 0, "no snapshot: a scan");
+    for k in &keys {
+        assert_eq!(a.get(&format!("/api/users/{k}")).await.0, 200, "{k}");
+    }
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_restart_from_a_snapshot_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    users_restart_from_snapshot(&common::sqlite_url(&dir), None, "res-snap-sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_restart_from_a_snapshot_on_mariadb() {
+    let Some(url) = common::mysql_database("res_snap").await else {
+        return;
+    };
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:res-snap-maria:").await;
+    }
+    users_restart_from_snapshot(&url, redis.as_deref(), "res-snap-maria").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_restart_from_a_snapshot_on_postgres() {
+    let Some(url) = common::postgres_database("res_snap").await else {
+        return;
+    };
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:res-snap-pg:").await;
+    }
+    users_restart_from_snapshot(&url, redis.as_deref(), "res-snap-pg").await;
 }

@@ -198,9 +198,11 @@ impl ChangeLog {
     ) -> Result<u64, String> {
         let (outbox_at, covered) = outbox;
         let filter = gate.published().ok_or("no filter published")?;
-        let bytes = tokio::task::spawn_blocking(move || crate::filter::encode(&filter))
-            .await
-            .map_err(|e| e.to_string())?;
+        let bytes = tokio::task::spawn_blocking(move || {
+            crate::filter::encode(&filter, bloomgate_filter::KeyKind::Integer)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let counter = crate::wire::epoch_counter_key(&self.prefix);
         let epoch: u64 = redis::cmd("INCR")
@@ -317,9 +319,11 @@ impl ChangeLog {
     ) -> Result<(usize, String), String> {
         let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
-        let filter = tokio::task::spawn_blocking(move || crate::filter::decode(layout, &bytes))
-            .await
-            .map_err(|e| e.to_string())??;
+        let filter = tokio::task::spawn_blocking(move || {
+            crate::filter::decode(layout, &bytes, bloomgate_filter::KeyKind::Integer)
+        })
+        .await
+        .map_err(|e| e.to_string())??;
         // From here every insert here reaches the new filter too; the
         // replay adds what was created (anywhere) since the leader's scan
         // began. An own create inserted before and appended after the

@@ -50,6 +50,11 @@ pub struct ResourceConfig {
     /// How often the watch column is read, milliseconds.
     #[serde(default = "default_watch_every")]
     pub watch_every_ms: u64,
+    /// Where the filter's snapshot is kept, so a restart needs no scan of
+    /// the table. Unset: `<cache.bloom_snapshot_path>.<name>` when that is
+    /// set, else no snapshot.
+    #[serde(default)]
+    pub bloom_snapshot_path: Option<std::path::PathBuf>,
 }
 
 const fn default_expected() -> u64 {
@@ -66,6 +71,16 @@ const fn default_max_batch() -> usize {
 
 const fn default_watch_every() -> u64 {
     1000
+}
+
+/// A resource's snapshot when it names none: `<cache_path>.<name>`
+/// (`cache.bloom_snapshot_path` is the default resource's, and the
+/// others' default).
+#[must_use]
+pub fn derived_snapshot_path(cache_path: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let mut p = cache_path.as_os_str().to_owned();
+    p.push(format!(".{name}"));
+    p.into()
 }
 
 /// The most keys a batch call may allow.

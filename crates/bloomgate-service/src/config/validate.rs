@@ -11,6 +11,29 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         resources::validate_all(&self.resources)?;
         let c = &self.cache;
+        // Two filters never share a snapshot file (the later save would
+        // replace the other's, and a restart would refuse or misread it).
+        let mut paths: Vec<(String, std::path::PathBuf)> = c
+            .bloom_snapshot_path
+            .iter()
+            .map(|p| ("cache.bloom_snapshot_path".to_string(), p.clone()))
+            .collect();
+        for (i, r) in self.resources.iter().enumerate() {
+            let derived = c
+                .bloom_snapshot_path
+                .as_ref()
+                .map(|p| resources::derived_snapshot_path(p, &r.name));
+            if let Some(path) = r.bloom_snapshot_path.clone().or(derived) {
+                let key = resources::ResourceConfig::key_of(i, "bloom_snapshot_path");
+                if let Some((other, _)) = paths.iter().find(|(_, p)| *p == path) {
+                    return Err(invalid(
+                        &key,
+                        format!("{} is also the snapshot of {other}", path.display()),
+                    ));
+                }
+                paths.push((key, path));
+            }
+        }
         if c.bloom_mode != BloomMode::Local && self.redis().is_none() {
             return Err(invalid(
                 "cache.bloom_mode",
