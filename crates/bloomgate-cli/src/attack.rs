@@ -336,8 +336,8 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
     use clap::Parser;
+    use serde_json::Value;
 
     #[derive(Parser)]
     struct Cli {

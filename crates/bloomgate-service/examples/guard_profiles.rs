@@ -101,6 +101,7 @@ pub async fn serve(
     let profiles = Arc::new(Profiles(dir.to_owned()));
     let state = state
         .with_resource("profiles", profiles, &ResourceOptions::default())
+        .await
         .map_err(std::io::Error::other)?;
     bloomgate_service::prepare(&state, config)
         .await

@@ -84,6 +84,7 @@ async fn main() {
         watch_column: None,
         watch_every_ms: 1000,
         bloom_snapshot_path: None,
+        bloom_mode: None,
     }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::{resource_namespace, Entry, RedisTier, L1};
-use crate::config::{BloomLayout, CacheConfig};
+use crate::config::{BloomLayout, BloomMode, CacheConfig};
 use crate::error::AppError;
 use crate::gate::{Gate, GateConfig, Verdict};
 use crate::key::{Key, KeyType};
@@ -40,6 +40,8 @@ pub struct ResourceOptions {
     /// Where the filter's snapshot is kept (restart without a scan).
     /// `None`: `<cache.bloom_snapshot_path>.<name>` when that is set.
     pub snapshot_path: Option<std::path::PathBuf>,
+    /// `local`, `strict` or `redis`; `None`: `cache.bloom_mode`.
+    pub mode: Option<crate::config::BloomMode>,
 }
 
 impl Default for ResourceOptions {
@@ -50,6 +52,7 @@ impl Default for ResourceOptions {
             layout: BloomLayout::Blocked,
             max_batch_keys: 1000,
             snapshot_path: None,
+            mode: None,
         }
     }
 }
@@ -67,6 +70,8 @@ pub struct Shared {
     pub changes: Option<crate::changes::ChangeLog>,
     /// The outbox follower, which applies other instances' entries.
     pub outbox: crate::outbox::Outbox,
+    /// Where Redis is, for a resource's shared filter (`strict`, `redis`).
+    pub target: Option<crate::redis_link::RedisTarget>,
     /// L1 sizes and the filter switches.
     pub cache: CacheConfig,
     /// The instance's shutdown signal.
@@ -122,35 +127,39 @@ pub struct BatchAnswer {
 impl Resource {
     /// A resource named `name` over `source`, registered with the outbox
     /// follower. Its filter is not built yet: see [`Resource::start`].
-    #[must_use]
-    pub fn new(
+    ///
+    /// # Errors
+    /// The shared filter of `strict` or `redis` mode could not be opened.
+    pub async fn new(
         name: &str,
         source: Arc<dyn DynSource>,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Arc<Self> {
-        Self::assemble(name, source, None, options, shared)
+    ) -> Result<Arc<Self>, crate::shared::SharedError> {
+        Self::assemble(name, source, None, options, shared).await
     }
 
     /// [`Resource::new`] over a configured SQL table (which also gives it
     /// SQL counters and, with `watch_column`, the watch).
-    #[must_use]
-    pub fn from_table(
+    ///
+    /// # Errors
+    /// As [`Resource::new`].
+    pub async fn from_table(
         name: &str,
         table: SqlTable,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Arc<Self> {
-        Self::assemble(name, Arc::new(table.clone()), Some(table), options, shared)
+    ) -> Result<Arc<Self>, crate::shared::SharedError> {
+        Self::assemble(name, Arc::new(table.clone()), Some(table), options, shared).await
     }
 
-    fn assemble(
+    async fn assemble(
         name: &str,
         source: Arc<dyn DynSource>,
         table: Option<SqlTable>,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Arc<Self> {
+    ) -> Result<Arc<Self>, crate::shared::SharedError> {
         let c = &shared.cache;
         let gate = Gate::new(
             GateConfig {
@@ -172,13 +181,35 @@ impl Resource {
             .redis
             .as_ref()
             .map(|r| r.namespaced(&resource_namespace(name)));
-        let reader = ShieldedReader::new(
+        let mut reader = ShieldedReader::new(
             Arc::new(gate),
             l1,
             redis,
-            SourceRows(source),
+            SourceRows(Arc::clone(&source)),
             shared.bulkhead.clone(),
         );
+        let mode = options.mode.unwrap_or(c.bloom_mode);
+        if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {
+            let prefix = format!(
+                "{}{}",
+                c.redis_prefix,
+                crate::wire::resource_namespace(name)
+            );
+            reader.shared = Some(
+                crate::shared::SharedFilter::connect(
+                    target,
+                    &prefix,
+                    options.expected,
+                    options.fpp,
+                    c.bloom_segment_bytes,
+                    Duration::from_millis(c.redis_timeout_ms),
+                    Arc::new(ScanOf(Arc::clone(&source))),
+                )
+                .await?
+                .with_background(shared.background.clone()),
+            );
+            reader.shared_only = mode == BloomMode::Redis;
+        }
         shared.outbox.register(name, reader.clone());
         let snapshot = options.snapshot_path.clone().or_else(|| {
             c.bloom_snapshot_path
@@ -194,7 +225,7 @@ impl Resource {
                 shared.outbox.clone(),
             )
         });
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             persist,
             name: Arc::from(name),
             reader,
@@ -205,7 +236,7 @@ impl Resource {
             changes: shared.changes.clone(),
             background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
-        })
+        }))
     }
 
     /// How keys are spelled.
@@ -317,6 +348,16 @@ impl Resource {
             ));
         }
         self.record(keys, crate::wire::kind::CREATED).await?;
+        // Strict and redis modes: every instance sees the keys in Redis
+        // before the call answers (the outbox reaches them later).
+        if let Some(shared) = &self.reader.shared {
+            if let Err(e) = shared.insert_many(keys).await {
+                tracing::warn!(resource = %self.name, error = %e, "adding keys to the shared filter failed");
+                return Err(AppError::Unavailable(
+                    "the shared filter did not take the keys (they are recorded and reach every instance through the outbox); call again".into(),
+                ));
+            }
+        }
         self.counters
             .keys_added
             .fetch_add(keys.len() as u64, Ordering::Relaxed);

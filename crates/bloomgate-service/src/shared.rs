@@ -11,6 +11,10 @@
 //! "no"; the SQL bulkhead bounds what then reaches the database. A lost
 //! string (or one lost segment) is recreated and refilled from SQL in the
 //! background.
+//!
+//! Every resource in `strict` or `redis` mode has one of its own, under
+//! `{prefix}r:{name}:bloom`, filled from its source's key scan; its `keys`
+//! calls add to it before they answer.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,9 +22,16 @@ use std::time::Duration;
 
 use bloomgate_redis::{Conn, RedisBloom};
 
+use crate::filter::KeyBatch;
+use crate::key::Key;
 use crate::redis_link::RedisTarget;
+use crate::source::KeyScan;
 
-use crate::store::SkuStore;
+/// One page of a key scan, owned.
+enum Page {
+    Ints(Vec<i64>),
+    Keys(Vec<Key>),
+}
 
 /// Counters of the shared filter.
 #[derive(Debug, Default)]
@@ -45,7 +56,9 @@ pub struct SharedFilter {
     fpp: f64,
     segment_bytes: u64,
     timeout: Duration,
-    store: SkuStore,
+    /// Where its keys come from when it is filled: the SKU table, or a
+    /// resource's source.
+    keys: Arc<dyn KeyScan>,
     refilling: Arc<AtomicBool>,
     /// Counters, shared by clones.
     pub counters: Arc<SharedCounters>,
@@ -78,6 +91,7 @@ impl SharedFilter {
     /// [`SharedError`]: Redis unreachable, or a filter of another shape
     /// (other instances configured with another `bloom_expected` or
     /// `bloom_fpp`) under the key.
+    #[allow(clippy::too_many_arguments)]
     pub async fn connect(
         target: &RedisTarget,
         prefix: &str,
@@ -85,7 +99,7 @@ impl SharedFilter {
         fpp: f64,
         segment_bytes: u64,
         timeout: Duration,
-        store: SkuStore,
+        keys: Arc<dyn KeyScan>,
     ) -> Result<Self, SharedError> {
         let key = crate::wire::shared_filter_key(prefix);
         let fail = |source, hint| SharedError {
@@ -121,7 +135,7 @@ impl SharedFilter {
             fpp,
             segment_bytes,
             timeout,
-            store,
+            keys,
             refilling: Arc::default(),
             counters: Arc::default(),
             background: crate::tasks::Background::new(),
@@ -138,21 +152,32 @@ impl SharedFilter {
         self.add_all(&batches, scanned).await;
     }
 
-    /// Every id in SQL, in batches.
-    async fn scan(&self) -> (Vec<Vec<i64>>, Result<u64, crate::store::StoreError>) {
-        let mut batches = Vec::new();
-        let scanned = self
-            .store
-            .for_each_id_batch(10_000, |ids| batches.push(ids.to_vec()))
-            .await;
-        (batches, scanned)
+    /// Every key in SQL (or the resource's source), in batches.
+    async fn scan(&self) -> (Vec<Page>, Result<u64, crate::store::StoreError>) {
+        let pages = std::sync::Mutex::new(Vec::new());
+        let sink = |batch: KeyBatch<'_>| {
+            let page = match batch {
+                KeyBatch::Ints(ids) => Page::Ints(ids.to_vec()),
+                KeyBatch::Keys(keys) => Page::Keys(keys.to_vec()),
+            };
+            crate::sync::lock(&pages).push(page);
+        };
+        let scanned = self.keys.scan_keys(10_000, &sink).await;
+        let pages = pages
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (pages, scanned)
     }
 
-    async fn add_all(&self, batches: &[Vec<i64>], scanned: Result<u64, crate::store::StoreError>) {
+    async fn add_all(&self, batches: &[Page], scanned: Result<u64, crate::store::StoreError>) {
         let mut added = 0;
-        for ids in batches {
-            match self.bloom.insert_many(ids).await {
-                Ok(()) => added += ids.len(),
+        for page in batches {
+            let (sent, n) = match page {
+                Page::Ints(ids) => (self.bloom.insert_many(ids).await, ids.len()),
+                Page::Keys(keys) => (self.bloom.insert_many(keys).await, keys.len()),
+            };
+            match sent {
+                Ok(()) => added += n,
                 Err(e) => {
                     self.counters.errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe for what is missing");
@@ -195,15 +220,37 @@ impl SharedFilter {
         }
     }
 
-    /// Adds a created id (after its SQL commit). A failure is counted and
+    /// Adds a created key (after its SQL commit). A failure is counted and
     /// logged; checks then answer maybe for it only if the string is lost.
-    pub async fn insert(&self, id: i64) {
+    pub async fn insert<K: bloomgate_filter::BloomKey + ?Sized>(&self, key: &K) {
         if !matches!(
-            tokio::time::timeout(self.timeout, self.bloom.insert(&id)).await,
+            tokio::time::timeout(self.timeout, self.bloom.insert(key)).await,
             Ok(Ok(_))
         ) {
             self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(id, "adding to the shared filter failed");
+            tracing::warn!(key = %self.key, "adding to the shared filter failed");
+        }
+    }
+
+    /// Adds created keys, one pipelined round trip per segment.
+    ///
+    /// # Errors
+    /// Redis failed or did not answer within the timeout: the caller must
+    /// not answer as if every instance could see the keys.
+    pub async fn insert_many<K: bloomgate_filter::BloomKey>(
+        &self,
+        keys: &[K],
+    ) -> Result<(), String> {
+        match tokio::time::timeout(self.timeout, self.bloom.insert_many(keys)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e.to_string())
+            }
+            Err(_) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                Err("timed out".into())
+            }
         }
     }
 

@@ -34,6 +34,8 @@ pub struct AppState {
     pub resources: Vec<Arc<crate::resource::Resource>>,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
+    /// Where Redis is (a resource's shared filter connects there).
+    redis_target: Option<crate::redis_link::RedisTarget>,
     /// The one shutdown signal of every background loop (`run` gives it).
     pub background: crate::tasks::Background,
 }
@@ -201,13 +203,13 @@ impl AppState {
                     c.bloom_fpp,
                     c.bloom_segment_bytes,
                     Duration::from_millis(c.redis_timeout_ms),
-                    store,
+                    Arc::new(store),
                 )
                 .await?
                 .with_background(background.clone()),
             );
         }
-        Ok(Self {
+        Self {
             reader,
             admin_token: config.admin_token.as_deref().map(Arc::from),
             rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
@@ -229,18 +231,20 @@ impl AppState {
             resources: Vec::new(),
             cache: c.clone(),
             background,
+            redis_target: target,
         }
-        .with_tables(tables))
+        .with_tables(tables)
+        .await
     }
 
     /// Guards every `[[resources]]` table.
-    fn with_tables(
+    async fn with_tables(
         mut self,
         tables: Vec<(
             &crate::config::resources::ResourceConfig,
             crate::table::SqlTable,
         )>,
-    ) -> Self {
+    ) -> Result<Self, StartError> {
         for (rc, table) in tables {
             let options = crate::resource::ResourceOptions {
                 expected: rc.bloom_expected,
@@ -248,15 +252,17 @@ impl AppState {
                 layout: rc.bloom_layout,
                 max_batch_keys: rc.max_batch_keys,
                 snapshot_path: rc.bloom_snapshot_path.clone(),
+                mode: rc.bloom_mode,
             };
             let r =
-                crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared());
+                crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared())
+                    .await?;
             if rc.watch_column.is_some() {
                 r.set_watch_every(Duration::from_millis(rc.watch_every_ms));
             }
             self.resources.push(r);
         }
-        self
+        Ok(self)
     }
 
     /// What a resource shares with this instance.
@@ -270,6 +276,7 @@ impl AppState {
             outbox: self.outbox.clone(),
             cache: self.cache.clone(),
             background: self.background.clone(),
+            target: self.redis_target.clone(),
         }
     }
 
@@ -278,8 +285,9 @@ impl AppState {
     ///
     /// # Errors
     /// [`StartError::Config`] for a name that is not a lower-case
-    /// identifier, is reserved, or is taken.
-    pub fn with_resource(
+    /// identifier, is reserved, or is taken; [`StartError::Shared`] when
+    /// its shared filter (`strict`, `redis`) cannot be opened.
+    pub async fn with_resource(
         mut self,
         name: &str,
         source: Arc<dyn crate::source::DynSource>,
@@ -304,7 +312,7 @@ impl AppState {
             }
             .into());
         }
-        let r = crate::resource::Resource::new(name, source, options, &self.shared());
+        let r = crate::resource::Resource::new(name, source, options, &self.shared()).await?;
         self.resources.push(r);
         Ok(self)
     }

@@ -48,7 +48,7 @@ pub async fn create(state: &AppState, input: SkuInput) -> Result<Sku, AppError> 
     // Any cached "not found" for it (in Redis or L1, or being loaded) is
     // dropped, so the next read loads it from SQL.
     if let Some(shared) = &state.reader.shared {
-        shared.insert(sku.id).await;
+        shared.insert(&sku.id).await;
     }
     state.reader.invalidate(&sku.id).await;
     publish(state, sku.id, ChangeKind::Created).await;

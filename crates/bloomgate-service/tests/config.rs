@@ -401,3 +401,22 @@ fn each_filter_has_a_snapshot_file_of_its_own() {
         assert_eq!(key_of(e), key);
     }
 }
+
+#[test]
+fn a_resource_in_strict_mode_needs_redis() {
+    let f = toml_file(
+        "[[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\nbloom_mode = \"strict\"\n",
+    );
+    let e = Config::load_from(Some(f.path()), env(&[])).unwrap_err();
+    assert!(e.to_string().contains("redis_url"), "{e}");
+    assert_eq!(key_of(e), "resources[0].bloom_mode");
+    let f = toml_file(
+        "redis_url = \"redis://127.0.0.1:6379/\"\n[cache]\nbloom_mode = \"strict\"\n[[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\nbloom_mode = \"local\"\n",
+    );
+    let c = Config::load_from(Some(f.path()), env(&[])).unwrap();
+    assert_eq!(
+        c.resources[0].bloom_mode,
+        Some(bloomgate_service::config::BloomMode::Local),
+        "a resource may differ from [cache]"
+    );
+}

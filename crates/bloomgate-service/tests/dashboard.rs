@@ -237,6 +237,7 @@ async fn the_dashboard_shows_every_resource() {
         watch_column: None,
         watch_every_ms: 1000,
         bloom_snapshot_path: None,
+        bloom_mode: None,
     }];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {

@@ -8,6 +8,7 @@ mod common;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bloomgate_service::config::resources::ResourceConfig;
+use bloomgate_service::config::BloomMode;
 use bloomgate_service::gate::Verdict;
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::resource::Resource;
@@ -87,6 +88,7 @@ fn resource(name: &str, watch: bool) -> ResourceConfig {
         watch_column: watch.then(|| "seq".into()),
         watch_every_ms: 50,
         bloom_snapshot_path: None,
+        bloom_mode: None,
     }
 }
 
@@ -824,6 +826,7 @@ async fn a_load_that_panics_answers_503_to_every_reader() {
             std::sync::Arc::new(Panicky),
             &bloomgate_service::resource::ResourceOptions::default(),
         )
+        .await
         .unwrap();
     bloomgate_service::prepare(&state, &config).await.unwrap();
     let (base, _, tx, task) = serve_built(state).await;
@@ -1171,4 +1174,112 @@ async fn users_restart_from_a_snapshot_on_postgres() {
         common::redis_clear(r, "bgtest:res-snap-pg:").await;
     }
     users_restart_from_snapshot(&url, redis.as_deref(), "res-snap-pg").await;
+}
+
+/// `strict` mode for a resource: a key told to instance A (its row
+/// committed, then `keys`) is never refused by B, even while B's outbox
+/// follower is parked and its replica has not learnt it; a local-mode
+/// instance, parked the same way, refuses it (the check can fail); a key
+/// that exists nowhere is still refused by B.
+async fn users_strict(url: &str, redis: &str, prefix: &str) {
+    users_table(url).await;
+    common::redis_clear(redis, &format!("bgtest:{prefix}:")).await;
+    let config = |mode| {
+        let mut c = common::config(url, Some(redis), prefix);
+        let mut r = resource("users", false);
+        r.bloom_mode = Some(mode);
+        c.resources = vec![r];
+        c
+    };
+    let a = TestServer::start(config(BloomMode::Strict), 0).await;
+    let b = TestServer::start(config(BloomMode::Strict), 0).await;
+    let local = TestServer::start(config(BloomMode::Local), 0).await;
+    for s in [&a, &b, &local] {
+        ready(s).await;
+    }
+    let _b_parked = common::quiet_sql(&b).await;
+    let _local_parked = common::quiet_sql(&local).await;
+    let keys: Vec<String> = (0..20).map(|i| format!("w{i:03}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        exec(
+            url,
+            &[format!(
+                "INSERT INTO users (id, name, seq) VALUES ('{k}', 'told', {})",
+                200_000 + i
+            )],
+        )
+        .await;
+    }
+    let spelled: Vec<&str> = keys.iter().map(String::as_str).collect();
+    assert_eq!(post(&a, "/api/users/keys", &spelled).await.0, 200);
+    let ub = users(&b, "users");
+    let unlearnt = keys
+        .iter()
+        .filter(|k| ub.gate().probe(text(k)) == Verdict::Reject)
+        .count();
+    assert!(
+        unlearnt >= 15,
+        "B's replica has not learnt them ({unlearnt})"
+    );
+    for k in &keys {
+        assert_eq!(b.get(&format!("/api/users/{k}")).await.0, 200, "{k} on B");
+    }
+    let stats = b.stats().await;
+    assert!(
+        counter(&stats, &["resources", "users", "shared", "overruled"]) >= unlearnt as i64,
+        "{}",
+        stats["resources"]["users"]
+    );
+    let refused = keys
+        .iter()
+        .filter(|k| users(&local, "users").gate().probe(text(k)) == Verdict::Reject)
+        .count();
+    let mut local_404 = 0;
+    for k in &keys {
+        if local.get(&format!("/api/users/{k}")).await.0 == 404 {
+            local_404 += 1;
+        }
+    }
+    assert_eq!(
+        local_404, refused,
+        "local mode refuses what its replica lacks"
+    );
+    assert!(local_404 >= 15, "{local_404}");
+    // A key that exists nowhere: both filters say no.
+    let missing = rejected_everywhere(&[&b], "zz");
+    assert_eq!(b.get(&format!("/api/users/{missing}")).await.0, 404);
+    for s in [a, b, local] {
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_strict_on_mariadb() {
+    let Some(url) = common::mysql_database("res_strict").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    users_strict(&url, &redis, "res-strict-maria").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_strict_on_postgres() {
+    let Some(url) = common::postgres_database("res_strict").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    users_strict(&url, &redis, "res-strict-pg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_strict_on_sqlite() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    users_strict(&common::sqlite_url(&dir), &redis, "res-strict-sqlite").await;
 }

@@ -48,7 +48,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     let parked = common::quiet_sql(&local).await;
     let sku = catalogue_sku(50_000);
     assert!(strict.state.reader.store.insert(&sku).await.unwrap());
-    shared.insert(sku.id).await;
+    shared.insert(&sku.id).await;
     assert_eq!(
         strict.get("/api/seckill/50000").await.0,
         200,
@@ -173,7 +173,7 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     // Behind the replica's back: only the shared filter knows it.
     let sku = catalogue_sku(60_000);
     assert!(server.state.reader.store.insert(&sku).await.unwrap());
-    shared.insert(sku.id).await;
+    shared.insert(&sku.id).await;
     let replica = server.state.reader.gate.probe(60_000);
     assert_ne!(
         replica,

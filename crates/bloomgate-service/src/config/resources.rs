@@ -55,6 +55,12 @@ pub struct ResourceConfig {
     /// set, else no snapshot.
     #[serde(default)]
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
+    /// `local`, `strict` or `redis`, as `cache.bloom_mode` (its default).
+    /// `strict` keeps a shared filter in Redis under
+    /// `{prefix}r:{name}:bloom`, so a key told to one instance is never
+    /// refused by another before the outbox reaches it.
+    #[serde(default)]
+    pub bloom_mode: Option<super::BloomMode>,
 }
 
 const fn default_expected() -> u64 {

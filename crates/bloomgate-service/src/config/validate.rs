@@ -40,6 +40,21 @@ impl Config {
                 "strict and redis keep a shared filter in Redis: set redis_url or redis_cluster",
             ));
         }
+        for (i, r) in self.resources.iter().enumerate() {
+            let shared = matches!(r.bloom_mode, Some(BloomMode::Strict | BloomMode::Redis));
+            if shared && self.redis().is_none() {
+                return Err(invalid(
+                    &resources::ResourceConfig::key_of(i, "bloom_mode"),
+                    "strict and redis keep a shared filter in Redis: set redis_url or redis_cluster",
+                ));
+            }
+            if shared && c.redis_prefix.contains(['{', '}']) {
+                return Err(invalid(
+                    "cache.redis_prefix",
+                    "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
+                ));
+            }
+        }
         if c.bloom_segment_bytes == 0
             || !c.bloom_segment_bytes.is_multiple_of(64)
             || c.bloom_segment_bytes > bloomgate_redis::MAX_SEGMENT_BYTES

@@ -35,6 +35,16 @@ impl<R: Rows> ShieldedReader<R> {
                 "keys_written": get(&c.keys_written),
             });
         }
+        if let Some(shared) = &self.shared {
+            let c = &shared.counters;
+            v["shared"] = json!({
+                "mode": if self.shared_only { "redis" } else { "strict" },
+                "checks": get(&c.checks),
+                "overruled": get(&c.overruled),
+                "errors": get(&c.errors),
+                "refills": get(&c.refills),
+            });
+        }
         v
     }
 }
