@@ -8,20 +8,26 @@
 //! (within milliseconds with the Redis doorbell, within
 //! `sql.outbox_poll_ms` without), as SKU writes are.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{resource_namespace, Entry, RedisTier, L1};
+use crate::cache::{resource_namespace, RedisTier, L1};
 use crate::config::{BloomLayout, BloomMode, CacheConfig};
 use crate::error::AppError;
-use crate::gate::{Gate, GateConfig, Verdict};
+use crate::gate::{Gate, GateConfig};
 use crate::key::{Key, KeyType};
 use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
 use crate::source::{DynSource, Row, ScanOf};
 use crate::store::SkuStore;
-use crate::table::{SqlTable, WatchValue};
+use crate::table::SqlTable;
+
+mod calls;
+mod warm;
+mod watch;
+
+pub use calls::BatchAnswer;
+pub use warm::WarmReport;
 
 /// A resource's funnel.
 pub type ResourceReader = ShieldedReader<SourceRows>;
@@ -113,15 +119,6 @@ pub struct Resource {
     background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
     watch_every_ms: AtomicU64,
-}
-
-/// The answer of a batch read.
-#[derive(Debug)]
-pub struct BatchAnswer {
-    /// The rows found, with their keys, in the order asked.
-    pub found: Vec<(Key, Arc<crate::cache::Cached<Row>>)>,
-    /// The keys with no row, in the order asked.
-    pub missing: Vec<Key>,
 }
 
 impl Resource {
@@ -290,8 +287,10 @@ impl Resource {
         gate.spawn_monitor(monitor_every);
         let every = self.watch_every_ms.load(Ordering::Relaxed);
         if every > 0 && self.table.is_some() {
-            self.background
-                .spawn(watch(Arc::downgrade(self), Duration::from_millis(every)));
+            self.background.spawn(watch::watch(
+                Arc::downgrade(self),
+                Duration::from_millis(every),
+            ));
         }
         if let Some(persist) = &self.persist {
             persist.spawn_saver(&gate, snapshot_every, &self.background);
@@ -310,181 +309,6 @@ impl Resource {
     /// [`AppError::Unavailable`] or [`AppError::Overloaded`].
     pub async fn get(&self, key: Key) -> Result<Lookup<Row>, AppError> {
         self.reader.lookup(key).await
-    }
-
-    fn check_len(&self, n: usize) -> Result<(), AppError> {
-        if n > self.max_batch_keys {
-            return Err(AppError::BadRequest(format!(
-                "at most {} keys per call, got {n}",
-                self.max_batch_keys
-            )));
-        }
-        Ok(())
-    }
-
-    /// Adds `keys` (rows the application committed) to every instance's
-    /// filter: added here, dropped from Redis and this instance's L1 (a
-    /// "not found" cached before the row existed must not answer),
-    /// recorded in the outbox (which the others follow), then the others
-    /// are rung. Answers only after all of that.
-    ///
-    /// # Errors
-    /// [`AppError::BadRequest`] over the limit; [`AppError::Unavailable`]
-    /// when Redis did not confirm the deletes or the outbox could not be
-    /// written (the keys are in this instance's filter anyway; call
-    /// again).
-    pub async fn add_keys(&self, keys: &[Key]) -> Result<(), AppError> {
-        self.check_len(keys.len())?;
-        // Redis first: once the entry is in the outbox another instance
-        // may learn the key and read it, and must not find a "not found"
-        // cached before the row existed. Without that, nothing is
-        // recorded and the call fails (the caller retries).
-        for k in keys {
-            self.reader.gate.insert(k);
-        }
-        if !self.reader.invalidate_many(keys).await {
-            return Err(AppError::Unavailable(
-                "redis did not confirm dropping the keys' cached \"not found\"; call again".into(),
-            ));
-        }
-        self.record(keys, crate::wire::kind::CREATED).await?;
-        // Strict and redis modes: every instance sees the keys in Redis
-        // before the call answers (the outbox reaches them later).
-        if let Some(shared) = &self.reader.shared {
-            if let Err(e) = shared.insert_many(keys).await {
-                tracing::warn!(resource = %self.name, error = %e, "adding keys to the shared filter failed");
-                return Err(AppError::Unavailable(
-                    "the shared filter did not take the keys (they are recorded and reach every instance through the outbox); call again".into(),
-                ));
-            }
-        }
-        self.counters
-            .keys_added
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        self.ring().await;
-        Ok(())
-    }
-
-    /// Drops `keys` from L1 and Redis on every instance (recorded in the
-    /// outbox; this instance's part done before it answers).
-    ///
-    /// # Errors
-    /// As [`Resource::add_keys`].
-    pub async fn invalidate(&self, keys: &[Key]) -> Result<(), AppError> {
-        self.check_len(keys.len())?;
-        let recorded = self.record(keys, crate::wire::kind::UPDATED).await;
-        let confirmed = self.reader.invalidate_many(keys).await;
-        recorded?;
-        if !confirmed {
-            return Err(AppError::Unavailable(
-                "redis did not confirm dropping the keys; call again".into(),
-            ));
-        }
-        self.counters
-            .invalidated
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        self.ring().await;
-        Ok(())
-    }
-
-    async fn record(&self, keys: &[Key], kind: &'static str) -> Result<(), AppError> {
-        let spelled: Vec<String> = keys.iter().map(ToString::to_string).collect();
-        self.store
-            .record_many(&self.name, &spelled, kind)
-            .await
-            .map_err(|e| {
-                tracing::warn!(resource = %self.name, error = %e, "recording keys in the outbox failed");
-                AppError::Unavailable(e.to_string())
-            })
-    }
-
-    /// Rings the others in the background: the outbox holds the entries
-    /// already, so the caller need not wait for Redis.
-    async fn ring(&self) {
-        if let Some(log) = self.changes.clone() {
-            tokio::spawn(async move { log.ring().await });
-        }
-    }
-
-    /// The filter's answer for each key: false only where it says "no"
-    /// and this instance can vouch for it (built, in step).
-    ///
-    /// # Errors
-    /// [`AppError::BadRequest`] over the limit.
-    pub fn exists(&self, keys: &[Key]) -> Result<Vec<bool>, AppError> {
-        self.check_len(keys.len())?;
-        self.counters
-            .exists_checked
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        Ok(self
-            .reader
-            .gate
-            .check_many(keys)
-            .into_iter()
-            .map(|v| v != Verdict::Reject)
-            .collect())
-    }
-
-    /// Reads many keys: screened by the filter's batch call, then L1, then
-    /// one `IN (…)` load of the rest through the SQL bulkhead (not written
-    /// back to the caches).
-    ///
-    /// # Errors
-    /// [`AppError::BadRequest`] over the limit; [`AppError::Overloaded`]
-    /// when the bulkhead is full; [`AppError::Unavailable`] when SQL fails.
-    pub async fn batch(&self, keys: &[Key]) -> Result<BatchAnswer, AppError> {
-        self.check_len(keys.len())?;
-        self.counters
-            .batch_keys
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let verdicts = self.reader.gate.check_many(keys);
-        let mut answers: Vec<Option<Option<Arc<crate::cache::Cached<Row>>>>> =
-            vec![None; keys.len()];
-        let mut to_load = Vec::new();
-        for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
-            if *v == Verdict::Reject {
-                answers[i] = Some(None);
-                continue;
-            }
-            match self.reader.l1.get(k) {
-                Some(Entry::Found(row)) => answers[i] = Some(Some(row)),
-                Some(Entry::Missing) => answers[i] = Some(None),
-                None => to_load.push(i),
-            }
-        }
-        if !to_load.is_empty() {
-            let wanted: Vec<Key> = to_load.iter().map(|&i| keys[i].clone()).collect();
-            let loaded = {
-                let Some(_slot) = self.reader.bulkhead.slot().await else {
-                    return Err(AppError::Overloaded);
-                };
-                self.reader
-                    .store
-                    .0
-                    .load_many(&wanted)
-                    .await
-                    .map_err(|e| AppError::Unavailable(e.to_string()))?
-            };
-            let mut rows: std::collections::HashMap<Key, Row> = loaded.into_iter().collect();
-            for &i in &to_load {
-                let row = rows.remove(&keys[i]);
-                if row.is_none() && verdicts[i] == Verdict::Pass {
-                    self.reader.gate.note_passed_missing();
-                }
-                answers[i] = Some(row.map(crate::cache::Cached::new));
-            }
-        }
-        let mut out = BatchAnswer {
-            found: Vec::new(),
-            missing: Vec::new(),
-        };
-        for (k, a) in keys.iter().zip(answers) {
-            match a.flatten() {
-                Some(row) => out.found.push((k.clone(), row)),
-                None => out.missing.push(k.clone()),
-            }
-        }
-        Ok(out)
     }
 
     /// Figures for `/api/cache/stats` under `resources.<name>`.
@@ -510,87 +334,5 @@ impl Resource {
             });
         }
         v
-    }
-}
-
-/// Rows read per watch statement.
-const WATCH_PAGE: usize = 10_000;
-/// Each poll reads from the largest value seen this many polls ago, so a
-/// row that committed after a row with a larger value (auto ids commit
-/// out of order) is still seen if it committed within that many polls.
-const WATCH_LAG_POLLS: usize = 5;
-
-/// Polls the table's watch column until the resource is dropped. Keys of
-/// rows at or past the low mark go into the filter; keys not seen by the
-/// recent polls are also dropped from Redis and L1 (a "not found" may be
-/// cached from before the row existed, even where the filter already
-/// said "maybe").
-async fn watch(resource: std::sync::Weak<Resource>, every: Duration) {
-    let mut maxima: VecDeque<Option<WatchValue>> = VecDeque::new();
-    let mut recent: VecDeque<HashSet<Key>> = VecDeque::new();
-    let mut high: Option<WatchValue> = None;
-    let mut started = false;
-    loop {
-        let Some(r) = resource.upgrade() else { return };
-        let Some(table) = r.table.clone() else { return };
-        let mut seen = HashSet::new();
-        if !started {
-            // Rows that exist now are the build's; start from the top.
-            match table.watched_max().await {
-                Ok(m) => {
-                    high = m;
-                    started = true;
-                }
-                Err(e) => {
-                    tracing::warn!(resource = %r.name, error = %e, "watch: reading the largest value failed")
-                }
-            }
-        } else {
-            let mut from = maxima.front().cloned().flatten().or_else(|| high.clone());
-            let mut past = false;
-            loop {
-                let page = match table.watched(from.as_ref(), past, WATCH_PAGE).await {
-                    Ok(Some(p)) => p,
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(resource = %r.name, error = %e, "watch: read failed");
-                        break;
-                    }
-                };
-                let mut fresh = Vec::new();
-                for (key, value) in &page {
-                    r.reader.gate.learn(key);
-                    if !recent.iter().any(|s| s.contains(key)) && seen.insert(key.clone()) {
-                        fresh.push(key.clone());
-                    }
-                    if high.as_ref().is_none_or(|h| value > h) {
-                        high = Some(value.clone());
-                    }
-                }
-                if !fresh.is_empty() {
-                    r.counters
-                        .watched
-                        .fetch_add(fresh.len() as u64, Ordering::Relaxed);
-                    r.reader.invalidate_many(&fresh).await;
-                }
-                if page.len() < WATCH_PAGE {
-                    break;
-                }
-                let Some((_, last)) = page.into_iter().next_back() else {
-                    break;
-                };
-                // A full page of one value: go on past it.
-                past = from.as_ref() == Some(&last);
-                from = Some(last);
-            }
-        }
-        maxima.push_back(high.clone());
-        recent.push_back(seen);
-        if maxima.len() > WATCH_LAG_POLLS {
-            maxima.pop_front();
-            recent.pop_front();
-        }
-        drop(r);
-        tokio::time::sleep(every).await;
     }
 }

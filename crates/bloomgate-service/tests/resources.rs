@@ -1283,3 +1283,65 @@ async fn users_strict_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     users_strict(&common::sqlite_url(&dir), &redis, "res-strict-sqlite").await;
 }
+
+/// Seed 000's warm for a resource: `POST /api/users/warm` with seed 000's
+/// body loads its first keys into Redis and L1 (a warmed key then reads
+/// with no SQL statement) and, with `rebuild_bloom`, rebuilds its filter
+/// from the table, waited for; a bad body is a JSON 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_warms_as_seed_000_does() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    common::redis_clear(&redis, "bgtest:res-warm:").await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, Some(&redis), "res-warm");
+    config.resources = vec![resource("users", false)];
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    let u = users(&s, "users");
+    let rebuilds = u.gate().rebuild_count();
+    let (status, body) = s
+        .send(
+            Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":100,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["warmed"], 100, "{body}");
+    assert_eq!(body["redis_written"], 100, "{body}");
+    assert_eq!(body["added"], ROWS, "{body}");
+    assert_eq!(body["rebuild_bloom"]["added"], ROWS, "{body}");
+    assert_eq!(u.gate().rebuild_count(), rebuilds + 1);
+    // A warmed key answers from L1: no statement reaches SQL.
+    let table = u.table.as_ref().unwrap();
+    let statements = table.counters.statements.load(Relaxed);
+    for i in 1..=100 {
+        assert_eq!(s.get(&format!("/api/users/u{i:06}")).await.0, 200);
+    }
+    assert_eq!(table.counters.statements.load(Relaxed), statements);
+    // The same body rules as seed 000's warm.
+    let (status, body) = s
+        .send(Method::POST, "/api/users/warm", Some(r#"{"limit":-1}"#))
+        .await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")));
+    let (status, _) = s
+        .send(
+            Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":2000000}"#),
+        )
+        .await;
+    assert_eq!(status, 400);
+    // An empty body is all defaults (1000 keys: all 200 rows here).
+    let (status, body) = s.send(Method::POST, "/api/users/warm", None).await;
+    assert_eq!(
+        (status, body["warmed"].as_i64()),
+        (200, Some(ROWS)),
+        "{body}"
+    );
+    s.stop().await;
+}

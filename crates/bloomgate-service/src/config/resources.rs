@@ -221,7 +221,7 @@ pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The most resources one service guards (each has five routes, which
+/// The most resources one service guards (each has six routes, which
 /// the request metrics count apart).
 pub const MAX_RESOURCES: usize = 16;
 

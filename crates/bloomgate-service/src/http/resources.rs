@@ -6,7 +6,10 @@
 //!   keys missing;
 //! * `POST /api/{name}/exists` `{"keys": [...]}`: the filter's answers;
 //! * `POST /api/{name}/keys` and `POST /api/{name}/invalidate` (admin):
-//!   writes made elsewhere, applied on every instance.
+//!   writes made elsewhere, applied on every instance;
+//! * `POST /api/{name}/warm` (admin) with seed 000's body
+//!   `{"limit":N,"rebuild_bloom":bool}`: its first keys into the caches,
+//!   and a rebuild of its filter.
 
 use std::sync::Arc;
 
@@ -170,6 +173,19 @@ async fn call(
     Ok(Json(answer).into_response())
 }
 
+/// `POST /api/{name}/warm`: seed 000's warm of the resource.
+async fn warm(
+    r: Arc<Resource>,
+    token: Option<Arc<str>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    authorize(token.as_deref(), &headers, "/api/{name}/warm")?;
+    let req = crate::http::routes::WarmRequest::parse(&headers, &body)?;
+    let report = r.warm(req.limit, req.rebuild_bloom).await?;
+    Ok(Json(report).into_response())
+}
+
 /// Every resource's routes.
 pub fn routes(state: &AppState) -> Routes {
     let mut router = Routes::new();
@@ -186,6 +202,11 @@ pub fn routes(state: &AppState) -> Routes {
             );
             bodies = bodies.route(&format!("{base}/{}", c.word()), route);
         }
+        let (for_get, for_post) = (Arc::clone(r), Arc::clone(r));
+        let token = state.admin_token.clone();
+        let warm_route = get(move || read(Arc::clone(&for_get), "warm".to_owned()))
+            .post(move |h: HeaderMap, b: Bytes| warm(Arc::clone(&for_post), token.clone(), h, b));
+        bodies = bodies.route(&format!("{base}/warm"), warm_route);
         let r = Arc::clone(r);
         router = router
             .route(

@@ -117,10 +117,27 @@ pub struct WarmRequest {
     /// SKUs to load into Redis and L1, from the smallest id.
     #[serde(default = "default_warm_limit")]
     #[schema(minimum = 0, maximum = 1_000_000, default = 1000)]
-    limit: u64,
+    pub limit: u64,
     /// Also rebuild the filter from SQL, waiting for it.
     #[serde(default)]
-    rebuild_bloom: bool,
+    pub rebuild_bloom: bool,
+}
+
+impl WarmRequest {
+    /// The body of a warm call (an empty body or `null` is `{}`), checked.
+    ///
+    /// # Errors
+    /// [`AppError::BadRequest`] (or 415) for a body that is no such
+    /// object, or a limit over [`MAX_WARM_LIMIT`].
+    pub fn parse(headers: &HeaderMap, body: &Bytes) -> Result<Self, AppError> {
+        let req: Self = json_body::<Option<Self>>(headers, body)?.unwrap_or_default();
+        if req.limit > MAX_WARM_LIMIT {
+            return Err(AppError::BadRequest(format!(
+                "limit must be at most {MAX_WARM_LIMIT}"
+            )));
+        }
+        Ok(req)
+    }
 }
 
 const fn default_warm_limit() -> u64 {
@@ -157,13 +174,7 @@ pub async fn warm(
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/cache/warm")?;
-    // An empty body or JSON `null` means all defaults.
-    let req: WarmRequest = json_body::<Option<WarmRequest>>(&headers, &body)?.unwrap_or_default();
-    if req.limit > MAX_WARM_LIMIT {
-        return Err(AppError::BadRequest(format!(
-            "limit must be at most {MAX_WARM_LIMIT}"
-        )));
-    }
+    let req = WarmRequest::parse(&headers, &body)?;
     let started = Instant::now();
     let reader = &state.reader;
     // Started before the warm, finished in a task of its own: if this
