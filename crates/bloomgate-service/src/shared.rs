@@ -220,6 +220,32 @@ impl SharedFilter {
         }
     }
 
+    /// [`Self::maybe_contains`] for many keys, one pipelined round trip
+    /// per segment; any failure answers "maybe" for all of them.
+    pub async fn maybe_contains_many<K: bloomgate_filter::BloomKey>(
+        &self,
+        keys: &[K],
+    ) -> Vec<bool> {
+        self.counters
+            .checks
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        if self.refilling.load(Ordering::Acquire) {
+            return vec![true; keys.len()];
+        }
+        match tokio::time::timeout(self.timeout, self.bloom.contains_many(keys)).await {
+            Ok(Ok(answers)) => answers,
+            Ok(Err(bloomgate_redis::Error::Meta { reason, .. })) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                self.refill_in_background(&reason);
+                vec![true; keys.len()]
+            }
+            _ => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                vec![true; keys.len()]
+            }
+        }
+    }
+
     /// Adds a created key (after its SQL commit). A failure is counted and
     /// logged; checks then answer maybe for it only if the string is lost.
     pub async fn insert<K: bloomgate_filter::BloomKey + ?Sized>(&self, key: &K) {

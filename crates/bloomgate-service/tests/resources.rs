@@ -1221,6 +1221,20 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
         unlearnt >= 15,
         "B's replica has not learnt them ({unlearnt})"
     );
+    // The many-key reads refuse none of them either.
+    let (status, body) = post(&b, "/api/users/exists", &spelled).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["exists"].as_array().unwrap().iter().all(|e| e == true),
+        "{body}"
+    );
+    let (status, body) = post(&b, "/api/users/batch", &spelled).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["found"].as_array().unwrap().len(),
+        keys.len(),
+        "{body}"
+    );
     for k in &keys {
         assert_eq!(b.get(&format!("/api/users/{k}")).await.0, 200, "{k} on B");
     }
@@ -1245,6 +1259,8 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
         "local mode refuses what its replica lacks"
     );
     assert!(local_404 >= 15, "{local_404}");
+    let (_, body) = post(&local, "/api/users/batch", &spelled).await;
+    assert_eq!(body["missing"].as_array().unwrap().len(), refused, "{body}");
     // A key that exists nowhere: both filters say no.
     let missing = rejected_everywhere(&[&b], "zz");
     assert_eq!(b.get(&format!("/api/users/{missing}")).await.0, 404);

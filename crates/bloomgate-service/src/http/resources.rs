@@ -160,7 +160,7 @@ async fn call(
             let missing: Vec<serde_json::Value> = answer.missing.iter().map(Key::to_json).collect();
             json!({ "found": found, "missing": missing })
         }
-        Call::Exists => json!({ "exists": r.exists(&keys)? }),
+        Call::Exists => json!({ "exists": r.exists(&keys).await? }),
         Call::Keys => {
             r.add_keys(&keys).await?;
             json!({ "added": keys.len() })

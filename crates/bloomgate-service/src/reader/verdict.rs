@@ -42,6 +42,49 @@ impl<R: Rows> ShieldedReader<R> {
         }
     }
 
+    /// The verdicts of many keys as [`Self::lookup`] would reach them: in
+    /// `redis` mode one batch of Redis checks decides; in strict mode the
+    /// replica's "no"s stand only where Redis agrees; otherwise the
+    /// replica's batch call alone. Not counted as reads.
+    pub async fn verdicts(&self, keys: &[R::Key]) -> Vec<Verdict>
+    where
+        R::Key: Clone,
+    {
+        let Some(shared) = self.shared.as_ref().filter(|_| self.gate.enabled()) else {
+            return self.gate.check_many(keys);
+        };
+        let to_verdict = |maybe: bool| {
+            if maybe {
+                Verdict::Pass
+            } else {
+                Verdict::Reject
+            }
+        };
+        if self.shared_only {
+            return shared
+                .maybe_contains_many(keys)
+                .await
+                .into_iter()
+                .map(to_verdict)
+                .collect();
+        }
+        let mut verdicts = self.gate.check_many(keys);
+        let refused: Vec<usize> = (0..keys.len())
+            .filter(|&i| verdicts[i] == Verdict::Reject)
+            .collect();
+        if refused.is_empty() {
+            return verdicts;
+        }
+        let asked: Vec<R::Key> = refused.iter().map(|&i| keys[i].clone()).collect();
+        for (&i, maybe) in refused.iter().zip(shared.maybe_contains_many(&asked).await) {
+            if maybe {
+                shared.counters.overruled.fetch_add(1, Ordering::Relaxed);
+                verdicts[i] = Verdict::Pass;
+            }
+        }
+        verdicts
+    }
+
     /// The answer [`Self::lookup`] would give, when it needs no waiting: a
     /// filter "no", or a live L1 entry. `None` when the read must go on to
     /// Redis or SQL (or ask Redis first); nothing is counted then, so the

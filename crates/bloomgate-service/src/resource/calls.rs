@@ -118,19 +118,20 @@ impl Resource {
     }
 
     /// The filter's answer for each key: false only where it says "no"
-    /// and this instance can vouch for it (built, in step).
+    /// and this instance can vouch for it (built, in step; in strict mode
+    /// the shared filter agrees).
     ///
     /// # Errors
     /// [`AppError::BadRequest`] over the limit.
-    pub fn exists(&self, keys: &[Key]) -> Result<Vec<bool>, AppError> {
+    pub async fn exists(&self, keys: &[Key]) -> Result<Vec<bool>, AppError> {
         self.check_len(keys.len())?;
         self.counters
             .exists_checked
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
         Ok(self
             .reader
-            .gate
-            .check_many(keys)
+            .verdicts(keys)
+            .await
             .into_iter()
             .map(|v| v != Verdict::Reject)
             .collect())
@@ -148,7 +149,7 @@ impl Resource {
         self.counters
             .batch_keys
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let verdicts = self.reader.gate.check_many(keys);
+        let verdicts = self.reader.verdicts(keys).await;
         let mut answers: Vec<Option<Option<Arc<crate::cache::Cached<Row>>>>> =
             vec![None; keys.len()];
         let mut to_load = Vec::new();
