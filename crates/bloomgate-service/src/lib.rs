@@ -26,6 +26,7 @@ pub mod reader;
 pub mod redis_link;
 pub mod resource;
 pub mod shared;
+pub mod skus;
 pub mod source;
 pub mod state;
 pub mod stats;

@@ -40,9 +40,12 @@ use crate::source::{BoxFuture, DynSource as RowSource, Row};
 use crate::store::{SkuStore, StoreError};
 use crate::sync::lock;
 
+mod batch;
 mod figures;
 mod verdict;
 mod warm;
+
+pub use batch::BatchRow;
 
 pub use warm::{WarmOutcome, WarmStart, WARM_CHUNK};
 

@@ -99,6 +99,21 @@ pub struct CallCounters {
     pub watched: AtomicU64,
 }
 
+impl CallCounters {
+    /// The figures under `calls` in the stats.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "keys_added": get(&self.keys_added),
+            "invalidated": get(&self.invalidated),
+            "exists_checked": get(&self.exists_checked),
+            "batch_keys": get(&self.batch_keys),
+            "watched": get(&self.watched),
+        })
+    }
+}
+
 /// One guarded resource.
 #[derive(Debug)]
 pub struct Resource {
@@ -317,13 +332,7 @@ impl Resource {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let bloom = serde_json::to_value(self.reader.gate.stats()).unwrap_or_default();
         let mut v = self.reader.figures(self.key_type(), bloom);
-        v["calls"] = serde_json::json!({
-            "keys_added": get(&self.counters.keys_added),
-            "invalidated": get(&self.counters.invalidated),
-            "exists_checked": get(&self.counters.exists_checked),
-            "batch_keys": get(&self.counters.batch_keys),
-            "watched": get(&self.counters.watched),
-        });
+        v["calls"] = self.counters.json();
         if let Some(t) = &self.table {
             let c = &t.counters;
             v["sql"] = serde_json::json!({

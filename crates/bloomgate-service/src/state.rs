@@ -32,6 +32,8 @@ pub struct AppState {
     pub outbox: crate::outbox::Outbox,
     /// Sources guarded beside the SKUs, in configuration order.
     pub resources: Vec<Arc<crate::resource::Resource>>,
+    /// The SKU table's key API calls ([`crate::skus`]).
+    pub sku_calls: Arc<crate::resource::CallCounters>,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
     /// Where Redis is (a resource's shared filter connects there).
@@ -229,6 +231,7 @@ impl AppState {
             changes,
             outbox,
             resources: Vec::new(),
+            sku_calls: Arc::default(),
             cache: c.clone(),
             background,
             redis_target: target,

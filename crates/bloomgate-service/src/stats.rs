@@ -132,6 +132,7 @@ fn skus(state: &AppState, bloom: Value) -> Value {
     let sql = &r.store.counters;
     let mut v = r.figures(crate::key::KeyType::Int, bloom);
     let queries = sql.queries.load(Ordering::Relaxed);
+    v["calls"] = state.sku_calls.json();
     v["sql"] = json!({
         "statements": queries,
         "loads": queries,

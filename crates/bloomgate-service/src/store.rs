@@ -15,6 +15,7 @@ use crate::model::Sku;
 use crate::wire::kind;
 
 mod limits;
+mod many;
 mod migrations;
 mod recorded;
 

@@ -1361,3 +1361,98 @@ async fn a_resource_warms_as_seed_000_does() {
     );
     s.stop().await;
 }
+
+/// The SKU table has the key API every resource has: `exists` and `batch`
+/// answer as the read route does, `keys` admits ids another program
+/// inserted (on every instance), `invalidate` drops rows another program
+/// updated; the bodies are checked as a resource's are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skus_answer_keys_exists_and_batch() {
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:res-sku-api:").await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let config = || common::config(&url, redis.as_deref(), "res-sku-api");
+    let a = TestServer::start(config(), 100).await;
+    let b = TestServer::start(config(), 0).await;
+    let absent = (1_000..1_000_000i64)
+        .find(|&id| {
+            [&a, &b]
+                .iter()
+                .all(|s| s.state.reader.gate.probe(id) == Verdict::Reject)
+        })
+        .unwrap();
+    let body = |ids: &[serde_json::Value]| serde_json::json!({ "keys": ids }).to_string();
+    let ids = [
+        serde_json::json!(1),
+        serde_json::json!("50"),
+        serde_json::json!(absent),
+    ];
+    let (status, exists) = call_ids(&a, "/api/skus/exists", &ids).await;
+    assert_eq!(status, 200, "{exists}");
+    assert_eq!(exists["exists"], serde_json::json!([true, true, false]));
+    let (status, batch) = call_ids(&a, "/api/skus/batch", &ids).await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["missing"], serde_json::json!([absent]));
+    assert_eq!(batch["found"][0]["key"], 1);
+    assert_eq!(batch["found"][0]["row"], a.get("/api/seckill/1").await.1);
+    assert_eq!(batch["found"][1]["row"], a.get("/api/seckill/50").await.1);
+    // A row another program inserted: refused until `keys`, then found on
+    // both instances.
+    let sku = bloomgate_service::model::catalogue_sku(absent);
+    assert!(a.state.reader.store.insert(&sku).await.unwrap());
+    let path = format!("/api/seckill/{absent}");
+    assert_eq!(a.get(&path).await.0, 404);
+    let (status, added) = call_ids(&a, "/api/skus/keys", &[serde_json::json!(absent)]).await;
+    assert_eq!((status, added["added"].as_i64()), (200, Some(1)), "{added}");
+    assert_eq!(a.get(&path).await.0, 200, "the instance that took the call");
+    eventually(5, "the other instance admits the id", || async {
+        b.get(&path).await.0 == 200
+    })
+    .await;
+    // A row another program updated, cached on both: fresh after
+    // `invalidate`.
+    let mut changed = sku.clone();
+    changed.stock = 4242;
+    assert!(a.state.reader.store.update(&changed).await.unwrap());
+    assert_ne!(a.get(&path).await.1["stock"], 4242, "cached");
+    let (status, _) = call_ids(&a, "/api/skus/invalidate", &[serde_json::json!(absent)]).await;
+    assert_eq!(status, 200);
+    assert_eq!(a.get(&path).await.1["stock"], 4242);
+    eventually(5, "the other instance drops its copy", || async {
+        b.get(&path).await.1["stock"] == 4242
+    })
+    .await;
+    let stats = a.stats().await;
+    assert_eq!(stats["resources"]["skus"]["calls"]["keys_added"], 1);
+    assert_eq!(stats["resources"]["skus"]["calls"]["batch_keys"], 3);
+    // Bad bodies are JSON 400s; a GET of a call's path is an id, also 400.
+    for bad in [
+        body(&[serde_json::json!(0)]),
+        body(&[serde_json::json!(-7)]),
+        body(&[serde_json::json!("abc")]),
+        body(&vec![serde_json::json!(1); 1001]),
+        r#"{"ids":[1]}"#.to_string(),
+    ] {
+        let (status, err) = a.send(Method::POST, "/api/skus/batch", Some(&bad)).await;
+        assert_eq!(
+            (status, err["error"].as_str()),
+            (400, Some("bad_request")),
+            "{bad}"
+        );
+    }
+    assert_eq!(a.get("/api/skus/keys").await.0, 400);
+    a.stop().await;
+    b.stop().await;
+}
+
+async fn call_ids(
+    s: &TestServer,
+    path: &str,
+    ids: &[serde_json::Value],
+) -> (u16, serde_json::Value) {
+    let text = serde_json::json!({ "keys": ids }).to_string();
+    s.send(Method::POST, path, Some(&text)).await
+}

@@ -41,11 +41,20 @@ struct KeysBody {
 }
 
 fn keys_of(r: &Resource, headers: &HeaderMap, body: &[u8]) -> Result<Vec<Key>, AppError> {
+    keys_in(headers, body, r.key_type(), r.max_batch_keys)
+}
+
+/// The keys of a `{"keys": [...]}` body, at most `max`, each of `ty`.
+fn keys_in(
+    headers: &HeaderMap,
+    body: &[u8],
+    ty: crate::key::KeyType,
+    max: usize,
+) -> Result<Vec<Key>, AppError> {
     let b: KeysBody = json_body(headers, body)?;
-    if b.keys.len() > r.max_batch_keys {
+    if b.keys.len() > max {
         return Err(AppError::BadRequest(format!(
-            "at most {} keys per call, got {}",
-            r.max_batch_keys,
+            "at most {max} keys per call, got {}",
             b.keys.len()
         )));
     }
@@ -53,10 +62,84 @@ fn keys_of(r: &Resource, headers: &HeaderMap, body: &[u8]) -> Result<Vec<Key>, A
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            Key::from_json(r.key_type(), v)
-                .map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
+            Key::from_json(ty, v).map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
         })
         .collect()
+}
+
+/// The SKU ids of a `{"keys": [...]}` body: positive 64-bit integers.
+fn sku_ids(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i64>, AppError> {
+    let keys = keys_in(
+        headers,
+        body,
+        crate::key::KeyType::Int,
+        crate::skus::MAX_BATCH_KEYS,
+    )?;
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| match k {
+            Key::Int(id) if *id > 0 => Ok(*id),
+            _ => Err(AppError::BadRequest(format!(
+                "keys[{i}]: a SKU id is a positive 64-bit integer, got {k}"
+            ))),
+        })
+        .collect()
+}
+
+/// One call of the SKU table's key API ([`crate::skus`]): the same
+/// bodies and answers as a resource's.
+async fn sku_call(
+    state: Arc<AppState>,
+    call: Call,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    if matches!(call, Call::Keys | Call::Invalidate) {
+        let path = format!("/api/skus/{}", call.word());
+        authorize(state.admin_token.as_deref(), &headers, &path)?;
+    }
+    let ids = sku_ids(&headers, &body)?;
+    let answer = match call {
+        Call::Batch => {
+            let rows = crate::skus::batch(&state, &ids).await?;
+            let (mut found, mut missing) = (Vec::new(), Vec::new());
+            for (id, row) in ids.iter().zip(rows) {
+                match row {
+                    Some(sku) => found.push(json!({ "key": id, "row": sku.row })),
+                    None => missing.push(json!(id)),
+                }
+            }
+            json!({ "found": found, "missing": missing })
+        }
+        Call::Exists => json!({ "exists": crate::skus::exists(&state, &ids).await? }),
+        Call::Keys => {
+            crate::skus::add_keys(&state, &ids).await?;
+            json!({ "added": ids.len() })
+        }
+        Call::Invalidate => {
+            crate::skus::invalidate(&state, &ids).await?;
+            json!({ "invalidated": ids.len() })
+        }
+    };
+    Ok(Json(answer).into_response())
+}
+
+/// The SKU table's key API routes, `/api/skus/{batch,exists,keys,invalidate}`
+/// (a GET of one reads it as an id, which is a 400, as for `/api/skus/abc`).
+pub fn sku_routes(state: &AppState) -> Routes {
+    let mut bodies = Routes::new();
+    for c in Call::ALL {
+        let route = get(move |s: axum::extract::State<Arc<AppState>>| async move {
+            crate::http::routes::sku_detail(s, Path(c.word().to_owned())).await
+        })
+        .post(
+            move |axum::extract::State(s): axum::extract::State<Arc<AppState>>,
+                  h: HeaderMap,
+                  b: Bytes| sku_call(s, c, h, b),
+        );
+        bodies = bodies.route(&format!("/api/skus/{}", c.word()), route);
+    }
+    bodies.layer(DefaultBodyLimit::max(state.http.body_limit_bytes))
 }
 
 async fn read(r: Arc<Resource>, raw: String) -> Response {

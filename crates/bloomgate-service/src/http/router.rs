@@ -49,6 +49,7 @@ pub fn router(state: AppState) -> App {
         .merge(read)
         .merge(with_bodies)
         .merge(crate::http::resources::routes(&state))
+        .merge(crate::http::resources::sku_routes(&state))
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::http::dashboard::page))

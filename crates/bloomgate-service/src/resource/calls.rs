@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Resource;
-use crate::cache::Entry;
 use crate::error::AppError;
 use crate::gate::Verdict;
 use crate::key::Key;
@@ -149,49 +148,20 @@ impl Resource {
         self.counters
             .batch_keys
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let verdicts = self.reader.verdicts(keys).await;
-        let mut answers: Vec<Option<Option<Arc<crate::cache::Cached<Row>>>>> =
-            vec![None; keys.len()];
-        let mut to_load = Vec::new();
-        for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
-            if *v == Verdict::Reject {
-                answers[i] = Some(None);
-                continue;
-            }
-            match self.reader.l1.get(k) {
-                Some(Entry::Found(row)) => answers[i] = Some(Some(row)),
-                Some(Entry::Missing) => answers[i] = Some(None),
-                None => to_load.push(i),
-            }
-        }
-        if !to_load.is_empty() {
-            let wanted: Vec<Key> = to_load.iter().map(|&i| keys[i].clone()).collect();
-            let loaded = {
-                let Some(_slot) = self.reader.bulkhead.slot().await else {
-                    return Err(AppError::Overloaded);
-                };
-                self.reader
-                    .store
-                    .0
-                    .load_many(&wanted)
-                    .await
-                    .map_err(|e| AppError::Unavailable(e.to_string()))?
-            };
-            let mut rows: std::collections::HashMap<Key, Row> = loaded.into_iter().collect();
-            for &i in &to_load {
-                let row = rows.remove(&keys[i]);
-                if row.is_none() && verdicts[i] == Verdict::Pass {
-                    self.reader.gate.note_passed_missing();
-                }
-                answers[i] = Some(row.map(crate::cache::Cached::new));
-            }
-        }
+        let source = &self.reader.store.0;
+        let answers = self
+            .reader
+            .batch(
+                keys,
+                |wanted| async move { source.load_many(&wanted).await },
+            )
+            .await?;
         let mut out = BatchAnswer {
             found: Vec::new(),
             missing: Vec::new(),
         };
         for (k, a) in keys.iter().zip(answers) {
-            match a.flatten() {
+            match a {
                 Some(row) => out.found.push((k.clone(), row)),
                 None => out.missing.push(k.clone()),
             }

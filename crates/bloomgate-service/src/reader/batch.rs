@@ -1,0 +1,63 @@
+//! Many keys at once (`batch`): screened by the filter's batch call (and,
+//! in strict or redis mode, the shared filter), then L1, then one load of
+//! the rest through the SQL bulkhead. What is loaded is not written back
+//! to the caches: a batch has no leases.
+
+use super::*;
+
+/// One key's answer in a batch: its row, or `None` for no row.
+pub type BatchRow<T> = Option<Arc<Cached<T>>>;
+
+impl<R: Rows> ShieldedReader<R> {
+    /// The answers for `keys`, in their order. `load` reads the keys that
+    /// passed the filter and missed L1 (one statement, ideally), holding a
+    /// bulkhead slot.
+    ///
+    /// # Errors
+    /// [`AppError::Overloaded`] when the bulkhead is full;
+    /// [`AppError::Unavailable`] when `load` fails.
+    pub async fn batch<F, Fut>(
+        &self,
+        keys: &[R::Key],
+        load: F,
+    ) -> Result<Vec<BatchRow<R::Row>>, AppError>
+    where
+        F: FnOnce(Vec<R::Key>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<(R::Key, R::Row)>, StoreError>>,
+    {
+        let verdicts = self.verdicts(keys).await;
+        let mut answers: Vec<Option<BatchRow<R::Row>>> = vec![None; keys.len()];
+        let mut to_load = Vec::new();
+        for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
+            if *v == Verdict::Reject {
+                answers[i] = Some(None);
+                continue;
+            }
+            match self.l1.get(k) {
+                Some(Entry::Found(row)) => answers[i] = Some(Some(row)),
+                Some(Entry::Missing) => answers[i] = Some(None),
+                None => to_load.push(i),
+            }
+        }
+        if !to_load.is_empty() {
+            let wanted: Vec<R::Key> = to_load.iter().map(|&i| keys[i].clone()).collect();
+            let loaded = {
+                let Some(_slot) = self.bulkhead.slot().await else {
+                    return Err(AppError::Overloaded);
+                };
+                load(wanted)
+                    .await
+                    .map_err(|e| AppError::Unavailable(e.to_string()))?
+            };
+            let mut rows: HashMap<R::Key, R::Row> = loaded.into_iter().collect();
+            for &i in &to_load {
+                let row = rows.remove(&keys[i]);
+                if row.is_none() && verdicts[i] == Verdict::Pass {
+                    self.gate.note_passed_missing();
+                }
+                answers[i] = Some(row.map(Cached::new));
+            }
+        }
+        Ok(answers.into_iter().map(Option::flatten).collect())
+    }
+}
