@@ -1456,3 +1456,65 @@ async fn call_ids(
     let text = serde_json::json!({ "keys": ids }).to_string();
     s.send(Method::POST, path, Some(&text)).await
 }
+
+/// The per-client rate limit covers every read: the SKU reads and a
+/// resource's, checked where the edge gives its fast answer (which it
+/// still gives: a filter "no" under the limit takes no slow path), and
+/// `batch`/`exists` at one unit per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_covers_every_read_and_counts_a_batch_by_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, None, "res-rate");
+    config.resources = vec![resource("users", false)];
+    config.http.rate_limit_per_sec = 1;
+    config.http.rate_limit_burst = 6;
+    let s = TestServer::start(config.clone(), 100).await;
+    ready(&s).await;
+    let missing = rejected_everywhere(&[&s], "x");
+    let fast_before = s.state.metrics.fast_answers();
+    // Six reads pass (three of them answered fast by the filter), the
+    // seventh, of either kind, is refused.
+    for path in [
+        format!("/api/users/{missing}"),
+        "/api/users/u000001".into(),
+        format!("/api/users/{missing}"),
+        format!("/api/users/{missing}"),
+        "/api/seckill/1".into(),
+        "/api/skus/2".into(),
+    ] {
+        assert_ne!(s.get(&path).await.0, 429, "{path}");
+    }
+    assert!(
+        s.state.metrics.fast_answers() >= fast_before + 3,
+        "the limit keeps the fast answer"
+    );
+    let (status, body) = s.get("/api/users/u000002").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (429, Some("too_many_requests"))
+    );
+    assert_eq!(s.get("/api/seckill/3").await.0, 429);
+    // A batch takes a unit per key: 3 keys fit a full burst of 6 twice,
+    // not three times; 7 keys never fit. (A new instance: a full bucket.)
+    s.stop().await;
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    let keys = ["u000001", "u000002", "u000003"];
+    assert_eq!(post(&s, "/api/users/batch", &keys).await.0, 200);
+    assert_eq!(post(&s, "/api/users/exists", &keys).await.0, 200);
+    let (status, body) = post(&s, "/api/users/batch", &keys).await;
+    assert_eq!(status, 429, "{body}");
+    let seven = ["a", "b", "c", "d", "e", "f", "g"];
+    let (status, body) = post(&s, "/api/users/batch", &seven).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("burst"),
+        "{body}"
+    );
+    // Admin calls and the stats are not limited.
+    assert_eq!(post(&s, "/api/users/keys", &["u000001"]).await.0, 200);
+    assert_eq!(s.get("/api/cache/stats").await.0, 200);
+    s.stop().await;
+}

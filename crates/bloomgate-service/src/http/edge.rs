@@ -28,7 +28,9 @@
 //! reference counts that both cores write, about 250 ns each time the
 //! line moves between them on this VM: BENCHMARKS.md) are skipped, and
 //! so is this layer's own `Arc` clone into the response future. The
-//! request gets the same id, span, counters and log line.
+//! request gets the same id, span, counters and log line. A route under
+//! the per-client rate limit ([`EdgeLayer::limit_get`]) is checked first,
+//! so the limit and the fast answer work together.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -60,6 +62,9 @@ struct Shared {
     patterns: Vec<(Box<str>, usize)>,
     /// Each pattern's fast answer for GET, if it has one.
     fast: Vec<Option<FastGet>>,
+    /// Each pattern's per-client rate limit for GET and HEAD, if it has
+    /// one: checked here, before the fast answer.
+    limits: Vec<Option<Arc<crate::http::limits::RateLimit>>>,
     timeout: Duration,
     /// `bg-<process>-`, the fixed part of generated ids.
     prefix: String,
@@ -115,6 +120,7 @@ impl EdgeLayer {
             shared: Arc::new(Shared {
                 routes,
                 fast: indexed.iter().map(|_| None).collect(),
+                limits: indexed.iter().map(|_| None).collect(),
                 patterns: indexed,
                 metrics,
                 timeout,
@@ -140,6 +146,20 @@ impl EdgeLayer {
             return false;
         };
         shared.fast[i] = Some(answer);
+        true
+    }
+
+    /// Puts GET and HEAD requests on `pattern` under `limit`, checked
+    /// before the fast answer and the router. Returns false as
+    /// [`EdgeLayer::fast_get`] does.
+    pub fn limit_get(&mut self, pattern: &str, limit: Arc<crate::http::limits::RateLimit>) -> bool {
+        let Some(shared) = Arc::get_mut(&mut self.shared) else {
+            return false;
+        };
+        let Some(i) = shared.patterns.iter().position(|(p, _)| &**p == pattern) else {
+            return false;
+        };
+        shared.limits[i] = Some(limit);
         true
     }
 }
@@ -212,7 +232,7 @@ where
         // One lookup of the route for the counters, the span and the fast
         // answer.
         let shared = &*self.shared;
-        let (matched, route, fast) = match shared.routes.at(req.uri().path()) {
+        let (matched, route, fast, limit) = match shared.routes.at(req.uri().path()) {
             Ok(m) => {
                 let (pattern, series) = &shared.patterns[*m.value];
                 // A value with a percent escape is not what the handler's
@@ -222,11 +242,23 @@ where
                     .filter(|_| req.method() == axum::http::Method::GET)
                     .zip(m.params.iter().next().map(|(_, v)| v))
                     .filter(|(_, raw)| !raw.contains('%'));
-                (Some(&**pattern), *series, fast)
+                let read = matches!(
+                    *req.method(),
+                    axum::http::Method::GET | axum::http::Method::HEAD
+                );
+                let limit = shared.limits[*m.value].as_ref().filter(|_| read);
+                (Some(&**pattern), *series, fast, limit)
             }
-            Err(_) => (None, 0, None),
+            Err(_) => (None, 0, None, None),
         };
         let span = request_span(&req, matched, &id);
+        if let Some(limit) = limit {
+            let client = crate::http::limits::client_of(limit, req.extensions());
+            if let Some(res) = limit.refuse(client, 1) {
+                let res = shared.finish(res, None, started, route, Some(id), &span);
+                return EdgeFuture::answered(res);
+            }
+        }
         if let Some((answer, raw)) = fast {
             let answered = {
                 let _entered = (!span.is_none()).then(|| span.enter());

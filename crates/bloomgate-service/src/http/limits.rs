@@ -1,12 +1,18 @@
-//! The optional per-client rate limit on the SKU reads (`governor`,
-//! keyed by the peer IP address). Off by default: a flash sale's legitimate
-//! clients may sit behind few addresses, so an operator chooses the rate.
-//! Over the limit: 429 with the JSON error shape and `Retry-After`.
+//! The optional per-client rate limit on every read (`governor`, keyed by
+//! the peer IP address): the SKU reads, each resource's read, and the
+//! `batch` and `exists` calls, which take one unit per key so that 1,000
+//! rows cost what 1,000 reads do. Off by default: a flash sale's
+//! legitimate clients may sit behind few addresses, so an operator chooses
+//! the rate. Over the limit: 429 with the JSON error shape and
+//! `Retry-After`.
 //!
-//! A middleware of our own rather than tower_governor's layer: that layer
-//! needs tower_governor's `axum` feature, which turns on all of axum's
-//! default features, and two of those (`matched-path`, `original-uri`)
-//! add extensions to every request of every route, limited or not.
+//! The edge checks a read before its fast answer (`http::edge`), so a
+//! filter "no" under attack stays fast with the limit on; the calls check
+//! in their handlers, once they know how many keys they carry. Our own
+//! check rather than tower_governor's layer: that layer needs
+//! tower_governor's `axum` feature, which turns on all of axum's default
+//! features, and two of those (`matched-path`, `original-uri`) add
+//! extensions to every request of every route, limited or not.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
@@ -14,9 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::Response;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -56,14 +61,22 @@ pub fn rate_limit(c: &HttpConfig) -> Option<Arc<RateLimit>> {
     }))
 }
 
-/// The middleware: a request over its client's rate is answered 429. The
-/// client is the peer address `run` records (`ConnectInfo`). Requests
-/// without one (a router served without connect info, or driven in
-/// process) share one bucket, and the first of them logs a warning: a
-/// limit that cannot tell clients apart is still a limit.
-pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Next) -> Response {
-    let ip = match req.extensions().get::<ConnectInfo<SocketAddr>>() {
-        Some(c) => c.0.ip(),
+/// The client of a request: the peer address `run` records
+/// (`ConnectInfo`). Requests without one (a router served without connect
+/// info, or driven in process) share one bucket, and the first of them
+/// logs a warning: a limit that cannot tell clients apart is still a
+/// limit.
+pub fn client_of(limit: &RateLimit, extensions: &axum::http::Extensions) -> IpAddr {
+    client(
+        limit,
+        extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0),
+    )
+}
+
+/// [`client_of`] for a handler that extracted the peer address.
+pub fn client(limit: &RateLimit, peer: Option<SocketAddr>) -> IpAddr {
+    match peer {
+        Some(peer) => peer.ip(),
         None => {
             if !limit.warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -73,27 +86,44 @@ pub async fn enforce(State(limit): State<Arc<RateLimit>>, req: Request, next: Ne
             }
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         }
-    };
-    let checks = CHECKS.get() + 1;
-    CHECKS.set(checks % SWEEP_EVERY);
-    if checks == SWEEP_EVERY {
-        // Forget the clients whose bucket has refilled, so the table
-        // stays the size of the recent clients.
-        limit.limiter.retain_recent();
     }
-    match limit.limiter.check_key(&ip) {
-        Ok(()) => next.run(req).await,
-        Err(not_until) => {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+}
+
+impl RateLimit {
+    /// Takes `units` from `client`'s bucket (`None`), or gives the 429
+    /// with `Retry-After` to answer instead (also for more units than the
+    /// burst holds: such a call can never pass, and says so).
+    pub fn refuse(&self, client: IpAddr, units: usize) -> Option<Response> {
+        let checks = CHECKS.get() + 1;
+        CHECKS.set(checks % SWEEP_EVERY);
+        if checks == SWEEP_EVERY {
+            // Forget the clients whose bucket has refilled, so the table
+            // stays the size of the recent clients.
+            self.limiter.retain_recent();
+        }
+        let n =
+            NonZeroU32::new(u32::try_from(units).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN);
+        let too_many = |secs: u64, message: &str| {
             let mut res = crate::http::error::error_response(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
-                "too many requests from this client; slow down",
+                message,
             );
             res.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
             res
+        };
+        match self.limiter.check_key_n(&client, n) {
+            Ok(Ok(())) => None,
+            Ok(Err(not_until)) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                Some(too_many(secs, "too many requests from this client; slow down"))
+            }
+            Err(_) => Some(too_many(
+                1,
+                &format!("{units} keys in one call are more than this client's burst (http.rate_limit_burst): send fewer"),
+            )),
         }
     }
 }

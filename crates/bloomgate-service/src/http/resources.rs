@@ -11,21 +11,23 @@
 //!   `{"limit":N,"rebuild_bloom":bool}`: its first keys into the caches,
 //!   and a rebuild of its filter.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::AppError;
 use crate::http::admin::authorize;
 use crate::http::input::json_body;
+use crate::http::limits::RateLimit;
 use crate::http::route_table::Routes;
 use crate::key::Key;
 use crate::metrics::Outcome;
@@ -91,6 +93,7 @@ fn sku_ids(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i64>, AppError> {
 async fn sku_call(
     state: Arc<AppState>,
     call: Call,
+    rate: Rate,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AppError> {
@@ -99,6 +102,9 @@ async fn sku_call(
         authorize(state.admin_token.as_deref(), &headers, &path)?;
     }
     let ids = sku_ids(&headers, &body)?;
+    if let Some(res) = rate.refuse(call, ids.len()) {
+        return Ok(res);
+    }
     let answer = match call {
         Call::Batch => {
             let rows = crate::skus::batch(&state, &ids).await?;
@@ -126,16 +132,21 @@ async fn sku_call(
 
 /// The SKU table's key API routes, `/api/skus/{batch,exists,keys,invalidate}`
 /// (a GET of one reads it as an id, which is a 400, as for `/api/skus/abc`).
-pub fn sku_routes(state: &AppState) -> Routes {
+pub fn sku_routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
     let mut bodies = Routes::new();
     for c in Call::ALL {
+        let limit = limit.cloned();
         let route = get(move |s: axum::extract::State<Arc<AppState>>| async move {
             crate::http::routes::sku_detail(s, Path(c.word().to_owned())).await
         })
         .post(
             move |axum::extract::State(s): axum::extract::State<Arc<AppState>>,
+                  peer: Option<Extension<ConnectInfo<SocketAddr>>>,
                   h: HeaderMap,
-                  b: Bytes| sku_call(s, c, h, b),
+                  b: Bytes| {
+                let rate = Rate::of(limit.clone(), peer);
+                sku_call(s, c, rate, h, b)
+            },
         );
         bodies = bodies.route(&format!("/api/skus/{}", c.word()), route);
     }
@@ -195,6 +206,31 @@ pub fn read_route(name: &str) -> String {
     format!("/api/{name}/{{key}}")
 }
 
+/// The per-client rate limit as a call sees it: the reads (`batch`,
+/// `exists`) take one unit per key; the admin calls none.
+struct Rate {
+    limit: Option<Arc<RateLimit>>,
+    peer: Option<SocketAddr>,
+}
+
+impl Rate {
+    fn of(limit: Option<Arc<RateLimit>>, peer: Option<Extension<ConnectInfo<SocketAddr>>>) -> Self {
+        Self {
+            limit,
+            peer: peer.map(|Extension(ConnectInfo(p))| p),
+        }
+    }
+
+    fn refuse(&self, call: Call, keys: usize) -> Option<Response> {
+        match (&self.limit, call) {
+            (Some(limit), Call::Batch | Call::Exists) => {
+                limit.refuse(crate::http::limits::client(limit, self.peer), keys.max(1))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The calls that read a `{"keys": [...]}` body.
 #[derive(Debug, Clone, Copy)]
 enum Call {
@@ -224,6 +260,7 @@ async fn call(
     r: Arc<Resource>,
     token: Option<Arc<str>>,
     call: Call,
+    rate: Rate,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AppError> {
@@ -232,6 +269,9 @@ async fn call(
         authorize(token.as_deref(), &headers, &path)?;
     }
     let keys = keys_of(&r, &headers, &body)?;
+    if let Some(res) = rate.refuse(call, keys.len()) {
+        return Ok(res);
+    }
     let answer = match call {
         Call::Batch => {
             let answer = r.batch(&keys).await?;
@@ -270,7 +310,7 @@ async fn warm(
 }
 
 /// Every resource's routes.
-pub fn routes(state: &AppState) -> Routes {
+pub fn routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
     let mut router = Routes::new();
     for r in &state.resources {
         let base = format!("/api/{}", r.name);
@@ -278,10 +318,14 @@ pub fn routes(state: &AppState) -> Routes {
         for c in Call::ALL {
             let (for_get, for_post) = (Arc::clone(r), Arc::clone(r));
             let token = state.admin_token.clone();
+            let limit = limit.cloned();
             // A GET of a key spelled like a call (`/api/users/keys`) reads
             // that key: the static route would otherwise answer 405.
             let route = get(move || read(Arc::clone(&for_get), c.word().to_owned())).post(
-                move |h: HeaderMap, b: Bytes| call(Arc::clone(&for_post), token.clone(), c, h, b),
+                move |peer: Option<Extension<ConnectInfo<SocketAddr>>>, h: HeaderMap, b: Bytes| {
+                    let rate = Rate::of(limit.clone(), peer);
+                    call(Arc::clone(&for_post), token.clone(), c, rate, h, b)
+                },
             );
             bodies = bodies.route(&format!("{base}/{}", c.word()), route);
         }

@@ -1,8 +1,7 @@
 //! The router: every route with its layers (the body limit where a body
-//! is read, the optional rate limit on the SKU reads, `/api/seckill/{id}`
-//! and its alias `/api/skus/{id}`), merged once over the handlers of
-//! `routes`, `resources`, `dashboard` and `openapi`, and wrapped as a
-//! whole in `edge`.
+//! is read; the optional rate limit on every read, checked by `edge`),
+//! merged once over the handlers of `routes`, `resources`, `dashboard`
+//! and `openapi`, and wrapped as a whole in `edge`.
 
 use std::sync::Arc;
 
@@ -23,20 +22,16 @@ use crate::state::AppState;
 pub type App = crate::http::edge::Edge<Router>;
 
 /// The service's routes over `state`, with the body limit, a request
-/// timeout (`edge`), the optional per-client rate limit on the read
-/// route, and JSON for every error.
+/// timeout (`edge`), the optional per-client rate limit on every read
+/// (checked by `edge`, and by the batch calls per key), and JSON for
+/// every error.
 pub fn router(state: AppState) -> App {
-    let mut read = Routes::new()
+    let read = Routes::new()
         .route(SECKILL_ROUTE, get(sku_detail))
         .route(crate::paths::SKU_ROUTE, get(sku_by_id));
-    let limit = crate::http::limits::rate_limit(&state.http);
-    let rate_limited = limit.is_some();
-    if let Some(limit) = limit {
-        read = read.layer(axum::middleware::from_fn_with_state(
-            limit,
-            crate::http::limits::enforce,
-        ));
-    }
+    // One limiter for every read: the edge checks the reads (before their
+    // fast answers), the batch calls their keys.
+    let rate = crate::http::limits::rate_limit(&state.http);
     // The routes that read a body, under the body limit (a layer that
     // costs the others an extension per request for nothing).
     let limit = DefaultBodyLimit::max(state.http.body_limit_bytes);
@@ -48,8 +43,8 @@ pub fn router(state: AppState) -> App {
     let (router, patterns) = Routes::new()
         .merge(read)
         .merge(with_bodies)
-        .merge(crate::http::resources::routes(&state))
-        .merge(crate::http::resources::sku_routes(&state))
+        .merge(crate::http::resources::routes(&state, rate.as_ref()))
+        .merge(crate::http::resources::sku_routes(&state, rate.as_ref()))
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::http::dashboard::page))
@@ -74,28 +69,32 @@ pub fn router(state: AppState) -> App {
         &patterns,
     );
     let state = Arc::new(state);
-    // The seckill read's filter "no" and L1 hit, answered by the edge
-    // without the router; not under a per-client rate limit, which only
-    // the router's route enforces.
-    if !rate_limited {
-        for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE] {
-            let fast = Arc::clone(&state);
-            let registered = edge.fast_get(
-                route,
-                Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
-            );
-            // The route is one of the edge's patterns and the layer is new.
-            debug_assert!(registered, "{route} has its fast answer");
+    // The SKU reads' filter "no" and L1 hit, and each resource read's,
+    // answered by the edge without the router, after the edge's check of
+    // the per-client rate limit when one is set.
+    for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE] {
+        let fast = Arc::clone(&state);
+        let registered = edge.fast_get(
+            route,
+            Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
+        );
+        // The route is one of the edge's patterns and the layer is new.
+        debug_assert!(registered, "{route} has its fast answer");
+        if let Some(limit) = &rate {
+            edge.limit_get(route, Arc::clone(limit));
         }
     }
-    // Each resource's read likewise (no rate limit applies to them).
     for r in &state.resources {
         let fast = Arc::clone(r);
+        let route = crate::http::resources::read_route(&r.name);
         let registered = edge.fast_get(
-            &crate::http::resources::read_route(&r.name),
+            &route,
             Box::new(move |raw| crate::http::resources::read_now(&fast, raw)),
         );
         debug_assert!(registered, "{}'s read has its fast answer", r.name);
+        if let Some(limit) = &rate {
+            edge.limit_get(&route, Arc::clone(limit));
+        }
     }
     tower::Layer::layer(&edge, router.with_state(state))
 }
