@@ -4,8 +4,10 @@
 Anchors: a bare axum app answering a fixed JSON body
 (crates/bloomgate-service/examples/bare_axum.rs) and, when it is installed,
 nginx returning a fixed body (2 workers). The service's filter rejection and
-L1 hit (SQLite, no Redis), then its deeper levels: Redis hits and SQL loads
-(MariaDB, an L1 of one entry, random existing ids), all side by side.
+L1 hit (SQLite, no Redis), for the SKUs (integer keys) and for a `users`
+resource of text keys (seed 002's `u1001`) in the same process, then its
+deeper levels: Redis hits and SQL loads (MariaDB, an L1 of one entry,
+random existing ids), all side by side.
 
 Every target gets `wrk -t2 -c64` for DURATION seconds, targets alternating,
 ROUNDS rounds, each round starting one target later (so no target always
@@ -63,13 +65,13 @@ def spawn(args, env=None, log="server.log"):
     return p
 
 
-def serve(port, env):
+def serve(port, env, args=()):
     env = {
         **env,
         "BLOOMGATE_LISTEN": f"127.0.0.1:{port}",
         "RUST_LOG": "warn",
     }
-    p = spawn([BIN, "serve"], env, f"serve-{port}.log")
+    p = spawn([BIN, "serve", *args], env, f"serve-{port}.log")
     wait(f"http://127.0.0.1:{port}/api/cache/stats", '"ready":true')
     return p
 
@@ -211,12 +213,34 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     if TLS_ONLY:
         tls_table(anchors, script)
         return
-    sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"})
+    # A text-key resource beside the SKUs: 200,000 users u000001.. in the
+    # same SQLite file.
+    import sqlite3
+    with sqlite3.connect(f"{TMP}/skus.db") as db:
+        db.execute("CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT NOT NULL)")
+        db.executemany("INSERT INTO users VALUES (?, ?)",
+                       ((f"u{i:06}", f"user {i}") for i in range(1, 200_001)))
+    conf = os.path.join(TMP, "users.toml")
+    with open(conf, "w") as f:
+        f.write('[[resources]]\nname = "users"\ntable = "users"\nkey = "id"\n'
+                'key_type = "text"\nbloom_expected = 200000\n')
+    sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"}, ["--config", conf])
+    wait("http://127.0.0.1:18080/api/cache/stats", '"key_type":"text","bloom":{"enabled":true,"ready":true')
     get("http://127.0.0.1:18080/api/seckill/42")
+    get("http://127.0.0.1:18080/api/users/u000042")
+    # The text key refused: one the filter says no to (checked below).
+    refused = "x200100"
+    before = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
+    get(f"http://127.0.0.1:18080/api/users/{refused}")
+    after = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
+    users = lambda s: s["resources"]["users"]["bloom"]["rejected"]
+    assert users(after) == users(before) + 1, "pick another refused key"
     measure("Filter rejection and L1 hit (SQLite, no Redis)", anchors + [
         ("bloomgate /api/ping", (18080, "/api/ping", sqlite.pid, None)),
         ("bloomgate filter rejection", (18080, "/api/seckill/200100", sqlite.pid, None)),
         ("bloomgate L1 hit", (18080, "/api/seckill/42", sqlite.pid, None)),
+        ("bloomgate text key rejection", (18080, f"/api/users/{refused}", sqlite.pid, None)),
+        ("bloomgate text key L1 hit", (18080, "/api/users/u000042", sqlite.pid, None)),
     ])
     sqlite.terminate()
     sqlite.wait()

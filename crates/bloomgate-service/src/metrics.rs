@@ -209,7 +209,7 @@ type Labels = Vec<Label>;
 const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_requests_total", Kind::Counter, "HTTP requests by route, outcome and status."),
     (REQUEST_DURATION, Kind::Own, "HTTP request latency by route and outcome."),
-    ("bloomgate_filter_rejected_total", Kind::Counter, "Reads answered 404 by the Bloom filter alone."),
+    ("bloomgate_filter_rejected_total", Kind::Counter, "Reads answered 404 by the Bloom filter alone, by resource (the SKU table is resource=\"skus\")."),
     ("bloomgate_filter_passed_total", Kind::Counter, "Reads the Bloom filter let through."),
     ("bloomgate_filter_passed_missing_total", Kind::Counter, "Reads the filter let through that SQL or the caches then did not find (false positives and deleted SKUs)."),
     ("bloomgate_filter_observed_fpr", Kind::Gauge, "passed_missing / (rejected + passed_missing) since start: the observed false-positive estimate."),
@@ -244,14 +244,8 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_sql_errors_total", Kind::Counter, "SQL statements that failed, by kind (error, timeout)."),
     ("bloomgate_sql_slow_queries_total", Kind::Counter, "SQL statements slower than sql.slow_query_ms, by statement."),
     ("bloomgate_sql_bulkhead_rejected_total", Kind::Counter, "Read-path loads turned away because the SQL bulkhead was full."),
-    ("bloomgate_resource_filter_checks_total", Kind::Counter, "A resource's filter checks by verdict (the SKU table is resource=\"skus\")."),
-    ("bloomgate_resource_filter_ready", Kind::Gauge, "1 while a resource's filter is built and trusted."),
-    ("bloomgate_resource_filter_fill_ratio", Kind::Gauge, "Share of a resource's filter bits set."),
-    ("bloomgate_resource_filter_items_estimated", Kind::Gauge, "Items in a resource's filter, estimated from its fill."),
-    ("bloomgate_resource_l1_lookups_total", Kind::Counter, "A resource's in-process cache lookups by result."),
-    ("bloomgate_resource_redis_lookups_total", Kind::Counter, "A resource's Redis lookups by result."),
-    ("bloomgate_resource_sql_statements_total", Kind::Counter, "SQL statements a resource's reads ran."),
-    ("bloomgate_resource_call_keys_total", Kind::Counter, "Keys named in a resource's key API calls, by call."),
+    ("bloomgate_sql_statements_total", Kind::Counter, "SQL statements a table's reads ran (point loads, batch loads, scans, counts, watches)."),
+    ("bloomgate_call_keys_total", Kind::Counter, "Keys named in a table's key API calls, by call."),
 ];
 
 const REQUEST_DURATION: &str = "bloomgate_request_duration_seconds";

@@ -137,6 +137,7 @@ fn skus(state: &AppState, bloom: Value) -> Value {
         "statements": queries,
         "loads": queries,
         "found": sql.found.load(Ordering::Relaxed),
+        "missing": sql.missing.load(Ordering::Relaxed),
     });
     v
 }
@@ -164,39 +165,17 @@ pub async fn export(state: &AppState) -> String {
 }
 
 /// The Prometheus text of a [`json`] snapshot (requests by route, outcome
-/// and status, and the latency histograms, come from the recorder).
+/// and status, and the latency histograms, come from the recorder). One
+/// family set for every guarded table, labelled `resource` (the SKU table
+/// is `resource="skus"`); the instance's own figures (outbox, change
+/// log, Redis and SQL errors, the bulkhead) carry no such label.
 pub fn render(m: &ServiceMetrics, s: &Value) -> String {
-    let b = &s["bloom"];
-    for (name, key) in [
-        ("bloomgate_filter_rejected_total", "rejected"),
-        ("bloomgate_filter_passed_total", "passed"),
-        ("bloomgate_filter_passed_missing_total", "passed_missing"),
-        ("bloomgate_filter_rebuilds_total", "rebuilds"),
-        (
-            "bloomgate_filter_rebuild_failures_total",
-            "rebuild_failures",
-        ),
-        ("bloomgate_filter_alarms_total", "alarms_raised"),
-    ] {
-        m.counter(name, vec![], count(b, &[key]));
+    if let Some(resources) = s["resources"].as_object() {
+        for (name, r) in resources {
+            render_resource(m, name, r);
+        }
     }
-    for (name, key) in [
-        ("bloomgate_filter_observed_fpr", "observed_fpr"),
-        ("bloomgate_filter_expected_fpr", "expected_fpr"),
-        ("bloomgate_filter_target_fpr", "target_fpr"),
-        ("bloomgate_filter_items", "added"),
-        ("bloomgate_filter_estimated_items", "estimated_items"),
-        ("bloomgate_filter_capacity", "capacity"),
-        ("bloomgate_filter_fill_ratio", "fill_ratio"),
-    ] {
-        m.gauge(name, vec![], num(b, &[key]));
-    }
-    m.gauge(
-        "bloomgate_filter_size_bytes",
-        vec![],
-        (count(b, &["bits"]) / 8) as f64,
-    );
-    m.gauge("bloomgate_filter_ready", vec![], flag(b, &["ready"]));
+    let skus = || vec![label("resource", "skus")];
     let last_success = s["rebuild_history"]
         .as_array()
         .and_then(|h| h.iter().rev().find(|r| r["error"].is_null()))
@@ -204,23 +183,15 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
     if let Some(ms) = last_success {
         m.gauge(
             "bloomgate_filter_last_rebuild_timestamp_seconds",
-            vec![],
+            skus(),
             ms / 1e3,
-        );
-    }
-    for kind in crate::gate::Alarm::KINDS {
-        let on = b["alarm_kind"] == kind;
-        m.gauge(
-            "bloomgate_filter_alarm",
-            vec![label("alarm", kind)],
-            f64::from(u8::from(on)),
         );
     }
     let o = &s["outbox"];
     m.gauge("bloomgate_changes_in_step", vec![], flag(o, &["in_step"]));
     m.counter(
         "bloomgate_filter_unvouched_total",
-        vec![],
+        skus(),
         count(o, &["unvouched"]),
     );
     for (name, key) in [
@@ -236,22 +207,8 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         vec![],
         num(o, &["last_read_ms"]) / 1e3,
     );
-    lookups(m, "bloomgate_l1_lookups_total", &[], &s["l1"], L1_RESULTS);
-    m.gauge("bloomgate_l1_entries", vec![], num(s, &["l1", "entries"]));
     let redis = &s["redis"];
     if redis["enabled"] == true {
-        lookups(
-            m,
-            "bloomgate_redis_lookups_total",
-            &[],
-            redis,
-            REDIS_RESULTS,
-        );
-        m.counter(
-            "bloomgate_redis_keys_written_total",
-            vec![],
-            count(redis, &["keys_written"]),
-        );
         for (kind, key) in [
             ("error", "errors"),
             ("timeout", "timeouts"),
@@ -271,13 +228,6 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         );
     }
     let sql = &s["sql"];
-    for result in ["found", "missing"] {
-        m.counter(
-            "bloomgate_sql_queries_total",
-            vec![label("result", result)],
-            count(sql, &[result]),
-        );
-    }
     for (kind, key) in [("error", "errors"), ("timeout", "timeouts")] {
         m.counter(
             "bloomgate_sql_errors_total",
@@ -299,80 +249,106 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         vec![],
         count(sql, &["bulkhead_rejected"]),
     );
-    if let Some(resources) = s["resources"].as_object() {
-        for (name, r) in resources {
-            render_resource(m, name, r);
-        }
-    }
     m.render()
 }
 
-/// A resource's series, each labelled `resource="<name>"`.
+/// One guarded table's series, each labelled `resource="<name>"`: its
+/// filter, its L1 and Redis lookups, its SQL loads and statements, and
+/// its key API calls.
 fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
-    let name = || label("resource", name.to_owned());
-    for verdict in ["rejected", "passed"] {
-        m.counter(
-            "bloomgate_resource_filter_checks_total",
-            vec![name(), label("verdict", verdict)],
-            count(r, &["bloom", verdict]),
-        );
+    let res = || vec![label("resource", name.to_owned())];
+    let b = &r["bloom"];
+    for (metric, key) in [
+        ("bloomgate_filter_rejected_total", "rejected"),
+        ("bloomgate_filter_passed_total", "passed"),
+        ("bloomgate_filter_passed_missing_total", "passed_missing"),
+        ("bloomgate_filter_rebuilds_total", "rebuilds"),
+        (
+            "bloomgate_filter_rebuild_failures_total",
+            "rebuild_failures",
+        ),
+        ("bloomgate_filter_alarms_total", "alarms_raised"),
+    ] {
+        m.counter(metric, res(), count(b, &[key]));
+    }
+    for (metric, key) in [
+        ("bloomgate_filter_observed_fpr", "observed_fpr"),
+        ("bloomgate_filter_expected_fpr", "expected_fpr"),
+        ("bloomgate_filter_target_fpr", "target_fpr"),
+        ("bloomgate_filter_items", "added"),
+        ("bloomgate_filter_estimated_items", "estimated_items"),
+        ("bloomgate_filter_capacity", "capacity"),
+        ("bloomgate_filter_fill_ratio", "fill_ratio"),
+    ] {
+        m.gauge(metric, res(), num(b, &[key]));
     }
     m.gauge(
-        "bloomgate_resource_filter_ready",
-        vec![name()],
-        flag(r, &["bloom", "ready"]),
+        "bloomgate_filter_size_bytes",
+        res(),
+        (count(b, &["bits"]) / 8) as f64,
     );
-    m.gauge(
-        "bloomgate_resource_filter_fill_ratio",
-        vec![name()],
-        num(r, &["bloom", "fill_ratio"]),
-    );
-    m.gauge(
-        "bloomgate_resource_filter_items_estimated",
-        vec![name()],
-        num(r, &["bloom", "estimated_items"]),
-    );
+    m.gauge("bloomgate_filter_ready", res(), flag(b, &["ready"]));
+    for kind in crate::gate::Alarm::KINDS {
+        let on = b["alarm_kind"] == kind;
+        let mut labels = res();
+        labels.push(label("alarm", kind));
+        m.gauge("bloomgate_filter_alarm", labels, f64::from(u8::from(on)));
+    }
     lookups(
         m,
-        "bloomgate_resource_l1_lookups_total",
-        &[name()],
+        "bloomgate_l1_lookups_total",
+        &res(),
         &r["l1"],
         L1_RESULTS,
     );
+    m.gauge("bloomgate_l1_entries", res(), num(r, &["l1", "entries"]));
     if r["redis"].is_object() {
         lookups(
             m,
-            "bloomgate_resource_redis_lookups_total",
-            &[name()],
+            "bloomgate_redis_lookups_total",
+            &res(),
             &r["redis"],
             REDIS_RESULTS,
         );
-    }
-    if r["sql"].is_object() {
         m.counter(
-            "bloomgate_resource_sql_statements_total",
-            vec![name()],
-            count(r, &["sql", "statements"]),
+            "bloomgate_redis_keys_written_total",
+            res(),
+            count(r, &["redis", "keys_written"]),
         );
     }
-    // The key API's calls, for the resources that have it.
-    let calls = if r["calls"].is_object() {
-        &[
+    let sql = &r["sql"];
+    if sql.is_object() {
+        let found = count(sql, &["found"]);
+        let missing = sql["missing"]
+            .as_u64()
+            .unwrap_or_else(|| count(sql, &["loads"]).saturating_sub(found));
+        for (result, n) in [("found", found), ("missing", missing)] {
+            let mut labels = res();
+            labels.push(label("result", result));
+            m.counter("bloomgate_sql_queries_total", labels, n);
+        }
+        m.counter(
+            "bloomgate_sql_statements_total",
+            res(),
+            count(sql, &["statements"]),
+        );
+    }
+    if r["calls"].is_object() {
+        for (call, key) in [
             ("keys", "keys_added"),
             ("invalidate", "invalidated"),
             ("exists", "exists_checked"),
             ("batch", "batch_keys"),
             ("watch", "watched"),
-        ][..]
-    } else {
-        &[]
-    };
-    for &(call, key) in calls {
-        m.counter(
-            "bloomgate_resource_call_keys_total",
-            vec![name(), label("call", call)],
-            count(r, &["calls", key]),
-        );
+        ] {
+            let mut labels = res();
+            labels.push(label("call", call));
+            m.counter(
+                "bloomgate_call_keys_total",
+                labels,
+                count(r, &["calls", key]),
+            );
+        }
     }
 }
 

@@ -73,64 +73,129 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
     assert_eq!(requests(&tb, "db_found", "200"), 0.0);
 
     // A's levels below the route.
-    assert_eq!(value(&text, "bloomgate_filter_rejected_total", &[]), 1.0);
-    assert_eq!(value(&text, "bloomgate_filter_passed_total", &[]), 4.0);
     assert_eq!(
-        value(&text, "bloomgate_filter_passed_missing_total", &[]),
+        value(
+            &text,
+            "bloomgate_filter_rejected_total",
+            &[("resource", "skus")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "bloomgate_filter_passed_total",
+            &[("resource", "skus")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "bloomgate_filter_passed_missing_total",
+            &[("resource", "skus")]
+        ),
         2.0
     );
     assert_eq!(
-        value(&text, "bloomgate_sql_queries_total", &[("result", "found")]),
+        value(
+            &text,
+            "bloomgate_sql_queries_total",
+            &[("resource", "skus"), ("result", "found")]
+        ),
         1.0
     );
     assert_eq!(
         value(
             &text,
             "bloomgate_sql_queries_total",
-            &[("result", "missing")]
+            &[("resource", "skus"), ("result", "missing")]
         ),
         1.0
     );
     // The value of 3 and the sentinel of 5.
-    assert_eq!(value(&text, "bloomgate_redis_keys_written_total", &[]), 2.0);
     assert_eq!(
-        value(&text, "bloomgate_l1_lookups_total", &[("result", "hit")]),
+        value(
+            &text,
+            "bloomgate_redis_keys_written_total",
+            &[("resource", "skus")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "bloomgate_l1_lookups_total",
+            &[("resource", "skus"), ("result", "hit")]
+        ),
         1.0
     );
     assert_eq!(
         value(
             &text,
             "bloomgate_l1_lookups_total",
-            &[("result", "negative_hit")]
+            &[("resource", "skus"), ("result", "negative_hit")]
         ),
         1.0
     );
     assert_eq!(
-        value(&text, "bloomgate_l1_lookups_total", &[("result", "miss")]),
+        value(
+            &text,
+            "bloomgate_l1_lookups_total",
+            &[("resource", "skus"), ("result", "miss")]
+        ),
         2.0
     );
     assert_eq!(
         value(
             &text,
             "bloomgate_redis_lookups_total",
-            &[("result", "miss")]
+            &[("resource", "skus"), ("result", "miss")]
         ),
         2.0
     );
-    assert_eq!(value(&text, "bloomgate_filter_items", &[]), 100.0);
-    assert_eq!(value(&text, "bloomgate_filter_ready", &[]), 1.0);
-    assert_eq!(value(&text, "bloomgate_filter_rebuilds_total", &[]), 1.0);
-    assert_eq!(value(&text, "bloomgate_filter_target_fpr", &[]), 0.001);
+    assert_eq!(
+        value(&text, "bloomgate_filter_items", &[("resource", "skus")]),
+        100.0
+    );
+    assert_eq!(
+        value(&text, "bloomgate_filter_ready", &[("resource", "skus")]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "bloomgate_filter_rebuilds_total",
+            &[("resource", "skus")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "bloomgate_filter_target_fpr",
+            &[("resource", "skus")]
+        ),
+        0.001
+    );
     assert_eq!(
         value(
             &text,
             "bloomgate_filter_alarm",
-            &[("alarm", "past_capacity")]
+            &[("resource", "skus"), ("alarm", "past_capacity")]
         ),
         0.0
     );
     // 2 passed-but-missing of 3 missing ids seen (1 rejected).
-    assert!((value(&text, "bloomgate_filter_observed_fpr", &[]) - 2.0 / 3.0).abs() < 1e-12);
+    assert!(
+        (value(
+            &text,
+            "bloomgate_filter_observed_fpr",
+            &[("resource", "skus")]
+        ) - 2.0 / 3.0)
+            .abs()
+            < 1e-12
+    );
     // Every request is timed: A's read histogram holds its 6 reads.
     let timed: f64 = [
         "db_found",
@@ -165,23 +230,35 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
     let after = metrics(&a).await;
     assert_eq!(
         j(&["bloom", "rejected"]),
-        value(&after, "bloomgate_filter_rejected_total", &[])
+        value(
+            &after,
+            "bloomgate_filter_rejected_total",
+            &[("resource", "skus")]
+        )
     );
     assert_eq!(
         j(&["bloom", "passed_missing"]),
-        value(&after, "bloomgate_filter_passed_missing_total", &[])
+        value(
+            &after,
+            "bloomgate_filter_passed_missing_total",
+            &[("resource", "skus")]
+        )
     );
     assert_eq!(
         j(&["sql", "missing"]),
         value(
             &after,
             "bloomgate_sql_queries_total",
-            &[("result", "missing")]
+            &[("resource", "skus"), ("result", "missing")]
         )
     );
     assert_eq!(
         j(&["redis", "keys_written"]),
-        value(&after, "bloomgate_redis_keys_written_total", &[])
+        value(
+            &after,
+            "bloomgate_redis_keys_written_total",
+            &[("resource", "skus")]
+        )
     );
     assert_eq!(
         j(&["requests", "db_missing"]),
@@ -198,7 +275,7 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
         j(&["resources", "skus", "sql", "statements"]),
         value(
             &after,
-            "bloomgate_resource_sql_statements_total",
+            "bloomgate_sql_statements_total",
             &[("resource", "skus")]
         )
     );
@@ -215,7 +292,7 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
             j(&["l1", key]),
             value(
                 &after,
-                "bloomgate_resource_l1_lookups_total",
+                "bloomgate_l1_lookups_total",
                 &[("resource", "skus"), ("result", result)]
             ),
             "{result}"

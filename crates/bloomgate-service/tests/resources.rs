@@ -205,16 +205,17 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let metrics = a.metrics_text().await;
     let rejected = common::prom_value(
         &metrics,
-        "bloomgate_resource_filter_checks_total",
-        &[("resource", "users"), ("verdict", "rejected")],
+        "bloomgate_filter_rejected_total",
+        &[("resource", "users")],
     );
     assert!(rejected.is_some_and(|v| v >= 285.0), "{rejected:?}");
     // One family set: the SKU table is resource "skus" in the same series
     // as "users", with the figures of seed 000's flat keys.
     for family in [
-        "bloomgate_resource_filter_ready",
-        "bloomgate_resource_filter_fill_ratio",
-        "bloomgate_resource_sql_statements_total",
+        "bloomgate_filter_ready",
+        "bloomgate_filter_fill_ratio",
+        "bloomgate_filter_expected_fpr",
+        "bloomgate_sql_statements_total",
     ] {
         for name in ["skus", "users"] {
             assert!(
@@ -226,8 +227,8 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     assert_eq!(
         common::prom_value(
             &metrics,
-            "bloomgate_resource_filter_checks_total",
-            &[("resource", "skus"), ("verdict", "rejected")],
+            "bloomgate_filter_rejected_total",
+            &[("resource", "skus")],
         ),
         Some(counter(&stats, &["bloom", "rejected"]) as f64)
     );
