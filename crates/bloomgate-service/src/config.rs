@@ -164,10 +164,15 @@ pub struct HttpConfig {
     /// After SIGTERM or Ctrl-C, how long in-flight requests may take to
     /// finish before the server closes them, seconds.
     pub shutdown_grace_secs: u64,
-    /// Requests per second per client IP on the public read route; 0 = off.
+    /// Requests per second per client IP on every read (a `batch` or
+    /// `exists` call takes one per key); 0 = off.
     pub rate_limit_per_sec: u64,
     /// Burst allowed above the rate, requests.
     pub rate_limit_burst: u32,
+    /// Whether the edge answers a filter "no" and an L1 hit itself
+    /// (`http::edge`). `false` sends every request through the router:
+    /// the same answers, slower; for comparing the two.
+    pub fast_answers: bool,
 }
 
 impl Default for HttpConfig {
@@ -178,6 +183,7 @@ impl Default for HttpConfig {
             shutdown_grace_secs: 10,
             rate_limit_per_sec: 0,
             rate_limit_burst: 50,
+            fast_answers: true,
         }
     }
 }

@@ -228,7 +228,11 @@ pub async fn prepare(
     let mut restored_resources = Vec::with_capacity(state.resources.len());
     for r in &state.resources {
         let at = if c.bloom_enabled {
-            r.restore().await
+            // Its snapshot, else the newest shared rebuild, else a scan.
+            match r.restore().await {
+                Some(at) => Some(at),
+                None => r.adopt_latest().await,
+            }
         } else {
             None
         };
@@ -240,20 +244,33 @@ pub async fn prepare(
     outbox.spawn_follower(outbox_from, covered, &state.reader);
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
-    // They have no warm route, so they build at start whatever
-    // `bloom_build_on_start` says (it holds back the SKU build only).
+    // They build at start whatever `bloom_build_on_start` says (it holds
+    // back the SKU build only).
     if c.bloom_enabled {
         let retry = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
         );
         for (r, restored) in state.resources.iter().zip(restored_resources) {
-            drop(r.start(
+            let build = r.start(
                 retry,
                 Duration::from_millis(c.bloom_monitor_ms),
                 restored,
                 Duration::from_secs(c.bloom_snapshot_every_secs),
-            ));
+            );
+            if restored {
+                continue;
+            }
+            // A scan's filter, kept for the next instances to adopt (the
+            // follower's start, fixed before the scan, is its position).
+            let (r, at) = (Arc::clone(r), outbox_from);
+            state.background.spawn(async move {
+                if build.await.is_ok() {
+                    if let Err(why) = r.publish_epoch(at, false).await {
+                        tracing::debug!(resource = %r.name, %why, "start-up filter not stored in Redis");
+                    }
+                }
+            });
         }
     }
     if let Some(persist) = &state.persist {

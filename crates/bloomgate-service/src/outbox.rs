@@ -152,8 +152,21 @@ pub struct Outbox {
     /// The resources guarded beside the SKUs, by name: their entries are
     /// applied to them.
     resources: Arc<Mutex<BTreeMap<String, ShieldedReader<SourceRows>>>>,
+    /// What to do when another instance announces a resource's epoch
+    /// (a shared rebuild), by resource name.
+    built: Arc<Mutex<BTreeMap<String, BuiltHook>>>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
+}
+
+/// See [`Outbox::on_built`].
+#[derive(Clone)]
+pub struct BuiltHook(pub Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for BuiltHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BuiltHook")
+    }
 }
 
 impl Outbox {
@@ -173,6 +186,7 @@ impl Outbox {
             counters: Arc::default(),
             before_poll: Arc::default(),
             resources: Arc::default(),
+            built: Arc::default(),
             background: crate::tasks::Background::new(),
         }
     }
@@ -189,6 +203,12 @@ impl Outbox {
     /// in step with the SKU gate.
     pub fn register(&self, name: &str, reader: ShieldedReader<SourceRows>) {
         lock(&self.resources).insert(name.to_owned(), reader);
+    }
+
+    /// Calls `hook` with the epoch of each shared rebuild of `name` that
+    /// another instance announces (an outbox entry of kind `b`).
+    pub fn on_built(&self, name: &str, hook: BuiltHook) {
+        lock(&self.built).insert(name.to_owned(), hook);
     }
 
     fn resource_readers(&self) -> Vec<ShieldedReader<SourceRows>> {

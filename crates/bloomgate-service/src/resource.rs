@@ -23,10 +23,12 @@ use crate::store::SkuStore;
 use crate::table::SqlTable;
 
 mod calls;
+mod epochs;
 mod warm;
 mod watch;
 
 pub use calls::BatchAnswer;
+pub use epochs::EpochCounters;
 pub use warm::WarmReport;
 
 /// A resource's funnel.
@@ -129,6 +131,12 @@ pub struct Resource {
     pub counters: CallCounters,
     /// The filter's snapshot, when one is configured.
     pub persist: Option<crate::persist::Persist>,
+    /// Its shared rebuilds.
+    pub epochs: EpochCounters,
+    /// The key of its epoch counter in Redis (with Redis).
+    epoch_counter: Option<String>,
+    /// The outbox (replays after a snapshot or an epoch).
+    outbox: crate::outbox::Outbox,
     store: SkuStore,
     changes: Option<crate::changes::ChangeLog>,
     background: crate::tasks::Background,
@@ -237,7 +245,17 @@ impl Resource {
                 shared.outbox.clone(),
             )
         });
-        Ok(Arc::new(Self {
+        let epoch_counter = shared.changes.as_ref().map(|_| {
+            crate::wire::epoch_counter_key(&format!(
+                "{}{}",
+                c.redis_prefix,
+                crate::wire::resource_namespace(name)
+            ))
+        });
+        let r = Arc::new(Self {
+            epochs: EpochCounters::default(),
+            epoch_counter,
+            outbox: shared.outbox.clone(),
             persist,
             name: Arc::from(name),
             reader,
@@ -248,7 +266,9 @@ impl Resource {
             changes: shared.changes.clone(),
             background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
-        }))
+        });
+        r.follow_epochs();
+        Ok(r)
     }
 
     /// How keys are spelled.
@@ -333,6 +353,7 @@ impl Resource {
         let bloom = serde_json::to_value(self.reader.gate.stats()).unwrap_or_default();
         let mut v = self.reader.figures(self.key_type(), bloom);
         v["calls"] = self.counters.json();
+        v["epochs"] = self.epochs.json();
         if let Some(t) = &self.table {
             let c = &t.counters;
             v["sql"] = serde_json::json!({

@@ -1082,6 +1082,9 @@ async fn the_sku_table_answers_as_the_default_resource() {
 /// snapshot the same start scans.
 async fn users_restart_from_snapshot(url: &str, redis: Option<&str>, prefix: &str) {
     users_table(url).await;
+    if let Some(r) = redis {
+        common::redis_clear(r, &format!("bgtest:{prefix}:")).await;
+    }
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("users.snap");
     let config = |snapshot: bool| {
@@ -1136,11 +1139,23 @@ async fn users_restart_from_snapshot(url: &str, redis: Option<&str>, prefix: &st
     }
     assert_eq!(scans(&a), 0, "no scan of users");
     a.stop().await;
-    // Without the snapshot the same start scans (the check above can fail).
+    // Without the snapshot the same start scans (the check above can
+    // fail), or with Redis adopts the newest shared rebuild instead.
     std::fs::remove_file(&snap).unwrap();
     let a = TestServer::start(config(true), 0).await;
     ready(&a).await;
-    assert!(scans(&a) > 0, "no snapshot: a scan");
+    let adopted = counter(
+        &a.stats().await,
+        &["resources", "users", "epochs", "adopted"],
+    );
+    if redis.is_some() {
+        assert_eq!((scans(&a), adopted), (0, 1), "no snapshot: an epoch");
+    } else {
+        assert!(
+            scans(&a) > 0 && adopted == 0,
+            "no snapshot, no Redis: a scan"
+        );
+    }
     for k in &keys {
         assert_eq!(a.get(&format!("/api/users/{k}")).await.0, 200, "{k}");
     }
@@ -1518,4 +1533,127 @@ async fn the_rate_limit_covers_every_read_and_counts_a_batch_by_its_keys() {
     assert_eq!(post(&s, "/api/users/keys", &["u000001"]).await.0, 200);
     assert_eq!(s.get("/api/cache/stats").await.0, 200);
     s.stop().await;
+}
+
+/// Shared rebuilds for a resource: the first instance scans `users` and
+/// stores its filter in Redis; the second adopts it at start without a
+/// page of scan; after rows are deleted behind the service's back, a warm
+/// with `rebuild_bloom` on A scans once and B adopts that epoch (no scan
+/// on B; the deleted keys are refused there), and a key told to A after
+/// the epoch's position is still found on B.
+async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
+    users_table(url).await;
+    common::redis_clear(redis, &format!("bgtest:{prefix}:")).await;
+    let config = || {
+        let mut c = common::config(url, Some(redis), prefix);
+        c.resources = vec![resource("users", false)];
+        c
+    };
+    let scans = |s: &TestServer| {
+        users(s, "users")
+            .table
+            .as_ref()
+            .unwrap()
+            .counters
+            .scans
+            .load(Relaxed)
+    };
+    let epochs = |v: &serde_json::Value, k: &str| counter(v, &["resources", "users", "epochs", k]);
+    let a = TestServer::start(config(), 0).await;
+    ready(&a).await;
+    assert!(scans(&a) > 0);
+    eventually(10, "A stores its start-up filter", || async {
+        epochs(&a.stats().await, "published") == 1
+    })
+    .await;
+    let b = TestServer::start(config(), 0).await;
+    assert!(
+        users(&b, "users").gate().is_ready(),
+        "adopted before serving"
+    );
+    assert_eq!(scans(&b), 0, "B adopted A's filter at start");
+    assert_eq!(epochs(&b.stats().await, "adopted"), 1);
+    // Rows deleted behind the service's back, then A's warm rebuilds.
+    let deleted: Vec<String> = (1..=100).map(|i| format!("u{i:06}")).collect();
+    exec(
+        url,
+        &[format!(
+            "DELETE FROM users WHERE id IN ({})",
+            deleted
+                .iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )],
+    )
+    .await;
+    let (status, body) = a
+        .send(
+            Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["added"], ROWS - 100, "{body}");
+    assert!(body["epoch"].as_u64().is_some(), "shared: {body}");
+    // A key told to A after the rebuild: in the outbox after the epoch's
+    // position.
+    exec(
+        url,
+        &["INSERT INTO users (id, name, seq) VALUES ('late1', 'late', 300000)".into()],
+    )
+    .await;
+    assert_eq!(post(&a, "/api/users/keys", &["late1"]).await.0, 200);
+    eventually(10, "B adopts A's rebuild", || async {
+        epochs(&b.stats().await, "adopted") == 2
+    })
+    .await;
+    assert_eq!(scans(&b), 0, "B never scanned");
+    let ub = users(&b, "users");
+    let still = deleted
+        .iter()
+        .filter(|k| ub.gate().probe(text(k)) != Verdict::Reject)
+        .count();
+    assert!(
+        still <= 5,
+        "B's filter is the rebuilt one ({still} of 100 deleted pass)"
+    );
+    for k in ["u000101", "u000200", "late1"] {
+        assert_eq!(b.get(&format!("/api/users/{k}")).await.0, 200, "{k} on B");
+    }
+    assert_eq!(epochs(&b.stats().await, "adopt_failures"), 0);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_share_rebuilds_on_sqlite() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    users_shared_rebuild(&common::sqlite_url(&dir), &redis, "res-epoch-sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_share_rebuilds_on_mariadb() {
+    let Some(url) = common::mysql_database("res_epoch").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    users_shared_rebuild(&url, &redis, "res-epoch-maria").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_share_rebuilds_on_postgres() {
+    let Some(url) = common::postgres_database("res_epoch").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    users_shared_rebuild(&url, &redis, "res-epoch-pg").await;
 }

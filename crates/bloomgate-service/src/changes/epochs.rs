@@ -203,58 +203,21 @@ impl ChangeLog {
         })
         .await
         .map_err(|e| e.to_string())?;
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let counter = crate::wire::epoch_counter_key(&self.prefix);
-        let epoch: u64 = redis::cmd("INCR")
-            .arg(&counter)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        // The segments first, one string each (a cluster spreads them over
-        // its nodes), then the meta that names them: an epoch whose meta
-        // exists has every segment written.
-        let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let _: () = redis::cmd("SET")
-                .arg(crate::wire::epoch_segment_key(&counter, epoch, i))
-                .arg(*chunk)
-                .arg("EX")
-                .arg(EPOCH_TTL_SECS)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        let meta = crate::wire::epoch_meta_key(&counter, epoch);
-        let _: () = redis::pipe()
-            .cmd("HSET")
-            .arg(&meta)
-            .arg("segments")
-            .arg(chunks.len())
-            .arg("bytes")
-            .arg(bytes.len())
-            .arg("at")
-            .arg(at)
-            .arg("outbox")
-            .arg(outbox_at)
-            .arg("covered")
-            .arg(covered)
-            .arg("capacity")
-            .arg(gate.capacity())
-            .arg("fpp")
-            .arg(gate.fpp().to_string())
-            .arg("layout")
-            .arg(format!("{:?}", gate.layout()))
-            .ignore()
-            .cmd("EXPIRE")
-            .arg(&meta)
-            .arg(EPOCH_TTL_SECS)
-            .ignore()
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        if epoch > 1 {
-            self.delete_epoch(&conn, &counter, epoch - 1).await;
-        }
+        let epoch = self
+            .store_epoch(
+                &counter,
+                &bytes,
+                &[
+                    ("at", at.to_string()),
+                    ("outbox", outbox_at.to_string()),
+                    ("covered", covered.to_string()),
+                    ("capacity", gate.capacity().to_string()),
+                    ("fpp", gate.fpp().to_string()),
+                    ("layout", format!("{:?}", gate.layout())),
+                ],
+            )
+            .await?;
         if !announce {
             return Ok(epoch);
         }
@@ -269,6 +232,99 @@ impl ChangeLog {
         .await
         .map_err(|e| e.to_string())?;
         Ok(epoch)
+    }
+
+    /// Stores a filter's `bytes` as the next epoch under `counter` (the
+    /// SKUs' `{prefix}bloom:epoch`, a resource's
+    /// `{prefix}r:{name}:bloom:epoch`): its segments first, one string each
+    /// (a cluster spreads them over its nodes), then the meta that names
+    /// them with `fields`, so an epoch whose meta exists has every segment
+    /// written. The epoch before it is deleted. Returns its number.
+    ///
+    /// # Errors
+    /// Redis failed.
+    pub async fn store_epoch(
+        &self,
+        counter: &str,
+        bytes: &[u8],
+        fields: &[(&str, String)],
+    ) -> Result<u64, String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let epoch: u64 = redis::cmd("INCR")
+            .arg(counter)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let _: () = redis::cmd("SET")
+                .arg(crate::wire::epoch_segment_key(counter, epoch, i))
+                .arg(*chunk)
+                .arg("EX")
+                .arg(EPOCH_TTL_SECS)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let meta = crate::wire::epoch_meta_key(counter, epoch);
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&meta)
+            .arg("segments")
+            .arg(chunks.len())
+            .arg("bytes")
+            .arg(bytes.len());
+        for (k, v) in fields {
+            hset.arg(*k).arg(v);
+        }
+        let _: () = redis::pipe()
+            .add_command(hset)
+            .ignore()
+            .cmd("EXPIRE")
+            .arg(&meta)
+            .arg(EPOCH_TTL_SECS)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if epoch > 1 {
+            self.delete_epoch(&conn, counter, epoch - 1).await;
+        }
+        Ok(epoch)
+    }
+
+    /// The newest epoch under `counter` and its meta, if there is one.
+    ///
+    /// # Errors
+    /// Redis failed.
+    pub async fn latest_epoch(
+        &self,
+        counter: &str,
+    ) -> Result<Option<(u64, std::collections::HashMap<String, String>)>, String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let epoch: Option<u64> = redis::cmd("GET")
+            .arg(counter)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(epoch) = epoch else { return Ok(None) };
+        Ok(Some((epoch, self.epoch_meta(counter, epoch).await?)))
+    }
+
+    /// An epoch's meta (empty when it is gone).
+    ///
+    /// # Errors
+    /// Redis failed.
+    pub async fn epoch_meta(
+        &self,
+        counter: &str,
+        epoch: u64,
+    ) -> Result<std::collections::HashMap<String, String>, String> {
+        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        redis::cmd("HGETALL")
+            .arg(crate::wire::epoch_meta_key(counter, epoch))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Adopts another instance's epoch: load, verify, replay the creates
@@ -412,9 +468,18 @@ impl ChangeLog {
 
     /// An epoch's filter bytes, from its segments.
     async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, String> {
+        self.read_epoch_in(&crate::wire::epoch_counter_key(&self.prefix), epoch)
+            .await
+    }
+
+    /// The bytes of epoch `epoch` under `counter`, from its segments.
+    ///
+    /// # Errors
+    /// Redis failed, or the epoch is gone or incomplete.
+    pub async fn read_epoch_in(&self, counter: &str, epoch: u64) -> Result<Vec<u8>, String> {
+        let counter = counter.to_string();
         let gone = || "the epoch's filter is gone (a newer one replaced it)".to_string();
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
-        let counter = crate::wire::epoch_counter_key(&self.prefix);
         let (segments, len): (Option<usize>, Option<usize>) = redis::cmd("HMGET")
             .arg(crate::wire::epoch_meta_key(&counter, epoch))
             .arg("segments")

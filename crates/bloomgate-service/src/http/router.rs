@@ -72,14 +72,17 @@ pub fn router(state: AppState) -> App {
     // The SKU reads' filter "no" and L1 hit, and each resource read's,
     // answered by the edge without the router, after the edge's check of
     // the per-client rate limit when one is set.
+    let fast_answers = state.http.fast_answers;
     for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE] {
-        let fast = Arc::clone(&state);
-        let registered = edge.fast_get(
-            route,
-            Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
-        );
-        // The route is one of the edge's patterns and the layer is new.
-        debug_assert!(registered, "{route} has its fast answer");
+        if fast_answers {
+            let fast = Arc::clone(&state);
+            let registered = edge.fast_get(
+                route,
+                Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
+            );
+            // The route is one of the edge's patterns and the layer is new.
+            debug_assert!(registered, "{route} has its fast answer");
+        }
         if let Some(limit) = &rate {
             edge.limit_get(route, Arc::clone(limit));
         }
@@ -87,11 +90,13 @@ pub fn router(state: AppState) -> App {
     for r in &state.resources {
         let fast = Arc::clone(r);
         let route = crate::http::resources::read_route(&r.name);
-        let registered = edge.fast_get(
-            &route,
-            Box::new(move |raw| crate::http::resources::read_now(&fast, raw)),
-        );
-        debug_assert!(registered, "{}'s read has its fast answer", r.name);
+        if fast_answers {
+            let registered = edge.fast_get(
+                &route,
+                Box::new(move |raw| crate::http::resources::read_now(&fast, raw)),
+            );
+            debug_assert!(registered, "{}'s read has its fast answer", r.name);
+        }
         if let Some(limit) = &rate {
             edge.limit_get(&route, Arc::clone(limit));
         }

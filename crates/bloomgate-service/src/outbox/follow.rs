@@ -188,6 +188,14 @@ impl Outbox {
     fn apply(&self, e: &Entry, reader: &ShieldedReader) {
         let own = e.origin == self.store.origin();
         if e.resource != SKU_RESOURCE {
+            if e.kind == kind::BUILT {
+                // Another instance's shared rebuild of the resource.
+                let hook = lock(&self.built).get(&e.resource).cloned();
+                if let (false, Some(hook), Ok(epoch)) = (own, hook, e.key.parse()) {
+                    (hook.0)(epoch);
+                }
+                return;
+            }
             let Some(r) = lock(&self.resources).get(&e.resource).cloned() else {
                 return;
             };

@@ -23,7 +23,7 @@ pub struct WarmReport {
     pub rebuild_bloom: Option<crate::gate::RebuildReport>,
     /// Keys the rebuild added.
     pub added: u64,
-    /// A shared rebuild's epoch (resources rebuild on each instance: none).
+    /// The epoch the rebuild was shared as (the others adopt it), if it was.
     pub epoch: Option<u64>,
     /// How long it took.
     pub duration_ms: u64,
@@ -38,6 +38,9 @@ impl Resource {
     /// [`AppError::Unavailable`]: the source failed, or the rebuild did.
     pub async fn warm(&self, limit: u64, rebuild: bool) -> Result<WarmReport, AppError> {
         let started = Instant::now();
+        // The outbox position before the scan: an epoch of the rebuild is
+        // complete up to it (keys recorded after it are replayed).
+        let at = self.outbox.watermark();
         let ticket = rebuild.then(|| self.gate().request_rebuild());
         let source = &self.reader.store.0;
         let (mut paged, mut rows) = (0u64, 0u64);
@@ -71,13 +74,24 @@ impl Resource {
             })?),
             None => None,
         };
+        // Shared with the other instances, which adopt it without a scan.
+        let epoch = match (&report, self.epoch_store()) {
+            (Some(_), Some(_)) => match self.publish_epoch(at, true).await {
+                Ok(epoch) => Some(epoch),
+                Err(why) => {
+                    tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(WarmReport {
             warmed: rows,
             redis_written: outcome.redis_written,
             redis_error: outcome.redis_error,
             added: report.as_ref().map_or(0, |r| r.added),
             rebuild_bloom: report,
-            epoch: None,
+            epoch,
             duration_ms: started.elapsed().as_millis() as u64,
         })
     }

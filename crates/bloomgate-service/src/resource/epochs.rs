@@ -1,0 +1,241 @@
+//! Shared rebuilds for a resource: one instance scans its source and
+//! stores the filter in Redis as an epoch (the library's snapshot format,
+//! in segments, under `{prefix}r:{name}:bloom:epoch`), positioned in the
+//! outbox; the others adopt it without a scan, replaying the keys created
+//! after its position from the outbox, as a snapshot's restore does. A warm
+//! with `rebuild_bloom` announces its epoch with an outbox entry (kind
+//! `b`); an instance that starts with no snapshot adopts the newest.
+//!
+//! A resource with a `watch_column` keeps its own builds: rows its watch
+//! admitted are in no outbox entry, so an epoch's replay could not add them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::Resource;
+use crate::filter::{accounts_for, decode, encode, key_kind};
+use crate::key::Key;
+
+/// A resource's shared-rebuild counters.
+#[derive(Debug, Default)]
+pub struct EpochCounters {
+    /// Epochs this instance built and stored.
+    pub published: AtomicU64,
+    /// Epochs this instance adopted instead of scanning.
+    pub adopted: AtomicU64,
+    /// Announced epochs it could not adopt (it rebuilt from the source).
+    pub adopt_failures: AtomicU64,
+}
+
+impl EpochCounters {
+    /// The figures under `epochs` in the stats.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "published": get(&self.published),
+            "adopted": get(&self.adopted),
+            "adopt_failures": get(&self.adopt_failures),
+        })
+    }
+}
+
+impl Resource {
+    /// The change log and the epoch counter's key, when this resource
+    /// shares its rebuilds (Redis is there and no watch column).
+    pub(super) fn epoch_store(&self) -> Option<(&crate::changes::ChangeLog, &str)> {
+        if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
+            return None;
+        }
+        Some((self.changes.as_ref()?, self.epoch_counter.as_deref()?))
+    }
+
+    /// Stores the published filter as a new epoch, complete up to outbox
+    /// position `at` (noted before its scan began); with `announce`, an
+    /// outbox entry tells the other instances to adopt it.
+    ///
+    /// # Errors
+    /// Why not (no Redis, a watched table, no filter, Redis or SQL failed).
+    pub async fn publish_epoch(&self, at: i64, announce: bool) -> Result<u64, String> {
+        let (log, counter) = self
+            .epoch_store()
+            .ok_or("this resource does not share its rebuilds")?;
+        let gate = self.gate();
+        let filter = gate.published().ok_or("no filter published")?;
+        let kind = key_kind(self.key_type());
+        let bytes = tokio::task::spawn_blocking(move || encode(&filter, kind))
+            .await
+            .map_err(|e| e.to_string())?;
+        let epoch = log
+            .store_epoch(
+                counter,
+                &bytes,
+                &[
+                    ("outbox", at.to_string()),
+                    ("capacity", gate.capacity().to_string()),
+                    ("fpp", gate.fpp().to_string()),
+                    ("layout", format!("{:?}", gate.layout())),
+                    ("key_type", format!("{:?}", self.key_type())),
+                ],
+            )
+            .await?;
+        if announce {
+            self.store
+                .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
+                .await
+                .map_err(|e| e.to_string())?;
+            log.ring().await;
+        }
+        self.epochs.published.fetch_add(1, Ordering::Relaxed);
+        Ok(epoch)
+    }
+
+    /// Adopts epoch `epoch`: verified, made the filter being built (so
+    /// every insert from now on reaches it), the keys created after its
+    /// position replayed from the outbox, then published. With `rows`
+    /// (at start), the source's count must be accounted for. Returns the
+    /// epoch's outbox position and the keys replayed.
+    ///
+    /// # Errors
+    /// Why not (the caller scans the source instead).
+    pub async fn adopt_epoch(&self, epoch: u64, rows: Option<u64>) -> Result<(i64, usize), String> {
+        let (log, counter) = self
+            .epoch_store()
+            .ok_or("this resource does not share its rebuilds")?;
+        let gate = self.gate();
+        let meta = log.epoch_meta(counter, epoch).await?;
+        let field = |name: &str| {
+            meta.get(name)
+                .cloned()
+                .ok_or_else(|| format!("epoch {epoch} has no {name}"))
+        };
+        if field("fpp")? != gate.fpp().to_string()
+            || field("layout")? != format!("{:?}", gate.layout())
+            || field("key_type")? != format!("{:?}", self.key_type())
+        {
+            return Err(format!(
+                "epoch {epoch} was made for another layout, rate or key type"
+            ));
+        }
+        let at: i64 = field("outbox")?
+            .parse()
+            .map_err(|_| "bad outbox position")?;
+        let capacity: u64 = field("capacity")?.parse().map_err(|_| "bad capacity")?;
+        let bytes = log.read_epoch_in(counter, epoch).await?;
+        let (layout, kind) = (gate.layout(), key_kind(self.key_type()));
+        let filter = tokio::task::spawn_blocking(move || decode(layout, &bytes, kind))
+            .await
+            .map_err(|e| e.to_string())??;
+        let filter = gate
+            .begin_adopt(filter)
+            .ok_or("a rebuild runs here; its filter is as new")?;
+        let replayed = async {
+            let created = self
+                .outbox
+                .created_keys_after(at, &self.name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("the change outbox was trimmed past the epoch's position")?;
+            let mut keys = Vec::with_capacity(created.len());
+            for raw in &created {
+                keys.push(Key::parse(self.key_type(), raw)?);
+            }
+            if let Some(rows) = rows {
+                accounts_for(rows, &filter, keys.len(), "epoch")?;
+            }
+            Ok::<_, String>(keys)
+        }
+        .await;
+        let keys = match replayed {
+            Ok(keys) => keys,
+            Err(why) => {
+                gate.abandon_adopt(&filter);
+                return Err(why);
+            }
+        };
+        filter.insert_many(&keys);
+        if !gate.finish_adopt(&filter, capacity) {
+            return Err("a rebuild took over; its filter is as new".into());
+        }
+        self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
+        Ok((at, keys.len()))
+    }
+
+    /// At start, with no snapshot: adopts the newest epoch, if one was
+    /// stored. Returns its outbox position (the follower starts there or
+    /// before); `None` when the filter must be built from the source.
+    pub async fn adopt_latest(&self) -> Option<i64> {
+        let (log, counter) = self.epoch_store()?;
+        let (epoch, meta) = match log.latest_epoch(counter).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(resource = %self.name, error = %e, "reading the resource's epoch failed; scanning its source");
+                return None;
+            }
+        };
+        // An epoch ahead of this database's outbox was made against another
+        // database (one recreated, or restored from a backup) under the
+        // same Redis prefix.
+        let at: i64 = meta
+            .get("outbox")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(i64::MAX);
+        match self.outbox.max_seq().await {
+            Ok(max) if at <= max => {}
+            Ok(max) => {
+                tracing::info!(resource = %self.name, epoch, at, max, "resource epoch is ahead of this database's outbox; scanning its source");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(resource = %self.name, error = %e, "reading the outbox failed; scanning the source");
+                return None;
+            }
+        }
+        let rows = match self.reader.store.0.count().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(resource = %self.name, error = %e, "counting the source failed; scanning it");
+                return None;
+            }
+        };
+        match self.adopt_epoch(epoch, Some(rows)).await {
+            Ok((at, replayed)) => {
+                tracing::info!(resource = %self.name, epoch, replayed, "resource filter adopted from Redis at start; no scan");
+                Some(at)
+            }
+            Err(why) => {
+                tracing::info!(resource = %self.name, epoch, %why, "resource epoch not adopted; scanning its source");
+                None
+            }
+        }
+    }
+
+    /// Follows another instance's announced epochs: each is adopted in the
+    /// background; one that cannot be is answered by a rebuild from the
+    /// source here.
+    pub(super) fn follow_epochs(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.outbox.on_built(
+            &self.name,
+            crate::outbox::BuiltHook(Arc::new(move |epoch| {
+                let weak = weak.clone();
+                tokio::spawn(async move {
+                    let Some(r) = weak.upgrade() else { return };
+                    if r.epoch_store().is_none() {
+                        // A watched table keeps its own builds: rebuild
+                        // here too (the other instance rebuilt for a
+                        // reason: deletes, growth).
+                        drop(r.gate().request_rebuild());
+                        return;
+                    }
+                    if let Err(why) = r.adopt_epoch(epoch, None).await {
+                        r.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(resource = %r.name, epoch, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
+                        drop(r.gate().request_rebuild());
+                    }
+                });
+            })),
+        );
+    }
+}
