@@ -85,6 +85,8 @@ async fn main() {
         watch_every_ms: 1000,
         bloom_snapshot_path: None,
         bloom_mode: None,
+        bloom_auto_rebuild: None,
+        bloom_segment_bytes: None,
     }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {

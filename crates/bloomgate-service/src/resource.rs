@@ -50,6 +50,12 @@ pub struct ResourceOptions {
     pub snapshot_path: Option<std::path::PathBuf>,
     /// `local`, `strict` or `redis`; `None`: `cache.bloom_mode`.
     pub mode: Option<crate::config::BloomMode>,
+    /// Rebuild when the capacity alarm fires; `None`:
+    /// `cache.bloom_auto_rebuild`.
+    pub auto_rebuild: Option<bool>,
+    /// Bytes per string of the shared filter; `None`:
+    /// `cache.bloom_segment_bytes`.
+    pub segment_bytes: Option<u64>,
 }
 
 impl Default for ResourceOptions {
@@ -61,6 +67,8 @@ impl Default for ResourceOptions {
             max_batch_keys: 1000,
             snapshot_path: None,
             mode: None,
+            auto_rebuild: None,
+            segment_bytes: None,
         }
     }
 }
@@ -187,7 +195,7 @@ impl Resource {
                 layout: options.layout,
                 expected: options.expected,
                 fpp: options.fpp,
-                auto_rebuild: c.bloom_auto_rebuild,
+                auto_rebuild: options.auto_rebuild.unwrap_or(c.bloom_auto_rebuild),
             },
             Arc::new(ScanOf(Arc::clone(&source))),
         )
@@ -221,7 +229,7 @@ impl Resource {
                     &prefix,
                     options.expected,
                     options.fpp,
-                    c.bloom_segment_bytes,
+                    options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
                     Duration::from_millis(c.redis_timeout_ms),
                     Arc::new(ScanOf(Arc::clone(&source))),
                 )

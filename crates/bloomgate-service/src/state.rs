@@ -256,6 +256,8 @@ impl AppState {
                 max_batch_keys: rc.max_batch_keys,
                 snapshot_path: rc.bloom_snapshot_path.clone(),
                 mode: rc.bloom_mode,
+                auto_rebuild: rc.bloom_auto_rebuild,
+                segment_bytes: rc.bloom_segment_bytes,
             };
             let r =
                 crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared())

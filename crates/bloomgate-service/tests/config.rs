@@ -419,4 +419,9 @@ fn a_resource_in_strict_mode_needs_redis() {
         Some(bloomgate_service::config::BloomMode::Local),
         "a resource may differ from [cache]"
     );
+    let f = toml_file(
+        "[[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\nbloom_segment_bytes = 100\n",
+    );
+    let e = Config::load_from(Some(f.path()), env(&[])).unwrap_err();
+    assert_eq!(key_of(e), "resources[0].bloom_segment_bytes");
 }

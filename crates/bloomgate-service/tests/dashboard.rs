@@ -238,6 +238,8 @@ async fn the_dashboard_shows_every_resource() {
         watch_every_ms: 1000,
         bloom_snapshot_path: None,
         bloom_mode: None,
+        bloom_auto_rebuild: None,
+        bloom_segment_bytes: None,
     }];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {

@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use bloomgate_service::config::resources::ResourceConfig;
 use bloomgate_service::config::BloomMode;
@@ -89,6 +90,8 @@ fn resource(name: &str, watch: bool) -> ResourceConfig {
         watch_every_ms: 50,
         bloom_snapshot_path: None,
         bloom_mode: None,
+        bloom_auto_rebuild: None,
+        bloom_segment_bytes: None,
     }
 }
 
@@ -1656,4 +1659,75 @@ async fn users_share_rebuilds_on_postgres() {
         return;
     };
     users_shared_rebuild(&url, &redis, "res-epoch-pg").await;
+}
+
+/// The capacity alarm and auto-rebuild for a resource (002 §六): `keys`
+/// past its filter's capacity raise the alarm once and, with
+/// `bloom_auto_rebuild` (from `[cache]`, or its own), a rebuild sized for
+/// twice the items clears it; with its own `bloom_auto_rebuild = false`
+/// the alarm stays and nothing rebuilds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_past_capacity_raises_its_alarm_and_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, None, "res-alarm");
+    let mut grows = resource("users", false);
+    grows.bloom_expected = 100;
+    let mut stays = resource("members", false);
+    stays.bloom_expected = 100;
+    stays.bloom_auto_rebuild = Some(false);
+    config.resources = vec![grows, stays];
+    config.cache.bloom_monitor_ms = 3_600_000;
+    let s = TestServer::start(config, 0).await;
+    ready(&s).await;
+    // 200 rows: each filter is sized for max(100, 1.25 × 200) = 250. Then
+    // 60 more, committed by the application and told with `keys`.
+    let extra: Vec<String> = (0..60).map(|i| format!("n{i:03}")).collect();
+    let values: Vec<String> = extra
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("('{k}', 'new', {})", 400_000 + i))
+        .collect();
+    exec(
+        &url,
+        &[format!(
+            "INSERT INTO users (id, name, seq) VALUES {}",
+            values.join(", ")
+        )],
+    )
+    .await;
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    for name in ["users", "members"] {
+        assert_eq!(users(&s, name).gate().stats().capacity, 250, "{name}");
+        for part in extra.chunks(30) {
+            let (status, body) = post(&s, &format!("/api/{name}/keys"), part).await;
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let grows = Arc::clone(users(&s, "users").gate());
+    eventually(10, "users' auto-rebuild completes", || {
+        let g = Arc::clone(&grows);
+        async move {
+            let st = g.stats();
+            st.rebuilds == 2 && !st.rebuilding && !st.rebuild_pending
+        }
+    })
+    .await;
+    let st = grows.stats();
+    assert_eq!(st.alarms_raised, 1, "{st:?}");
+    assert!(st.alarm.is_none(), "{st:?}");
+    assert!(st.capacity >= 400, "sized for twice the items: {st:?}");
+    let stays = users(&s, "members").gate().stats();
+    assert_eq!(stays.alarms_raised, 1, "{stays:?}");
+    assert!(stays.alarm.is_some() && stays.rebuilds == 1, "{stays:?}");
+    // Every key still answers: the rebuild scanned the table, which holds
+    // the rows told.
+    assert_eq!(s.get("/api/users/u000001").await.0, 200);
+    let (_, body) = post(&s, "/api/users/exists", &extra[..30]).await;
+    assert!(
+        body["exists"].as_array().unwrap().iter().all(|e| e == true),
+        "{body}"
+    );
+    s.stop().await;
 }

@@ -61,6 +61,14 @@ pub struct ResourceConfig {
     /// refused by another before the outbox reaches it.
     #[serde(default)]
     pub bloom_mode: Option<super::BloomMode>,
+    /// Rebuild when the capacity alarm fires, as `cache.bloom_auto_rebuild`
+    /// (its default).
+    #[serde(default)]
+    pub bloom_auto_rebuild: Option<bool>,
+    /// Bytes per string of the shared filter in Redis (`strict`, `redis`),
+    /// as `cache.bloom_segment_bytes` (its default).
+    #[serde(default)]
+    pub bloom_segment_bytes: Option<u64>,
 }
 
 const fn default_expected() -> u64 {
@@ -186,6 +194,18 @@ impl ResourceConfig {
                     self.max_batch_keys
                 ),
             ));
+        }
+        if let Some(bytes) = self.bloom_segment_bytes {
+            if bytes == 0 || !bytes.is_multiple_of(64) || bytes > bloomgate_redis::MAX_SEGMENT_BYTES
+            {
+                return Err(invalid(
+                    key("bloom_segment_bytes"),
+                    format!(
+                        "must be a multiple of 64 up to {} (Redis's largest string), got {bytes}",
+                        bloomgate_redis::MAX_SEGMENT_BYTES
+                    ),
+                ));
+            }
         }
         if self.watch_every_ms < 10 {
             return Err(invalid(key("watch_every_ms"), "must be at least 10"));
