@@ -87,6 +87,7 @@ async fn main() {
         bloom_mode: None,
         bloom_auto_rebuild: None,
         bloom_segment_bytes: None,
+        bloom_rebuild_after_deletes: None,
     }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {

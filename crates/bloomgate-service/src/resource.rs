@@ -56,6 +56,9 @@ pub struct ResourceOptions {
     /// Bytes per string of the shared filter; `None`:
     /// `cache.bloom_segment_bytes`.
     pub segment_bytes: Option<u64>,
+    /// Deletes told (`invalidate` with `"deleted": true`) after which the
+    /// filter is rebuilt; `None`: `cache.bloom_rebuild_after_deletes`.
+    pub rebuild_after_deletes: Option<u64>,
 }
 
 impl Default for ResourceOptions {
@@ -69,6 +72,7 @@ impl Default for ResourceOptions {
             mode: None,
             auto_rebuild: None,
             segment_bytes: None,
+            rebuild_after_deletes: None,
         }
     }
 }
@@ -145,6 +149,8 @@ pub struct Resource {
     epoch_counter: Option<String>,
     /// The outbox (replays after a snapshot or an epoch).
     outbox: crate::outbox::Outbox,
+    /// Deletes after which the filter is rebuilt.
+    rebuild_after_deletes: u64,
     store: SkuStore,
     changes: Option<crate::changes::ChangeLog>,
     background: crate::tasks::Background,
@@ -264,6 +270,10 @@ impl Resource {
             epochs: EpochCounters::default(),
             epoch_counter,
             outbox: shared.outbox.clone(),
+            rebuild_after_deletes: options
+                .rebuild_after_deletes
+                .unwrap_or(c.bloom_rebuild_after_deletes)
+                .max(1),
             persist,
             name: Arc::from(name),
             reader,

@@ -124,6 +124,24 @@ pub async fn invalidate(state: &AppState, ids: &[i64]) -> Result<(), AppError> {
     Ok(())
 }
 
+/// SKUs another program deleted: [`invalidate`], counted toward
+/// `cache.bloom_rebuild_after_deletes` as the service's own deletes are
+/// (the instance that crosses it rebuilds).
+///
+/// # Errors
+/// As [`invalidate`].
+pub async fn deleted(state: &AppState, ids: &[i64]) -> Result<(), AppError> {
+    invalidate(state, ids).await?;
+    let mut due = false;
+    for _ in ids {
+        due |= state.reader.gate.note_delete(state.rebuild_after_deletes);
+    }
+    if due {
+        drop(state.reader.gate.request_rebuild());
+    }
+    Ok(())
+}
+
 async fn record(state: &AppState, ids: &[i64], kind: &'static str) -> Result<(), AppError> {
     let spelled: Vec<String> = ids.iter().map(i64::to_string).collect();
     state

@@ -258,6 +258,7 @@ impl AppState {
                 mode: rc.bloom_mode,
                 auto_rebuild: rc.bloom_auto_rebuild,
                 segment_bytes: rc.bloom_segment_bytes,
+                rebuild_after_deletes: rc.bloom_rebuild_after_deletes,
             };
             let r =
                 crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared())

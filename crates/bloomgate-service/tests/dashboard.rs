@@ -240,6 +240,7 @@ async fn the_dashboard_shows_every_resource() {
         bloom_mode: None,
         bloom_auto_rebuild: None,
         bloom_segment_bytes: None,
+        bloom_rebuild_after_deletes: None,
     }];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {

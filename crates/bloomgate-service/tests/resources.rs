@@ -92,6 +92,7 @@ fn resource(name: &str, watch: bool) -> ResourceConfig {
         bloom_mode: None,
         bloom_auto_rebuild: None,
         bloom_segment_bytes: None,
+        bloom_rebuild_after_deletes: None,
     }
 }
 
@@ -1444,6 +1445,18 @@ async fn the_skus_answer_keys_exists_and_batch() {
         b.get(&path).await.1["stock"] == 4242
     })
     .await;
+    // A delete behind the service's back, told as one.
+    assert!(a.state.reader.store.delete(absent).await.unwrap());
+    let told = serde_json::json!({ "keys": [absent], "deleted": true }).to_string();
+    let (status, answer) = a
+        .send(Method::POST, "/api/skus/invalidate", Some(&told))
+        .await;
+    assert_eq!(
+        (status, answer["deleted"].as_bool()),
+        (200, Some(true)),
+        "{answer}"
+    );
+    assert_eq!(a.get(&path).await.0, 404);
     let stats = a.stats().await;
     assert_eq!(stats["resources"]["skus"]["calls"]["keys_added"], 1);
     assert_eq!(stats["resources"]["skus"]["calls"]["batch_keys"], 3);
@@ -1549,7 +1562,9 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
     common::redis_clear(redis, &format!("bgtest:{prefix}:")).await;
     let config = || {
         let mut c = common::config(url, Some(redis), prefix);
-        c.resources = vec![resource("users", false)];
+        let mut r = resource("users", false);
+        r.bloom_rebuild_after_deletes = Some(50);
+        c.resources = vec![r];
         c
     };
     let scans = |s: &TestServer| {
@@ -1626,6 +1641,54 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
         assert_eq!(b.get(&format!("/api/users/{k}")).await.0, 200, "{k} on B");
     }
     assert_eq!(epochs(&b.stats().await, "adopt_failures"), 0);
+    // Many deletes told with `invalidate` and `"deleted": true`: past
+    // bloom_rebuild_after_deletes (50 here), A rebuilds once and B adopts.
+    let gone: Vec<String> = (101..=160).map(|i| format!("u{i:06}")).collect();
+    exec(
+        url,
+        &[format!(
+            "DELETE FROM users WHERE id IN ({})",
+            gone.iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )],
+    )
+    .await;
+    let rebuilds = users(&a, "users").gate().rebuild_count();
+    for part in gone.chunks(30) {
+        let body = serde_json::json!({ "keys": part, "deleted": true }).to_string();
+        let (status, answer) = a
+            .send(Method::POST, "/api/users/invalidate", Some(&body))
+            .await;
+        assert_eq!(
+            (status, answer["deleted"].as_bool()),
+            (200, Some(true)),
+            "{answer}"
+        );
+    }
+    eventually(
+        10,
+        "A rebuilds after the deletes and B adopts it",
+        || async {
+            users(&a, "users").gate().rebuild_count() == rebuilds + 1
+                && epochs(&b.stats().await, "adopted") == 3
+        },
+    )
+    .await;
+    assert_eq!(scans(&b), 0, "B never scanned");
+    let still = gone
+        .iter()
+        .filter(|k| ub.gate().probe(text(k)) != Verdict::Reject)
+        .count();
+    assert!(still <= 5, "{still} of 60 deleted keys pass on B");
+    assert_eq!(b.get("/api/users/u000161").await.0, 200);
+    // `deleted` belongs to invalidate alone.
+    let body = serde_json::json!({ "keys": ["u000161"], "deleted": true }).to_string();
+    assert_eq!(
+        a.send(Method::POST, "/api/users/keys", Some(&body)).await.0,
+        400
+    );
     a.stop().await;
     b.stop().await;
 }

@@ -69,6 +69,11 @@ pub struct ResourceConfig {
     /// as `cache.bloom_segment_bytes` (its default).
     #[serde(default)]
     pub bloom_segment_bytes: Option<u64>,
+    /// Deletes told (`invalidate` with `"deleted": true`) after which the
+    /// filter is rebuilt and shared, as `cache.bloom_rebuild_after_deletes`
+    /// (its default).
+    #[serde(default)]
+    pub bloom_rebuild_after_deletes: Option<u64>,
 }
 
 const fn default_expected() -> u64 {

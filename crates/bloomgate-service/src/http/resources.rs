@@ -40,44 +40,64 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 struct KeysBody {
     keys: Vec<serde_json::Value>,
+    /// `invalidate` only: the rows were deleted (counted toward the
+    /// rebuild after deletes).
+    #[serde(default)]
+    deleted: bool,
 }
 
-fn keys_of(r: &Resource, headers: &HeaderMap, body: &[u8]) -> Result<Vec<Key>, AppError> {
-    keys_in(headers, body, r.key_type(), r.max_batch_keys)
+fn keys_of(
+    r: &Resource,
+    call: Call,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Vec<Key>, bool), AppError> {
+    keys_in(call, headers, body, r.key_type(), r.max_batch_keys)
 }
 
-/// The keys of a `{"keys": [...]}` body, at most `max`, each of `ty`.
+/// The keys of a `{"keys": [...]}` body, at most `max`, each of `ty`, and
+/// its `deleted` flag (which only `invalidate` takes).
 fn keys_in(
+    call: Call,
     headers: &HeaderMap,
     body: &[u8],
     ty: crate::key::KeyType,
     max: usize,
-) -> Result<Vec<Key>, AppError> {
+) -> Result<(Vec<Key>, bool), AppError> {
     let b: KeysBody = json_body(headers, body)?;
+    if b.deleted && !matches!(call, Call::Invalidate) {
+        return Err(AppError::BadRequest(
+            "\"deleted\" is for invalidate only".into(),
+        ));
+    }
     if b.keys.len() > max {
         return Err(AppError::BadRequest(format!(
             "at most {max} keys per call, got {}",
             b.keys.len()
         )));
     }
-    b.keys
+    let keys = b
+        .keys
         .iter()
         .enumerate()
         .map(|(i, v)| {
             Key::from_json(ty, v).map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((keys, b.deleted))
 }
 
 /// The SKU ids of a `{"keys": [...]}` body: positive 64-bit integers.
-fn sku_ids(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i64>, AppError> {
-    let keys = keys_in(
+fn sku_ids(call: Call, headers: &HeaderMap, body: &[u8]) -> Result<(Vec<i64>, bool), AppError> {
+    let (keys, deleted) = keys_in(
+        call,
         headers,
         body,
         crate::key::KeyType::Int,
         crate::skus::MAX_BATCH_KEYS,
     )?;
-    keys.iter()
+    let ids = keys
+        .iter()
         .enumerate()
         .map(|(i, k)| match k {
             Key::Int(id) if *id > 0 => Ok(*id),
@@ -85,7 +105,8 @@ fn sku_ids(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i64>, AppError> {
                 "keys[{i}]: a SKU id is a positive 64-bit integer, got {k}"
             ))),
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((ids, deleted))
 }
 
 /// One call of the SKU table's key API ([`crate::skus`]): the same
@@ -101,7 +122,7 @@ async fn sku_call(
         let path = format!("/api/skus/{}", call.word());
         authorize(state.admin_token.as_deref(), &headers, &path)?;
     }
-    let ids = sku_ids(&headers, &body)?;
+    let (ids, deleted) = sku_ids(call, &headers, &body)?;
     if let Some(res) = rate.refuse(call, ids.len()) {
         return Ok(res);
     }
@@ -121,6 +142,10 @@ async fn sku_call(
         Call::Keys => {
             crate::skus::add_keys(&state, &ids).await?;
             json!({ "added": ids.len() })
+        }
+        Call::Invalidate if deleted => {
+            crate::skus::deleted(&state, &ids).await?;
+            json!({ "invalidated": ids.len(), "deleted": true })
         }
         Call::Invalidate => {
             crate::skus::invalidate(&state, &ids).await?;
@@ -268,7 +293,7 @@ async fn call(
         let path = format!("/api/{{name}}/{}", call.word());
         authorize(token.as_deref(), &headers, &path)?;
     }
-    let keys = keys_of(&r, &headers, &body)?;
+    let (keys, deleted) = keys_of(&r, call, &headers, &body)?;
     if let Some(res) = rate.refuse(call, keys.len()) {
         return Ok(res);
     }
@@ -287,6 +312,12 @@ async fn call(
         Call::Keys => {
             r.add_keys(&keys).await?;
             json!({ "added": keys.len() })
+        }
+        Call::Invalidate if deleted => {
+            if r.deleted(&keys).await? {
+                r.rebuild_shared();
+            }
+            json!({ "invalidated": keys.len(), "deleted": true })
         }
         Call::Invalidate => {
             r.invalidate(&keys).await?;

@@ -81,8 +81,29 @@ impl Resource {
     /// # Errors
     /// As [`Resource::add_keys`].
     pub async fn invalidate(&self, keys: &[Key]) -> Result<(), AppError> {
+        self.invalidate_as(keys, crate::wire::kind::UPDATED).await
+    }
+
+    /// Rows the application deleted: [`Resource::invalidate`], counted
+    /// toward `bloom_rebuild_after_deletes` (the filter cannot forget a
+    /// key; each deleted one costs a miss until a rebuild). Returns true
+    /// when enough deletes piled up that a rebuild is due
+    /// ([`Resource::rebuild_shared`]).
+    ///
+    /// # Errors
+    /// As [`Resource::invalidate`].
+    pub async fn deleted(&self, keys: &[Key]) -> Result<bool, AppError> {
+        self.invalidate_as(keys, crate::wire::kind::DELETED).await?;
+        let mut due = false;
+        for _ in keys {
+            due |= self.gate().note_delete(self.rebuild_after_deletes);
+        }
+        Ok(due)
+    }
+
+    async fn invalidate_as(&self, keys: &[Key], kind: &'static str) -> Result<(), AppError> {
         self.check_len(keys.len())?;
-        let recorded = self.record(keys, crate::wire::kind::UPDATED).await;
+        let recorded = self.record(keys, kind).await;
         let confirmed = self.reader.invalidate_many(keys).await;
         recorded?;
         if !confirmed {

@@ -211,6 +211,21 @@ impl Resource {
         }
     }
 
+    /// Rebuilds the filter from the source in the background and shares it
+    /// as an epoch the other instances adopt (after many deletes: one
+    /// scan for the fleet).
+    pub fn rebuild_shared(self: &Arc<Self>) {
+        let r = Arc::clone(self);
+        self.background.spawn(async move {
+            let at = r.outbox.watermark();
+            if r.gate().request_rebuild().wait().await.is_ok() && r.epoch_store().is_some() {
+                if let Err(why) = r.publish_epoch(at, true).await {
+                    tracing::warn!(resource = %r.name, %why, "the rebuild after deletes was not shared");
+                }
+            }
+        });
+    }
+
     /// Follows another instance's announced epochs: each is adopted in the
     /// background; one that cannot be is answered by a rebuild from the
     /// source here.
