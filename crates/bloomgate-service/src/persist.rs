@@ -242,6 +242,7 @@ impl Persist {
         let outbox_at = meta
             .outbox
             .ok_or("the snapshot predates the change outbox (no outbox position)")?;
+        self.not_ahead(outbox_at).await?;
         let from_sql = match self.outbox.created_after(outbox_at).await {
             Ok(Some(ids)) => ids,
             Ok(None) => {
@@ -289,6 +290,7 @@ impl Persist {
     ) -> Result<i64, String> {
         let (filter, meta) = self.load().await?;
         let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
+        self.not_ahead(at).await?;
         let created = match self.outbox.created_keys_after(at, resource).await {
             Ok(Some(keys)) => keys,
             Ok(None) => {
@@ -320,6 +322,19 @@ impl Persist {
             "resource filter restored from its snapshot; no scan"
         );
         Ok(at)
+    }
+
+    /// A snapshot positioned past the end of this database's outbox was
+    /// made against another database (one recreated, or restored from a
+    /// backup): what it lacks could not be replayed.
+    async fn not_ahead(&self, at: i64) -> Result<(), String> {
+        let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
+        if at > max {
+            return Err(format!(
+                "the snapshot's outbox position {at} is ahead of this database's outbox ({max}): it was made against another database"
+            ));
+        }
+        Ok(())
     }
 
     async fn load(&self) -> Result<(GateFilter, Meta), String> {

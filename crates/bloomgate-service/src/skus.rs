@@ -85,6 +85,11 @@ pub async fn add_keys(state: &AppState, ids: &[i64]) -> Result<(), AppError> {
         ));
     }
     record(state, ids, crate::wire::kind::CREATED).await?;
+    // As a create does: an adoption that began after the insert above and
+    // replayed before the entry committed would lack them.
+    for &id in ids {
+        state.reader.gate.ensure(id);
+    }
     if let Some(shared) = &state.reader.shared {
         shared.insert_many(ids).await.map_err(|e| {
             tracing::warn!(error = %e, "adding SKU ids to the shared filter failed");

@@ -32,6 +32,14 @@ pub fn resource_namespace(name: &str) -> String {
     format!("r:{name}:")
 }
 
+/// Where a resource's own structures live beside its cached rows (its
+/// shared filter, its epochs): `rf:{name}:`, which no value key of
+/// [`resource_namespace`] can spell, whatever the resource's keys are.
+#[must_use]
+pub fn resource_filter_namespace(name: &str) -> String {
+    format!("rf:{name}:")
+}
+
 /// The change stream.
 #[must_use]
 pub fn changes_key(prefix: &str) -> String {

@@ -1219,7 +1219,12 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     }
     let _b_parked = common::quiet_sql(&b).await;
     let _local_parked = common::quiet_sql(&local).await;
-    let keys: Vec<String> = (0..20).map(|i| format!("w{i:03}")).collect();
+    // "bloom" too: a key spelled like the shared filter's own Redis key
+    // (it once deleted the filter's bits when its cached entry was dropped).
+    let keys: Vec<String> = (0..20)
+        .map(|i| format!("w{i:03}"))
+        .chain(["bloom".to_string()])
+        .collect();
     for (i, k) in keys.iter().enumerate() {
         exec(
             url,
@@ -1240,6 +1245,25 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     assert!(
         unlearnt >= 15,
         "B's replica has not learnt them ({unlearnt})"
+    );
+    // The shared filter still holds every row of the table (telling
+    // "bloom" left its bits alone).
+    let all: Vec<Key> = (1..=ROWS)
+        .map(|i| text(&format!("u{i:06}")))
+        .chain(keys.iter().map(|k| text(k)))
+        .collect();
+    let shared = ub.reader.shared.as_ref().expect("strict");
+    let mut lost = 0;
+    for k in &all {
+        if !shared.maybe_contains(k).await {
+            lost += 1;
+        }
+    }
+    assert_eq!(
+        lost,
+        0,
+        "{lost} of {} lost from the shared filter",
+        all.len()
     );
     // The many-key reads refuse none of them either.
     let (status, body) = post(&b, "/api/users/exists", &spelled).await;
@@ -1419,6 +1443,10 @@ async fn the_skus_answer_keys_exists_and_batch() {
     assert_eq!(batch["found"][0]["key"], 1);
     assert_eq!(batch["found"][0]["row"], a.get("/api/seckill/1").await.1);
     assert_eq!(batch["found"][1]["row"], a.get("/api/seckill/50").await.1);
+    // A key asked twice is found twice.
+    let twice = [serde_json::json!(7), serde_json::json!(7)];
+    let (_, batch) = call_ids(&a, "/api/skus/batch", &twice).await;
+    assert_eq!(batch["found"].as_array().unwrap().len(), 2, "{batch}");
     // A row another program inserted: refused until `keys`, then found on
     // both instances.
     let sku = bloomgate_service::model::catalogue_sku(absent);
@@ -1459,7 +1487,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     assert_eq!(a.get(&path).await.0, 404);
     let stats = a.stats().await;
     assert_eq!(stats["resources"]["skus"]["calls"]["keys_added"], 1);
-    assert_eq!(stats["resources"]["skus"]["calls"]["batch_keys"], 3);
+    assert_eq!(stats["resources"]["skus"]["calls"]["batch_keys"], 5);
     // Bad bodies are JSON 400s; a GET of a call's path is an id, also 400.
     for bad in [
         body(&[serde_json::json!(0)]),

@@ -45,13 +45,17 @@ impl<R: Rows> ShieldedReader<R> {
                 let Some(_slot) = self.bulkhead.slot().await else {
                     return Err(AppError::Overloaded);
                 };
-                load(wanted)
+                // A source that panics answers 503, as a single read's does.
+                std::panic::AssertUnwindSafe(load(wanted))
+                    .catch_unwind()
                     .await
+                    .map_err(|_| AppError::Unavailable("the source panicked".into()))?
                     .map_err(|e| AppError::Unavailable(e.to_string()))?
             };
-            let mut rows: HashMap<R::Key, R::Row> = loaded.into_iter().collect();
+            let rows: HashMap<R::Key, R::Row> = loaded.into_iter().collect();
             for &i in &to_load {
-                let row = rows.remove(&keys[i]);
+                // A key asked twice gets its row twice.
+                let row = rows.get(&keys[i]).cloned();
                 if row.is_none() && verdicts[i] == Verdict::Pass {
                     self.gate.note_passed_missing();
                 }

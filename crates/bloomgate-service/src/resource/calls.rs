@@ -58,6 +58,12 @@ impl Resource {
             ));
         }
         self.record(keys, crate::wire::kind::CREATED).await?;
+        // An adoption that began after the insert above and read its
+        // replay before the entry committed would lack the keys: put them
+        // in whichever filter is now published (as a SKU create does).
+        for k in keys {
+            self.reader.gate.ensure(k);
+        }
         // Strict and redis modes: every instance sees the keys in Redis
         // before the call answers (the outbox reaches them later).
         if let Some(shared) = &self.reader.shared {

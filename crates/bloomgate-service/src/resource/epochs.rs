@@ -234,14 +234,27 @@ impl Resource {
         self.outbox.on_built(
             &self.name,
             crate::outbox::BuiltHook(Arc::new(move |epoch| {
-                let weak = weak.clone();
-                tokio::spawn(async move {
-                    let Some(r) = weak.upgrade() else { return };
+                let Some(r) = weak.upgrade() else { return };
+                let bg = r.background.clone();
+                bg.track(async move {
                     if r.epoch_store().is_none() {
                         // A watched table keeps its own builds: rebuild
                         // here too (the other instance rebuilt for a
                         // reason: deletes, growth).
                         drop(r.gate().request_rebuild());
+                        return;
+                    }
+                    // An announcement replayed from before this instance's
+                    // filter (its epoch since deleted), or one a newer
+                    // epoch replaced: the newer one is announced too.
+                    if let Some((log, counter)) = r.epoch_store() {
+                        if matches!(log.latest_epoch(counter).await, Ok(Some((n, _))) if n > epoch) {
+                            return;
+                        }
+                    }
+                    if r.gate().is_rebuilding() {
+                        // Its scan's filter, published when it finishes, is
+                        // as new.
                         return;
                     }
                     if let Err(why) = r.adopt_epoch(epoch, None).await {

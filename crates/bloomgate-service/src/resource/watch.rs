@@ -64,6 +64,12 @@ pub(super) async fn watch(resource: std::sync::Weak<Resource>, every: Duration) 
                     }
                 }
                 if !fresh.is_empty() {
+                    // Strict and redis modes ask the shared filter too.
+                    if let Some(shared) = &r.reader.shared {
+                        if let Err(e) = shared.insert_many(&fresh).await {
+                            tracing::warn!(resource = %r.name, error = %e, "watch: adding keys to the shared filter failed");
+                        }
+                    }
                     r.counters
                         .watched
                         .fetch_add(fresh.len() as u64, Ordering::Relaxed);
