@@ -411,8 +411,10 @@ impl<R: Rows> ShieldedReader<R> {
     }
 
     async fn lookup_past_the_gate(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        if let Some(answer) = self.l1_answer(&id) {
-            return Ok(answer);
+        if self.trusts_l1(&id).await {
+            if let Some(answer) = self.l1_answer(&id) {
+                return Ok(answer);
+            }
         }
         self.l1_counters.misses.incr();
         let (mut answer, load) = self.join_or_start(id);

@@ -1217,13 +1217,21 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     for s in [&a, &b, &local] {
         ready(s).await;
     }
+    // A key B's filter lets through (a false positive) before its row
+    // exists: B caches its absence in L1 (and Redis its sentinel).
+    let ub = users(&b, "users");
+    let early = (0..100_000)
+        .map(|n| format!("fp{n}"))
+        .find(|k| ub.gate().probe(text(k)) == Verdict::Pass)
+        .expect("a false positive among 10^5 keys at 1%");
+    assert_eq!(b.get(&format!("/api/users/{early}")).await.0, 404);
     let _b_parked = common::quiet_sql(&b).await;
     let _local_parked = common::quiet_sql(&local).await;
     // "bloom" too: a key spelled like the shared filter's own Redis key
     // (it once deleted the filter's bits when its cached entry was dropped).
     let keys: Vec<String> = (0..20)
         .map(|i| format!("w{i:03}"))
-        .chain(["bloom".to_string()])
+        .chain(["bloom".to_string(), early.clone()])
         .collect();
     for (i, k) in keys.iter().enumerate() {
         exec(
@@ -1237,7 +1245,6 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     }
     let spelled: Vec<&str> = keys.iter().map(String::as_str).collect();
     assert_eq!(post(&a, "/api/users/keys", &spelled).await.0, 200);
-    let ub = users(&b, "users");
     let unlearnt = keys
         .iter()
         .filter(|k| ub.gate().probe(text(k)) == Verdict::Reject)

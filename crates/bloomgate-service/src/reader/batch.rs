@@ -35,8 +35,10 @@ impl<R: Rows> ShieldedReader<R> {
             }
             match self.l1.get(k) {
                 Some(Entry::Found(row)) => answers[i] = Some(Some(row)),
-                Some(Entry::Missing) => answers[i] = Some(None),
-                None => to_load.push(i),
+                // In strict and redis modes only where the shared filter
+                // agrees (see `trusts_l1`).
+                Some(Entry::Missing) if self.trusts_l1(k).await => answers[i] = Some(None),
+                Some(Entry::Missing) | None => to_load.push(i),
             }
         }
         if !to_load.is_empty() {

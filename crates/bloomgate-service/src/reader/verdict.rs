@@ -85,6 +85,27 @@ impl<R: Rows> ShieldedReader<R> {
         verdicts
     }
 
+    /// In strict and redis modes a cached "not found" is trusted only
+    /// where the shared filter agrees: a key told to another instance
+    /// (its row committed after this instance cached its absence) is in
+    /// the shared filter at once, and here only when the outbox delivers.
+    fn doubts_negatives(&self) -> bool {
+        self.shared.is_some() && self.gate.enabled()
+    }
+
+    /// Whether L1's entry for `id` may answer: always, except a "not
+    /// found" in strict or redis mode that the shared filter calls
+    /// "maybe" (then the read goes on to Redis and SQL).
+    pub(super) async fn trusts_l1(&self, id: &R::Key) -> bool {
+        if !self.doubts_negatives() || !matches!(self.l1.get(id), Some(Entry::Missing)) {
+            return true;
+        }
+        let Some(shared) = &self.shared else {
+            return true;
+        };
+        !shared.maybe_contains(id).await
+    }
+
     /// The answer [`Self::lookup`] would give, when it needs no waiting: a
     /// filter "no", or a live L1 entry. `None` when the read must go on to
     /// Redis or SQL (or ask Redis first); nothing is counted then, so the
@@ -94,6 +115,10 @@ impl<R: Rows> ShieldedReader<R> {
         if verdict == Verdict::Reject {
             self.gate.tally(verdict);
             return Some(Lookup::Missing(Source::Filter));
+        }
+        if self.doubts_negatives() && matches!(self.l1.get(id), Some(Entry::Missing)) {
+            // The shared filter must agree first (see `trusts_l1`).
+            return None;
         }
         let answer = self.l1_answer(id)?;
         self.gate.tally(verdict);
