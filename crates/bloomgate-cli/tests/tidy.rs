@@ -573,6 +573,25 @@ fn a_circle_is_found() {
     assert!(find_cycle(&g).is_some(), "{g:?}");
 }
 
+/// Config is a leaf (issue 30): no module of `config` imports a module of
+/// the crate outside `config`.
+#[test]
+fn config_is_a_leaf() {
+    let src = root().join("crates/bloomgate-service/src");
+    let graph = module_graph(&src);
+    let outside: Vec<(String, String)> = graph
+        .iter()
+        .filter(|(m, _)| *m == "config" || m.starts_with("config::"))
+        .flat_map(|(m, to)| {
+            to.iter()
+                .filter(|t| !(*t == "config" || t.starts_with("config::")))
+                .map(move |t| (m.clone(), t.clone()))
+        })
+        .collect();
+    assert!(graph.contains_key("config::validate"), "the graph was read");
+    assert!(outside.is_empty(), "config imports: {outside:?}");
+}
+
 /// The most lines a source file of any crate may have (issues 19 and 30).
 const MAX_LINES: usize = 600;
 

@@ -5,6 +5,11 @@
 //! `BLOOMGATE_` plus the key in upper case with `__` between levels
 //! (`BLOOMGATE_CACHE__BLOOM_ENABLED=false`, `BLOOMGATE_LISTEN=127.0.0.1:9000`);
 //! `DATABASE_URL` and `REDIS_URL` are honoured too (the `BLOOMGATE_` forms win).
+//!
+//! A leaf: it knows no other module of the crate (a tidy test). The types
+//! its keys name (`BloomLayout`, `KeyType`) live here, and the modules
+//! that act on them re-export them; `text` (quoting input in messages) is
+//! its child, as every refusal it writes quotes something.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,6 +18,7 @@ use serde::Deserialize;
 
 mod load;
 pub mod resources;
+pub mod text;
 mod validate;
 
 /// The default embedded database: a SQLite file under `./data/`.
@@ -71,7 +77,7 @@ pub struct Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::text::redact_url;
+        use text::redact_url;
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))
@@ -206,7 +212,38 @@ pub enum BloomMode {
     Redis,
 }
 
-pub use crate::filter::{BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
+/// Which filter the gate uses (`cache.bloom_layout`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BloomLayout {
+    /// 256-bit blocks: one cache line per check, ~10% more bits than classic.
+    #[default]
+    Blocked,
+    /// Seed 000's scheme: `k` positions over the whole array, fewest bits,
+    /// up to `k` cache lines per check.
+    Classic,
+}
+
+/// The lowest `cache.bloom_fpp` accepted: below it the blocked layout needs
+/// more than ~140 bits per key and sizing stops being sensible.
+pub const MIN_BLOOM_FPP: f64 = 1e-9;
+/// The highest `cache.bloom_fpp` accepted: past one half a filter passes
+/// more absent ids than it stops.
+pub const MAX_BLOOM_FPP: f64 = 0.5;
+/// The largest filter the service will allocate (4 GiB).
+pub const MAX_FILTER_BYTES: u64 = 4 << 30;
+
+/// Bytes of a gate filter for `n` ids at rate `p` in `layout`.
+///
+/// # Errors
+/// The filter crate's sizing errors (a rate it cannot serve, too large).
+pub fn filter_bytes(layout: BloomLayout, n: u64, p: f64) -> bloomgate_filter::Result<u64> {
+    use bloomgate_filter::sizing;
+    Ok(match layout {
+        BloomLayout::Blocked => sizing::blocked(n, p, 256)?.bits().div_ceil(8),
+        BloomLayout::Classic => sizing::classic(n, p)?.bits.div_ceil(8),
+    })
+}
 
 /// The `cache.*` table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

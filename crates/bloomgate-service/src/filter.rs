@@ -4,10 +4,9 @@
 //! file, the shared-rebuild epochs).
 
 use bloomgate_filter::{
-    sizing, AtomicBloom, AtomicClassicBloom, BlockedBloom, BloomKey, ClassicBloom, Filter, KeyKind,
+    AtomicBloom, AtomicClassicBloom, BlockedBloom, BloomKey, ClassicBloom, Filter, KeyKind,
     Snapshot,
 };
-use serde::Deserialize;
 
 use crate::key::Key;
 
@@ -20,26 +19,9 @@ pub enum KeyBatch<'a> {
     Keys(&'a [Key]),
 }
 
-/// Which filter the gate uses (`cache.bloom_layout`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BloomLayout {
-    /// 256-bit blocks: one cache line per check, ~10% more bits than classic.
-    #[default]
-    Blocked,
-    /// Seed 000's scheme: `k` positions over the whole array, fewest bits,
-    /// up to `k` cache lines per check.
-    Classic,
-}
-
-/// The lowest `cache.bloom_fpp` accepted: below it the blocked layout needs
-/// more than ~140 bits per key and sizing stops being sensible.
-pub const MIN_BLOOM_FPP: f64 = 1e-9;
-/// The highest `cache.bloom_fpp` accepted: past one half a filter passes
-/// more absent ids than it stops.
-pub const MAX_BLOOM_FPP: f64 = 0.5;
-/// The largest filter the service will allocate (4 GiB).
-pub const MAX_FILTER_BYTES: u64 = 4 << 30;
+pub use crate::config::{
+    filter_bytes, BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP,
+};
 
 /// Rows written behind the change feed's back (`bloomgate seed`, a bulk
 /// load) are in no stored filter and no replay: a filter from a `source`
@@ -184,15 +166,4 @@ impl GateFilter {
             Self::Classic(f) => f,
         }
     }
-}
-
-/// Bytes of a gate filter for `n` ids at rate `p` in `layout`.
-///
-/// # Errors
-/// The filter crate's sizing errors (a rate it cannot serve, too large).
-pub fn filter_bytes(layout: BloomLayout, n: u64, p: f64) -> bloomgate_filter::Result<u64> {
-    Ok(match layout {
-        BloomLayout::Blocked => sizing::blocked(n, p, 256)?.bits().div_ceil(8),
-        BloomLayout::Classic => sizing::classic(n, p)?.bits.div_ceil(8),
-    })
 }

@@ -6,15 +6,7 @@ use std::fmt;
 
 use bloomgate_filter::{BloomKey, HashPair};
 
-/// How a resource's keys are spelled (`key_type` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyType {
-    /// A signed 64-bit integer column.
-    Int,
-    /// A text column (`CHAR`, `VARCHAR`, `TEXT`).
-    Text,
-}
+pub use crate::config::resources::KeyType;
 
 /// The longest text key accepted (bytes): the outbox stores keys in a
 /// `VARCHAR(255)`.

@@ -34,7 +34,6 @@ pub mod store;
 pub mod sync;
 pub mod table;
 pub mod tasks;
-pub mod text;
 pub mod wire;
 pub mod write;
 
@@ -42,6 +41,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use config::text;
 pub use config::Config;
 pub use http::router;
 pub use state::{AppState, StartError};

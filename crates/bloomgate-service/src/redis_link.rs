@@ -64,6 +64,25 @@ impl std::fmt::Debug for RedisTarget {
 }
 
 impl RedisTarget {
+    /// Where `config` says Redis is, if anywhere: `redis_cluster` when it
+    /// names nodes, else `redis_url`.
+    #[must_use]
+    pub fn of(config: &crate::config::Config) -> Option<Self> {
+        let nodes = if config.redis_cluster.is_empty() {
+            RedisNodes::Server(config.redis_url.clone()?)
+        } else {
+            RedisNodes::Cluster(config.redis_cluster.clone())
+        };
+        Some(Self {
+            nodes,
+            tls: TlsFiles {
+                ca: config.redis_tls_ca.clone(),
+                cert: config.redis_tls_cert.clone(),
+                key: config.redis_tls_key.clone(),
+            },
+        })
+    }
+
     /// One server, without TLS files.
     #[must_use]
     pub fn server(url: impl Into<String>) -> Self {

@@ -141,7 +141,7 @@ impl AppState {
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         let c = &config.cache;
-        let target = config.redis();
+        let target = crate::redis_link::RedisTarget::of(config);
         if let Some(target) = &target {
             let timeout = Duration::from_millis(c.redis_timeout_ms).max(Duration::from_secs(2));
             target.check(timeout).await.map_err(|e| {

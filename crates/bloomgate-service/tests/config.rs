@@ -172,7 +172,10 @@ fn redis_cluster_nodes_come_from_a_list_or_a_comma_separated_variable() {
         .collect();
     let from_env =
         Config::load_from(None, env(&[("BLOOMGATE_REDIS_CLUSTER", &nodes.join(", "))])).unwrap();
-    assert_eq!(from_env.redis(), Some(RedisTarget::cluster(nodes.clone())));
+    assert_eq!(
+        RedisTarget::of(&from_env),
+        Some(RedisTarget::cluster(nodes.clone()))
+    );
     let file = toml_file(&format!(
         "redis_cluster = [{}]\n[cache]\nbloom_mode = \"strict\"\n",
         nodes
@@ -182,14 +185,20 @@ fn redis_cluster_nodes_come_from_a_list_or_a_comma_separated_variable() {
             .join(", ")
     ));
     let from_file = Config::load_from(Some(file.path()), env(&[])).unwrap();
-    assert_eq!(from_file.redis(), Some(RedisTarget::cluster(nodes)));
+    assert_eq!(
+        RedisTarget::of(&from_file),
+        Some(RedisTarget::cluster(nodes))
+    );
     // One server as before; nothing without either.
     let single = Config::load_from(None, env(&[("REDIS_URL", "redis://127.0.0.1/")])).unwrap();
     assert_eq!(
-        single.redis(),
+        RedisTarget::of(&single),
         Some(RedisTarget::server("redis://127.0.0.1/"))
     );
-    assert_eq!(Config::load_from(None, env(&[])).unwrap().redis(), None);
+    assert_eq!(
+        RedisTarget::of(&Config::load_from(None, env(&[])).unwrap()),
+        None
+    );
 }
 
 #[test]
@@ -305,7 +314,7 @@ fn redis_tls_files_go_with_rediss_and_a_certificate_with_its_key() {
         ("BLOOMGATE_REDIS_TLS_KEY", &pem_path),
     ])
     .unwrap();
-    let target = ok.redis().unwrap();
+    let target = bloomgate_service::redis_link::RedisTarget::of(&ok).unwrap();
     assert_eq!(target.tls.ca.as_deref(), Some(pem.path()));
     assert_eq!(target.tls.key.as_deref(), Some(pem.path()));
     // A cluster of rediss:// nodes takes them too.

@@ -5,9 +5,18 @@
 
 use serde::Deserialize;
 
+use super::BloomLayout;
 use super::{ConfigError, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
-use crate::filter::BloomLayout;
-use crate::key::KeyType;
+
+/// How a resource's keys are spelled (`key_type` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyType {
+    /// A signed 64-bit integer column.
+    Int,
+    /// A text column (`CHAR`, `VARCHAR`, `TEXT`).
+    Text,
+}
 
 /// Route segments a resource may not take: `/api/{name}/…` would shadow
 /// or collide with the service's own routes.
@@ -151,7 +160,7 @@ impl ResourceConfig {
                     key(field),
                     format!(
                         "must be a plain SQL identifier (letters, digits, _), got {:?}",
-                        crate::text::clip(value)
+                        super::text::clip(value)
                     ),
                 ));
             }
@@ -161,7 +170,7 @@ impl ResourceConfig {
                 key("columns"),
                 format!(
                     "must be plain SQL identifiers (letters, digits, _), got {:?}",
-                    crate::text::clip(bad)
+                    super::text::clip(bad)
                 ),
             ));
         }
@@ -177,14 +186,13 @@ impl ResourceConfig {
         if self.bloom_expected == 0 {
             return Err(invalid(key("bloom_expected"), "must be at least 1"));
         }
-        let bytes =
-            crate::filter::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
-                .map_err(|e| {
-                    invalid(
-                        key("bloom_expected"),
-                        format!("with bloom_fpp = {}: {e}", self.bloom_fpp),
-                    )
-                })?;
+        let bytes = super::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
+            .map_err(|e| {
+                invalid(
+                    key("bloom_expected"),
+                    format!("with bloom_fpp = {}: {e}", self.bloom_fpp),
+                )
+            })?;
         if bytes > MAX_FILTER_BYTES {
             return Err(invalid(
                 key("bloom_expected"),
@@ -230,7 +238,7 @@ pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
             key,
             format!(
                 "must be a lower-case identifier (a-z, 0-9, _), got {:?}",
-                crate::text::clip(name)
+                super::text::clip(name)
             ),
         ));
     }

@@ -34,7 +34,7 @@ impl Config {
                 paths.push((key, path));
             }
         }
-        if c.bloom_mode != BloomMode::Local && self.redis().is_none() {
+        if c.bloom_mode != BloomMode::Local && !self.uses_redis() {
             return Err(invalid(
                 "cache.bloom_mode",
                 "strict and redis keep a shared filter in Redis: set redis_url or redis_cluster",
@@ -42,7 +42,7 @@ impl Config {
         }
         for (i, r) in self.resources.iter().enumerate() {
             let shared = matches!(r.bloom_mode, Some(BloomMode::Strict | BloomMode::Redis));
-            if shared && self.redis().is_none() {
+            if shared && !self.uses_redis() {
                 return Err(invalid(
                     &resources::ResourceConfig::key_of(i, "bloom_mode"),
                     "strict and redis keep a shared filter in Redis: set redis_url or redis_cluster",
@@ -74,7 +74,7 @@ impl Config {
                 "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
-        if c.bloom_snapshot_path.is_some() && self.redis().is_none() {
+        if c.bloom_snapshot_path.is_some() && !self.uses_redis() {
             return Err(invalid(
                 "cache.bloom_snapshot_path",
                 "needs redis_url or redis_cluster: the snapshot records its position in the Redis change log as well as in the outbox",
@@ -94,13 +94,12 @@ impl Config {
         }
         // The rebuild sizes for at least `bloom_expected`: check now that
         // sizing can serve it, rather than failing every build later.
-        let bytes = crate::filter::filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp)
-            .map_err(|e| {
-                invalid(
-                    "cache.bloom_expected",
-                    format!("with bloom_fpp = {}: {e}", c.bloom_fpp),
-                )
-            })?;
+        let bytes = filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp).map_err(|e| {
+            invalid(
+                "cache.bloom_expected",
+                format!("with bloom_fpp = {}: {e}", c.bloom_fpp),
+            )
+        })?;
         if bytes > MAX_FILTER_BYTES {
             return Err(invalid(
                 "cache.bloom_expected",
@@ -231,7 +230,7 @@ impl Config {
                     "redis_cluster",
                     format!(
                         "each node must start with redis:// or rediss:// (got `{}`)",
-                        crate::text::redact_url(node)
+                        super::text::redact_url(node)
                     ),
                 ));
             }
@@ -308,23 +307,10 @@ impl Config {
         Ok(())
     }
 
-    /// Where Redis is, if anywhere: `redis_cluster` when it names nodes,
-    /// else `redis_url`.
+    /// Whether Redis is configured (`redis_url` or `redis_cluster`);
+    /// `redis_link::RedisTarget::of` says where.
     #[must_use]
-    pub fn redis(&self) -> Option<crate::redis_link::RedisTarget> {
-        use crate::redis_link::{RedisNodes, RedisTarget, TlsFiles};
-        let nodes = if self.redis_cluster.is_empty() {
-            RedisNodes::Server(self.redis_url.clone()?)
-        } else {
-            RedisNodes::Cluster(self.redis_cluster.clone())
-        };
-        Some(RedisTarget {
-            nodes,
-            tls: TlsFiles {
-                ca: self.redis_tls_ca.clone(),
-                cert: self.redis_tls_cert.clone(),
-                key: self.redis_tls_key.clone(),
-            },
-        })
+    pub fn uses_redis(&self) -> bool {
+        self.redis_url.is_some() || !self.redis_cluster.is_empty()
     }
 }
