@@ -395,23 +395,27 @@ impl<R: Rows> ShieldedReader<R> {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        let verdict = match self.verdict_now(&id) {
-            Some(verdict) => verdict,
-            None => self.verdict_from_redis(&id).await,
+        let (verdict, asked) = match self.verdict_now(&id) {
+            Some(verdict) => (verdict, false),
+            None => (self.verdict_from_redis(&id).await, true),
         };
         self.gate.tally(verdict);
         if verdict == Verdict::Reject {
             return Ok(Lookup::Missing(Source::Filter));
         }
-        let answer = self.lookup_past_the_gate(id).await;
+        let answer = self.lookup_past_the_gate(id, asked).await;
         if let Ok(answer) = &answer {
             self.after_gate(verdict, answer);
         }
         answer
     }
 
-    async fn lookup_past_the_gate(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        if self.trusts_l1(&id).await {
+    async fn lookup_past_the_gate(
+        &self,
+        id: R::Key,
+        asked: bool,
+    ) -> Result<Lookup<R::Row>, AppError> {
+        if self.trusts_l1(&id, asked).await {
             if let Some(answer) = self.l1_answer(&id) {
                 return Ok(answer);
             }

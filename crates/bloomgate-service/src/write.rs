@@ -48,7 +48,17 @@ pub async fn create(state: &AppState, input: SkuInput) -> Result<Sku, AppError> 
     // Any cached "not found" for it (in Redis or L1, or being loaded) is
     // dropped, so the next read loads it from SQL.
     if let Some(shared) = &state.reader.shared {
-        shared.insert(&sku.id).await;
+        // Every instance must see it in Redis before the create answers:
+        // a few tries within the request (each under redis_timeout_ms).
+        let mut tries = 0;
+        while let Err(e) = shared.insert_many(&[sku.id]).await {
+            tries += 1;
+            if tries == 3 {
+                tracing::warn!(id = sku.id, error = %e, "the shared filter did not take a created SKU; other instances learn it through the outbox");
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
     state.reader.invalidate(&sku.id).await;
     publish(state, sku.id, ChangeKind::Created).await;

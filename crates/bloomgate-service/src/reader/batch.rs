@@ -27,7 +27,7 @@ impl<R: Rows> ShieldedReader<R> {
     {
         let verdicts = self.verdicts(keys).await;
         let mut answers: Vec<Option<BatchRow<R::Row>>> = vec![None; keys.len()];
-        let mut to_load = Vec::new();
+        let (mut to_load, mut negative) = (Vec::new(), Vec::new());
         for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
             if *v == Verdict::Reject {
                 answers[i] = Some(None);
@@ -35,12 +35,34 @@ impl<R: Rows> ShieldedReader<R> {
             }
             match self.l1.get(k) {
                 Some(Entry::Found(row)) => answers[i] = Some(Some(row)),
-                // In strict and redis modes only where the shared filter
-                // agrees (see `trusts_l1`).
-                Some(Entry::Missing) if self.trusts_l1(k).await => answers[i] = Some(None),
-                Some(Entry::Missing) | None => to_load.push(i),
+                Some(Entry::Missing) => negative.push(i),
+                None => to_load.push(i),
             }
         }
+        // L1's "not found"s: in strict and redis modes only where the
+        // shared filter agrees (see `trusts_l1`), asked once for them all;
+        // in redis mode it said "maybe" already.
+        let trusted = match (&self.shared, self.gate.enabled(), negative.is_empty()) {
+            (Some(_), true, false) if self.shared_only => vec![false; negative.len()],
+            (Some(shared), true, false) => {
+                let asked: Vec<R::Key> = negative.iter().map(|&i| keys[i].clone()).collect();
+                shared
+                    .maybe_contains_many(&asked)
+                    .await
+                    .into_iter()
+                    .map(|maybe| !maybe)
+                    .collect()
+            }
+            _ => vec![true; negative.len()],
+        };
+        for (&i, trust) in negative.iter().zip(trusted) {
+            if trust {
+                answers[i] = Some(None);
+            } else {
+                to_load.push(i);
+            }
+        }
+        to_load.sort_unstable();
         if !to_load.is_empty() {
             let wanted: Vec<R::Key> = to_load.iter().map(|&i| keys[i].clone()).collect();
             let loaded = {

@@ -95,10 +95,15 @@ impl<R: Rows> ShieldedReader<R> {
 
     /// Whether L1's entry for `id` may answer: always, except a "not
     /// found" in strict or redis mode that the shared filter calls
-    /// "maybe" (then the read goes on to Redis and SQL).
-    pub(super) async fn trusts_l1(&self, id: &R::Key) -> bool {
+    /// "maybe" (then the read goes on to Redis and SQL). `asked`: the
+    /// shared filter already said "maybe" for this read (redis mode, or a
+    /// strict "no" it overruled), so it is not asked again.
+    pub(super) async fn trusts_l1(&self, id: &R::Key, asked: bool) -> bool {
         if !self.doubts_negatives() || !matches!(self.l1.get(id), Some(Entry::Missing)) {
             return true;
+        }
+        if asked || self.shared_only {
+            return false;
         }
         let Some(shared) = &self.shared else {
             return true;

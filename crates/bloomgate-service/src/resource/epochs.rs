@@ -9,7 +9,7 @@
 //! A resource with a `watch_column` keeps its own builds: rows its watch
 //! admitted are in no outbox entry, so an epoch's replay could not add them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::Resource;
@@ -25,7 +25,15 @@ pub struct EpochCounters {
     pub adopted: AtomicU64,
     /// Announced epochs it could not adopt (it rebuilt from the source).
     pub adopt_failures: AtomicU64,
+    /// The newest epoch this instance's filter came from or went to.
+    pub held: AtomicU64,
+    /// A rebuild after deletes is on its way (one at a time).
+    rebuild_pending: AtomicBool,
 }
+
+/// How an adoption ends that a local rebuild made needless (its filter,
+/// published when it finishes, is as new).
+const AS_NEW: &str = "its filter is as new";
 
 impl EpochCounters {
     /// The figures under `epochs` in the stats.
@@ -36,6 +44,7 @@ impl EpochCounters {
             "published": get(&self.published),
             "adopted": get(&self.adopted),
             "adopt_failures": get(&self.adopt_failures),
+            "held": get(&self.held),
         })
     }
 }
@@ -87,6 +96,7 @@ impl Resource {
             log.ring().await;
         }
         self.epochs.published.fetch_add(1, Ordering::Relaxed);
+        self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
         Ok(epoch)
     }
 
@@ -128,7 +138,7 @@ impl Resource {
             .map_err(|e| e.to_string())??;
         let filter = gate
             .begin_adopt(filter)
-            .ok_or("a rebuild runs here; its filter is as new")?;
+            .ok_or_else(|| format!("a rebuild runs here; {AS_NEW}"))?;
         let replayed = async {
             let created = self
                 .outbox
@@ -155,9 +165,10 @@ impl Resource {
         };
         filter.insert_many(&keys);
         if !gate.finish_adopt(&filter, capacity) {
-            return Err("a rebuild took over; its filter is as new".into());
+            return Err(format!("a rebuild took over; {AS_NEW}"));
         }
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
+        self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
         Ok((at, keys.len()))
     }
 
@@ -215,14 +226,20 @@ impl Resource {
     /// as an epoch the other instances adopt (after many deletes: one
     /// scan for the fleet).
     pub fn rebuild_shared(self: &Arc<Self>) {
+        // Deletes told while one is on its way join it.
+        if self.epochs.rebuild_pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let r = Arc::clone(self);
         self.background.spawn(async move {
             let at = r.outbox.watermark();
-            if r.gate().request_rebuild().wait().await.is_ok() && r.epoch_store().is_some() {
+            let built = r.gate().request_rebuild().wait().await.is_ok();
+            if built && r.epoch_store().is_some() {
                 if let Err(why) = r.publish_epoch(at, true).await {
                     tracing::warn!(resource = %r.name, %why, "the rebuild after deletes was not shared");
                 }
             }
+            r.epochs.rebuild_pending.store(false, Ordering::Release);
         });
     }
 
@@ -244,23 +261,28 @@ impl Resource {
                         drop(r.gate().request_rebuild());
                         return;
                     }
-                    // An announcement replayed from before this instance's
-                    // filter (its epoch since deleted), or one a newer
-                    // epoch replaced: the newer one is announced too.
-                    if let Some((log, counter)) = r.epoch_store() {
-                        if matches!(log.latest_epoch(counter).await, Ok(Some((n, _))) if n > epoch) {
-                            return;
-                        }
-                    }
-                    if r.gate().is_rebuilding() {
-                        // Its scan's filter, published when it finishes, is
-                        // as new.
+                    // The newest epoch, which may be newer than the one
+                    // announced (a start-up filter stored since, or an
+                    // announcement replayed from before this instance's
+                    // filter): none when this instance holds it already.
+                    let latest = match r.epoch_store() {
+                        Some((log, counter)) => match log.latest_epoch(counter).await {
+                            Ok(Some((n, _))) => n.max(epoch),
+                            _ => epoch,
+                        },
+                        None => epoch,
+                    };
+                    if latest <= r.epochs.held.load(Ordering::Relaxed) || r.gate().is_rebuilding() {
                         return;
                     }
-                    if let Err(why) = r.adopt_epoch(epoch, None).await {
-                        r.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(resource = %r.name, epoch, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
-                        drop(r.gate().request_rebuild());
+                    match r.adopt_epoch(latest, None).await {
+                        Ok(_) => {}
+                        Err(why) if why.ends_with(AS_NEW) => {}
+                        Err(why) => {
+                            r.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(resource = %r.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
+                            drop(r.gate().request_rebuild());
+                        }
                     }
                 });
             })),
