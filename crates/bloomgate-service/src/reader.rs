@@ -122,6 +122,9 @@ impl Rows for SourceRows {
     }
 }
 
+/// What a lookup answers.
+type LookupResult<T> = Result<Lookup<T>, AppError>;
+
 /// Number of lock shards for loads and writes.
 pub const SHARDS: usize = 64;
 
@@ -410,15 +413,11 @@ impl<R: Rows> ShieldedReader<R> {
         answer
     }
 
-    async fn lookup_past_the_gate(
-        &self,
-        id: R::Key,
-        asked: bool,
-    ) -> Result<Lookup<R::Row>, AppError> {
-        if self.trusts_l1(&id, asked).await {
-            if let Some(answer) = self.l1_answer(&id) {
-                return Ok(answer);
-            }
+    /// `asked`: the shared filter said "maybe" already (see `trusts_l1`).
+    async fn lookup_past_the_gate(&self, id: R::Key, asked: bool) -> LookupResult<R::Row> {
+        let trusted = self.trusts_l1(&id, asked).await;
+        if let Some(answer) = trusted.then(|| self.l1_answer(&id)).flatten() {
+            return Ok(answer);
         }
         self.l1_counters.misses.incr();
         let (mut answer, load) = self.join_or_start(id);
