@@ -219,3 +219,45 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     assert_eq!(counter(&server.stats().await, &["sql", "missing"]), 1);
     server.stop().await;
 }
+
+/// A create another instance recorded without reaching the shared filter
+/// (its writer's tries all failed) is added by every follower, so strict
+/// and redis modes do not refuse it for long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_followed_create_reaches_the_shared_filter() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    common::redis_clear(&redis, PREFIX).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let a = TestServer::start(config(&db, &redis, BloomMode::Strict), 1000).await;
+    let b = TestServer::start(config(&db, &redis, BloomMode::Strict), 0).await;
+    let shared = a.state.reader.shared.clone().expect("strict");
+    let mut id = 60_000;
+    while shared.maybe_contains(&id).await {
+        id += 1;
+    }
+    // B's writer: the row and its entry, but no shared insert.
+    assert!(b
+        .state
+        .reader
+        .store
+        .insert(&catalogue_sku(id))
+        .await
+        .unwrap());
+    b.state
+        .reader
+        .store
+        .record_many("skus", &[id.to_string()], "c")
+        .await
+        .unwrap();
+    eventually(5, "A's follower shares the create", || {
+        let shared = shared.clone();
+        async move { shared.maybe_contains(&id).await }
+    })
+    .await;
+    assert_eq!(a.get(&format!("/api/seckill/{id}")).await.0, 200);
+    a.stop().await;
+    b.stop().await;
+}

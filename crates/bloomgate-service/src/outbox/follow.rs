@@ -99,6 +99,45 @@ impl Outbox {
         });
     }
 
+    /// In strict and redis modes, adds other instances' creates to the
+    /// shared filters too (one pipelined call per table and page): the
+    /// writer adds them before it answers, so this only repairs one whose
+    /// tries all failed, or a shared filter refilled meanwhile.
+    async fn share_creates(&self, entries: &[Entry], reader: &ShieldedReader) {
+        let origin = self.store.origin();
+        let created = entries
+            .iter()
+            .filter(|e| e.kind == kind::CREATED && e.origin != origin);
+        let mut ids = Vec::new();
+        let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for e in created {
+            if e.resource == SKU_RESOURCE {
+                ids.extend(e.key.parse::<i64>().ok());
+            } else {
+                keys.entry(&e.resource).or_default().push(&e.key);
+            }
+        }
+        if let (Some(shared), false) = (&reader.shared, ids.is_empty()) {
+            if let Err(e) = shared.insert_many(&ids).await {
+                tracing::debug!(error = %e, "sharing followed creates failed");
+            }
+        }
+        for (name, spelled) in keys {
+            let Some(r) = lock(&self.resources).get(name).cloned() else {
+                continue;
+            };
+            let Some(shared) = &r.shared else { continue };
+            let ty = r.store.0.key_type();
+            let parsed: Vec<Key> = spelled
+                .iter()
+                .filter_map(|k| Key::parse(ty, k).ok())
+                .collect();
+            if let Err(e) = shared.insert_many(&parsed).await {
+                tracing::debug!(resource = name, error = %e, "sharing followed creates failed");
+            }
+        }
+    }
+
     /// Reads everything after the cursor and the open gaps, and applies it.
     async fn poll_once(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
         if self.watermark() < self.trimmed_through().await? {
@@ -125,6 +164,7 @@ impl Outbox {
             for e in &page {
                 self.apply(e, reader);
             }
+            self.share_creates(&page, reader).await;
             let mut jumped = false;
             {
                 let mut f = lock(&self.follow);
@@ -166,6 +206,7 @@ impl Outbox {
             for e in &found {
                 self.apply(e, reader);
             }
+            self.share_creates(&found, reader).await;
             {
                 let mut f = lock(&self.follow);
                 for e in &found {
