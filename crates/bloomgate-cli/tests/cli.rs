@@ -442,6 +442,18 @@ fn service_unavailable(what: &str, why: &str) {
     eprintln!("SKIPPED: {msg}");
 }
 
+/// `/api/cache/stats` of the service at `base`.
+fn stats_at(rt: &tokio::runtime::Runtime, base: &str) -> serde_json::Value {
+    rt.block_on(async {
+        reqwest::get(format!("{base}/api/cache/stats"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
 #[test]
 fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -500,16 +512,7 @@ fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
         ],
     );
     let base = format!("http://127.0.0.1:{port}");
-    let stats = || -> serde_json::Value {
-        rt.block_on(async {
-            reqwest::get(format!("{base}/api/cache/stats"))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap()
-        })
-    };
+    let stats = || stats_at(&rt, &base);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while stats()["bloom"]["ready"] != true {
         assert!(std::time::Instant::now() < deadline, "filter not built");
@@ -633,16 +636,7 @@ fn attack_sends_text_keys_to_a_text_resource() {
     .unwrap();
     let (mut child, port) = spawn_serve(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     let base = format!("http://127.0.0.1:{port}");
-    let stats = || -> serde_json::Value {
-        rt.block_on(async {
-            reqwest::get(format!("{base}/api/cache/stats"))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap()
-        })
-    };
+    let stats = || stats_at(&rt, &base);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while stats()["resources"]["users"]["bloom"]["ready"] != true {
         assert!(

@@ -299,30 +299,8 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
         );
     }
 
-    if let Some(promtool) = common::tool("promtool") {
-        for (who, text) in [("A", &after), ("B", &tb)] {
-            let mut child = std::process::Command::new(&promtool)
-                .args(["check", "metrics"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool on {who}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+    for (who, text) in [("A", &after), ("B", &tb)] {
+        common::promtool_check(who, text);
     }
     a.stop().await;
     b.stop().await;

@@ -255,29 +255,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     assert!(attack.is_some_and(|v| v >= 285.0), "{attack:?}");
     // The whole exposition, with skus and users in one family set, is
     // valid Prometheus text.
-    if let Some(promtool) = common::tool("promtool") {
-        use std::io::Write;
-        let mut child = std::process::Command::new(&promtool)
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(metrics.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    common::promtool_check("users and skus", &metrics);
 
     // A row inserted behind the service's back: 404 until `keys`, then 200
     // on every instance; the watched resource admits it without a call.

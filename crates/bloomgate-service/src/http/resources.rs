@@ -109,6 +109,20 @@ fn sku_ids(call: Call, headers: &HeaderMap, body: &[u8]) -> Result<(Vec<i64>, bo
     Ok((ids, deleted))
 }
 
+/// `keys` and `invalidate` are admin calls (writes made elsewhere);
+/// `batch` and `exists` are reads, open to every client.
+fn authorize_call(
+    call: Call,
+    token: Option<&str>,
+    headers: &HeaderMap,
+    base: &str,
+) -> Result<(), AppError> {
+    if matches!(call, Call::Keys | Call::Invalidate) {
+        authorize(token, headers, &format!("{base}/{}", call.word()))?;
+    }
+    Ok(())
+}
+
 /// One call of the SKU table's key API ([`crate::skus`]): the same
 /// bodies and answers as a resource's.
 async fn sku_call(
@@ -118,10 +132,7 @@ async fn sku_call(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    if matches!(call, Call::Keys | Call::Invalidate) {
-        let path = format!("/api/skus/{}", call.word());
-        authorize(state.admin_token.as_deref(), &headers, &path)?;
-    }
+    authorize_call(call, state.admin_token.as_deref(), &headers, "/api/skus")?;
     let (ids, deleted) = sku_ids(call, &headers, &body)?;
     if let Some(res) = rate.refuse(call, ids.len()) {
         return Ok(res);
@@ -289,10 +300,7 @@ async fn call(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AppError> {
-    if matches!(call, Call::Keys | Call::Invalidate) {
-        let path = format!("/api/{{name}}/{}", call.word());
-        authorize(token.as_deref(), &headers, &path)?;
-    }
+    authorize_call(call, token.as_deref(), &headers, "/api/{name}")?;
     let (keys, deleted) = keys_of(&r, call, &headers, &body)?;
     if let Some(res) = rate.refuse(call, keys.len()) {
         return Ok(res);

@@ -752,3 +752,33 @@ pub async fn seen(
     let has_id = header("x-request-id").is_some_and(|id| !id.is_empty());
     (status, kind, r.bytes().await.unwrap().to_vec(), has_id)
 }
+
+/// Runs `promtool check metrics` on `text` when promtool is installed
+/// (under `CI=true` it must be); panics with promtool's words when it
+/// refuses the exposition.
+pub fn promtool_check(who: &str, text: &str) {
+    let Some(promtool) = tool("promtool") else {
+        return;
+    };
+    use std::io::Write;
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool on {who}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
