@@ -53,7 +53,7 @@ PROCS = []
 RANDOM_IDS = """
 math.randomseed(7)
 request = function()
-  return wrk.format(nil, "/api/seckill/" .. math.random(1, 200000))
+  return wrk.format(nil, "%s" .. math.random(1, 200000))
 end
 """
 
@@ -209,7 +209,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
 
     script = os.path.join(TMP, "random.lua")
     with open(script, "w") as f:
-        f.write(RANDOM_IDS)
+        f.write(RANDOM_IDS % "/api/seckill/")
     if TLS_ONLY:
         tls_table(anchors, script)
         return
@@ -261,8 +261,21 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
                           "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
     warm(18083, prefix)
     sql = serve(18084, {"DATABASE_URL": db, "BLOOMGATE_CACHE__L1_CAPACITY": "1"})
+    # The deeper anchors: the bare app doing one Redis GET of the keys the
+    # warm wrote, or one SQL point read of the same table, per request.
+    io = spawn([BARE, "127.0.0.1:18086", "--redis", "redis://127.0.0.1:6379/", prefix,
+                "--sql", db], log="bare-io.log")
+    wait("http://127.0.0.1:18086/sql/42", '"id":42')
+    wait("http://127.0.0.1:18086/redis/42", '"id":42')
+    scripts = {}
+    for name in ("redis", "sql"):
+        scripts[name] = os.path.join(TMP, f"random-{name}.lua")
+        with open(scripts[name], "w") as f:
+            f.write(RANDOM_IDS % f"/{name}/")
     measure("Deeper levels (MariaDB, an L1 of one entry, random ids of 200,000)", anchors + [
+        ("bare axum + one Redis GET", (18086, "/", io.pid, scripts["redis"])),
         ("bloomgate Redis hit", (18083, "/", redis.pid, script)),
+        ("bare axum + one SQL SELECT", (18086, "/", io.pid, scripts["sql"])),
         ("bloomgate SQL load", (18084, "/", sql.pid, script)),
     ])
 

@@ -113,8 +113,16 @@ pub struct SqlConfig {
     pub pool_size: u32,
     /// Longest wait for a pooled connection, milliseconds.
     pub acquire_timeout_ms: u64,
-    /// Longest time one statement may take, milliseconds.
+    /// Longest time one read-path statement may take, milliseconds.
     pub statement_timeout_ms: u64,
+    /// Longest time one background statement may take, milliseconds: the
+    /// pages of a filter rebuild's key scan (a page past it is retried),
+    /// the emptiness check and estimates at start, the background row
+    /// count and the change-outbox follower.
+    pub background_statement_timeout_ms: u64,
+    /// Key ranges a rebuild of an integer-keyed table reads at once (1 =
+    /// one ordered scan).
+    pub scan_parallel: u32,
     /// Read-path loads that may query SQL at once (the bulkhead); more wait.
     pub max_concurrent_loads: u32,
     /// Longest wait for a bulkhead slot before answering 503, milliseconds.
@@ -146,6 +154,8 @@ impl Default for SqlConfig {
             pool_size: 16,
             acquire_timeout_ms: 1_000,
             statement_timeout_ms: 2_000,
+            background_statement_timeout_ms: 60_000,
+            scan_parallel: 2,
             max_concurrent_loads: 32,
             queue_timeout_ms: 100,
             slow_query_ms: 200,

@@ -38,14 +38,17 @@ pub use crate::filter::{filter_bytes, GateFilter};
 use crate::sync::lock;
 
 mod alarm;
+mod progress;
 mod rebuild;
 mod stats;
 
+use crate::key::Key;
 use crate::metrics::Counter;
 use crate::pause::PausePoint;
-use crate::source::{KeyBatch, KeyScan};
+use crate::source::{KeyBatch, KeyRange, KeyScan};
 use crate::store::StoreError;
 pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
+pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};
 use rebuild::{Completed, Requests};
 pub use rebuild::{RebuildError, RebuildRecord, RebuildReport, RebuildTicket, HISTORY};
 pub use stats::GateStats;
@@ -141,6 +144,21 @@ pub struct Gate {
     /// Test hook: where a rebuild stops after its scan, before publishing.
     #[doc(hidden)]
     pub after_scan: PausePoint,
+    /// Test hook: where a rebuild's range stops after its page `n`.
+    #[doc(hidden)]
+    pub scan_page: PausePoint,
+    /// Keys per page of a rebuild's scan ([`progress::PAGE`]; tests set
+    /// fewer).
+    #[doc(hidden)]
+    pub page_rows: std::sync::atomic::AtomicUsize,
+    /// The running (or last) rebuild's progress.
+    progress: Progress,
+    /// Pages of a rebuild's scan read again after failing.
+    page_retries: AtomicU64,
+    /// Keys the last successful scan added (the next one sizes for them).
+    last_scanned: AtomicU64,
+    /// The background row check's state (an index of `progress::ROW_CHECK`).
+    row_check: std::sync::atomic::AtomicU8,
     /// Serialises the two-slot writes (an insert into `building`, then
     /// `current`) with the swaps of those slots, so no insert can fall
     /// between a filter being published and the slot it was built in
@@ -206,6 +224,12 @@ impl Gate {
             last_rebuild_ms: AtomicU64::new(0),
             deleted_since_build: AtomicU64::new(0),
             after_scan: PausePoint::default(),
+            scan_page: PausePoint::default(),
+            page_rows: std::sync::atomic::AtomicUsize::new(progress::PAGE),
+            progress: Progress::default(),
+            page_retries: AtomicU64::new(0),
+            last_scanned: AtomicU64::new(0),
+            row_check: std::sync::atomic::AtomicU8::new(0),
             slots: Mutex::new(()),
             adopt_hook: Hook::default(),
             in_step: AtomicBool::new(true),

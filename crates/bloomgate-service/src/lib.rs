@@ -23,6 +23,7 @@ pub mod paths;
 pub mod pause;
 pub mod persist;
 pub mod reader;
+pub mod ready;
 pub mod redis_link;
 pub mod resource;
 pub mod shared;
@@ -131,7 +132,9 @@ pub async fn prepare(
 ) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
     let store = &state.reader.store;
     let mut seeded = false;
-    if config.seed_if_empty > 0 && store.count().await? == 0 {
+    // Emptiness by `LIMIT 1`: a count of a large table could outlast
+    // any statement timeout.
+    if config.seed_if_empty > 0 && store.is_empty().await? {
         seeded = true;
         tracing::info!(
             count = config.seed_if_empty,
@@ -176,10 +179,7 @@ pub async fn prepare(
         }
         let mut from = None;
         if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
-            match persist
-                .restore(&state.reader.gate, &state.reader.store)
-                .await
-            {
+            match persist.restore(&state.reader.gate).await {
                 Ok((last, at, c)) => {
                     restored = true;
                     from = Some(last);
@@ -192,10 +192,7 @@ pub async fn prepare(
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && c.bloom_enabled && !seeded {
-            match changes
-                .adopt_latest(&state.reader.gate, c.bloom_fpp, &state.reader.store)
-                .await
-            {
+            match changes.adopt_latest(&state.reader.gate, c.bloom_fpp).await {
                 Ok((last, at, c)) => {
                     restored = true;
                     from = Some(last);
@@ -217,7 +214,11 @@ pub async fn prepare(
                 }
             },
         };
-        if !restored {
+        if restored {
+            // Not scanned: rows written behind the log's back are looked
+            // for in the background, never before readiness.
+            state.reader.gate.verify_rows();
+        } else {
             start_position = Some(from.clone());
         }
         changes.spawn_follower(from, &state.reader);

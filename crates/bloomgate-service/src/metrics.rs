@@ -223,6 +223,10 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_filter_ready", Kind::Gauge, "1 when a filter is built and gating reads."),
     ("bloomgate_filter_rebuilds_total", Kind::Counter, "Completed filter rebuilds."),
     ("bloomgate_filter_rebuild_failures_total", Kind::Counter, "Filter rebuilds that failed (the previous filter stayed)."),
+    ("bloomgate_filter_rebuild_scanned_keys", Kind::Gauge, "Keys the running (or last) rebuild has scanned so far."),
+    ("bloomgate_filter_rebuild_estimated_keys", Kind::Gauge, "The source's estimate of its keys when that rebuild's scan started (its statistics; 0 when it has none)."),
+    ("bloomgate_filter_rebuild_keys_per_second", Kind::Gauge, "Keys per second of the running (or last) rebuild's scan."),
+    ("bloomgate_filter_rebuild_page_retries_total", Kind::Counter, "Pages of a rebuild's scan read again after failing."),
     ("bloomgate_filter_rebuild_duration_seconds", Kind::Histogram, "Duration of every filter rebuild, failed ones included."),
     ("bloomgate_filter_last_rebuild_timestamp_seconds", Kind::Gauge, "Unix time the last successful rebuild finished."),
     ("bloomgate_filter_alarm", Kind::Gauge, "1 while the named capacity alarm is in force."),
@@ -244,6 +248,7 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_sql_errors_total", Kind::Counter, "SQL statements that failed, by kind (error, timeout)."),
     ("bloomgate_sql_slow_queries_total", Kind::Counter, "SQL statements slower than sql.slow_query_ms, by statement."),
     ("bloomgate_sql_bulkhead_rejected_total", Kind::Counter, "Read-path loads turned away because the SQL bulkhead was full."),
+    ("bloomgate_sql_full_counts_total", Kind::Counter, "Full COUNT(*) statements: the background row check of a restored filter only, never on the way to readiness."),
     ("bloomgate_sql_statements_total", Kind::Counter, "SQL statements a table's reads ran (point loads, batch loads, scans, counts, watches)."),
     ("bloomgate_call_keys_total", Kind::Counter, "Keys named in a table's key API calls, by call."),
 ];

@@ -278,7 +278,7 @@ impl Outbox {
         let row = sqlx::query(&q)
             .bind(age)
             .fetch_one(&self.store.pool)
-            .within(&self.store.limit, self.bg("outbox start"))
+            .within(&self.store.bg_limit, self.bg("outbox start"))
             .await
             .map_err(err("outbox start"))?;
         let old: i64 = row.try_get(0).map_err(err("outbox start"))?;
@@ -295,7 +295,7 @@ impl Outbox {
     pub async fn max_seq(&self) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes")
             .fetch_one(&self.store.pool)
-            .within(&self.store.limit, self.bg("outbox max"))
+            .within(&self.store.bg_limit, self.bg("outbox max"))
             .await
             .map_err(err("outbox max"))?;
         row.try_get(0).map_err(err("outbox max"))
@@ -307,7 +307,7 @@ impl Outbox {
             "SELECT COALESCE(MAX(value), 0) FROM bloomgate_outbox_state WHERE name = 'trimmed_through'",
         )
         .fetch_one(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trimmed"))
+        .within(&self.store.bg_limit, self.bg("outbox trimmed"))
         .await
         .map_err(err("outbox trimmed"))?;
         row.try_get(0).map_err(err("outbox trimmed"))
@@ -320,7 +320,7 @@ impl Outbox {
         }
         let rows = q
             .fetch_all(&self.store.pool)
-            .within(&self.store.limit, self.bg("outbox read"))
+            .within(&self.store.bg_limit, self.bg("outbox read"))
             .await
             .map_err(err("outbox read"))?;
         rows.iter()
@@ -432,7 +432,7 @@ impl Outbox {
         ))
         .bind(age)
         .fetch_one(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
+        .within(&self.store.bg_limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?;
         let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
@@ -456,7 +456,7 @@ impl Outbox {
         .bind(through)
         .bind(through)
         .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
+        .within(&self.store.bg_limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?;
         let deleted = sqlx::query(&format!(
@@ -465,7 +465,7 @@ impl Outbox {
         ))
         .bind(through)
         .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
+        .within(&self.store.bg_limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?
         .rows_affected();

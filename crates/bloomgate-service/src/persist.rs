@@ -5,10 +5,11 @@
 //! is complete up to. At start the instance loads it (the library verifies
 //! its checksum), replays the ids created after that entry from the change
 //! log, and serves at once; it scans SQL only when the snapshot is missing,
-//! does not verify, was made for another layout or rate, names an entry
-//! the change log no longer holds (trimmed, or lost with a Redis restart),
-//! or when SQL holds more SKUs than the file's items plus the creates
-//! replayed (rows written behind the log's back, as `bloomgate seed` does).
+//! does not verify, was made for another layout or rate, or names an entry
+//! the change log no longer holds (trimmed, or lost with a Redis restart).
+//! Rows written behind the log's back (as `bloomgate seed` does) are found
+//! afterwards, by the gate's background row check ([`Gate::verify_rows`]):
+//! no full count stands between a restart and readiness.
 //!
 //! Why the snapshot plus the replay holds every SKU: the positions saved
 //! are the last change-log entry and the change-outbox watermark the
@@ -39,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
-use crate::filter::{accounts_for, decode, encode};
+use crate::filter::{decode, encode};
 use crate::gate::{Gate, GateFilter};
 use crate::key::{Key, KeyType};
 use crate::outbox::Outbox;
@@ -219,11 +220,7 @@ impl Persist {
     ///
     /// # Errors
     /// A sentence for the log: the instance then scans SQL as usual.
-    pub async fn restore(
-        &self,
-        gate: &Gate,
-        store: &crate::store::SkuStore,
-    ) -> Result<(String, i64, i64), String> {
+    pub async fn restore(&self, gate: &Gate) -> Result<(String, i64, i64), String> {
         let changes = self
             .changes
             .as_ref()
@@ -256,8 +253,6 @@ impl Persist {
         created.extend(from_sql);
         created.sort_unstable();
         created.dedup();
-        let rows = store.count().await.map_err(|e| e.to_string())?;
-        accounts_for(rows, &filter, created.len(), "snapshot")?;
         for &id in &created {
             filter.insert(id);
         }
@@ -275,9 +270,8 @@ impl Persist {
     }
 
     /// A resource's [`Persist::restore`]: loads the snapshot, replays the
-    /// keys of `resource` created after its outbox position, checks that
-    /// `rows` (the source's count) is accounted for, and publishes it in
-    /// `gate`. Returns the outbox position the snapshot is complete up to.
+    /// keys of `resource` created after its outbox position and publishes
+    /// it in `gate`. Returns the outbox position the snapshot is complete up to.
     ///
     /// # Errors
     /// A sentence for the log: the resource then scans its source.
@@ -286,7 +280,6 @@ impl Persist {
         gate: &Gate,
         resource: &str,
         key_type: KeyType,
-        rows: impl std::future::Future<Output = Result<u64, crate::store::StoreError>>,
     ) -> Result<i64, String> {
         let (filter, meta) = self.load().await?;
         let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
@@ -308,8 +301,6 @@ impl Persist {
         }
         keys.sort_unstable();
         keys.dedup();
-        let rows = rows.await.map_err(|e| e.to_string())?;
-        accounts_for(rows, &filter, keys.len(), "snapshot")?;
         filter.insert_many(&keys);
         if !gate.install(filter, meta.capacity) {
             return Err("a filter was published meanwhile".into());

@@ -319,9 +319,8 @@ impl Resource {
             tracing::info!(resource = %self.name, "a watched table scans at start; its snapshot is not used");
             return None;
         }
-        let source = &self.reader.store.0;
         match persist
-            .restore_resource(self.gate(), &self.name, self.key_type(), source.count())
+            .restore_resource(self.gate(), &self.name, self.key_type())
             .await
         {
             Ok(at) => Some(at),
@@ -355,6 +354,9 @@ impl Resource {
             persist.spawn_saver(&gate, snapshot_every, &self.background);
         }
         if restored {
+            // Restored or adopted, not scanned: rows written behind the
+            // outbox's back are looked for in the background.
+            gate.verify_rows();
             return self.background.spawn(async {});
         }
         self.background

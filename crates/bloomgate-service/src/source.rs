@@ -95,8 +95,18 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Key>, StoreError>> + Send;
 
-    /// How many rows there are (the filter is sized for it).
+    /// How many rows there are. It may read everything: the service
+    /// calls it only in the background, to check that a restored filter
+    /// accounts for every row.
     fn count(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// A cheap estimate of the row count, if the source has one: it sizes
+    /// the filter and is the total a rebuild's progress is shown against.
+    /// The default has none (the filter is sized for the configured
+    /// `bloom_expected`, or for the keys the last rebuild scanned).
+    fn estimate(&self) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// [`Source`] as the service holds it, behind `Arc<dyn DynSource>`: the
@@ -124,6 +134,28 @@ pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
 
     /// [`Source::count`].
     fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// [`Source::estimate`].
+    fn estimate(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>>;
+
+    /// The key ranges a rebuild may read at once (one, unless the source
+    /// knows better).
+    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
+        Box::pin(async { Ok(vec![None]) })
+    }
+
+    /// One page of keys handed to `sink` (see [`KeyScan::page`]); the
+    /// default reads it with `scan` and knows one range only.
+    fn scan_page<'a>(
+        &'a self,
+        range: KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
+        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        let _ = range;
+        Box::pin(page_of(self, after, limit, sink))
+    }
 }
 
 impl<S: Source> DynSource for S {
@@ -153,22 +185,82 @@ impl<S: Source> DynSource for S {
     fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(Source::count(self))
     }
+
+    fn estimate(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
+        Box::pin(Source::estimate(self))
+    }
 }
 
 pub use crate::filter::KeyBatch;
+pub use crate::store::{KeyRange, Page};
 
-/// What the gate rebuilds its filter from: a count to size it, then every
-/// key in batches.
+/// A page of `scan` handed to `sink`: how [`DynSource::scan_page`] reads
+/// a source that has only [`Source::scan`].
+async fn page_of<S: DynSource + ?Sized>(
+    source: &S,
+    after: Option<&Key>,
+    limit: usize,
+    sink: &(dyn Fn(KeyBatch<'_>) + Send + Sync),
+) -> Result<Page, StoreError> {
+    let keys = source.scan(after, limit).await?;
+    if !keys.is_empty() {
+        sink(KeyBatch::Keys(&keys));
+    }
+    Ok(Page {
+        keys: keys.len(),
+        last: keys.into_iter().next_back(),
+    })
+}
+
+/// What the gate rebuilds its filter from: an estimate to size it, then
+/// every key, page by page, in ranges it may read at once.
 pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
-    /// How many keys there are.
+    /// A cheap estimate of how many keys there are (the database's
+    /// statistics), if the source has one: it sizes the filter and is the
+    /// total a rebuild's progress is shown against.
+    fn estimate_keys(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>>;
+
+    /// The exact number of keys. It may read everything: the service
+    /// calls it only in the background, never on the way to readiness.
     fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
-    /// Calls `sink` with every key, `batch` at a time; returns how many.
+    /// The ranges a rebuild reads at once; together they hold every key.
+    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>>;
+
+    /// Calls `sink` with up to `limit` keys of `range` greater than `after`
+    /// (from the range's start when `None`), in key order; fewer than
+    /// `limit` means the range is done.
+    fn page<'a>(
+        &'a self,
+        range: KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
+        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Page, StoreError>>;
+
+    /// Calls `sink` with every key, `batch` at a time, one range after the
+    /// other; returns how many.
     fn scan_keys<'a>(
         &'a self,
         batch: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
-    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let mut total = 0u64;
+            for range in self.ranges().await? {
+                let mut after: Option<Key> = None;
+                loop {
+                    let page = self.page(range, after.as_ref(), batch, sink).await?;
+                    total += page.keys as u64;
+                    if page.keys < batch {
+                        break;
+                    }
+                    after = page.last;
+                }
+            }
+            Ok(total)
+        })
+    }
 }
 
 /// Every [`Source`] is a [`KeyScan`] through its `scan`.
@@ -176,46 +268,53 @@ pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
 pub struct ScanOf(pub std::sync::Arc<dyn DynSource>);
 
 impl KeyScan for ScanOf {
+    fn estimate_keys(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
+        self.0.estimate()
+    }
+
     fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.0.count()
     }
 
-    fn scan_keys<'a>(
+    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
+        self.0.ranges()
+    }
+
+    fn page<'a>(
         &'a self,
-        batch: usize,
+        range: KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let mut after: Option<Key> = None;
-            let mut total = 0u64;
-            loop {
-                let keys = self.0.scan(after.as_ref(), batch).await?;
-                if keys.is_empty() {
-                    return Ok(total);
-                }
-                sink(KeyBatch::Keys(&keys));
-                total += keys.len() as u64;
-                if keys.len() < batch {
-                    return Ok(total);
-                }
-                after = keys.into_iter().next_back();
-            }
-        })
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        self.0.scan_page(range, after, limit, sink)
     }
 }
 
 impl KeyScan for SkuStore {
+    fn estimate_keys(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
+        Box::pin(self.estimate_rows("skus", "skus"))
+    }
+
     fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.count())
     }
 
-    fn scan_keys<'a>(
+    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
+        // Called once per full scan.
+        self.counters
+            .id_scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(self.int_ranges("id", "skus"))
+    }
+
+    fn page<'a>(
         &'a self,
-        batch: usize,
+        range: KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.for_each_id_batch(batch as u64, |ids| {
-            sink(KeyBatch::Ints(ids));
-        }))
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(self.id_page(range, after, limit, sink))
     }
 }

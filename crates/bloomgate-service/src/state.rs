@@ -119,6 +119,12 @@ impl StartError {
 }
 
 impl AppState {
+    /// The `[cache]` settings the service was started with.
+    #[must_use]
+    pub fn cache_config(&self) -> &crate::config::CacheConfig {
+        &self.cache
+    }
+
     /// Connects SQL (running migrations) and Redis, and builds the state.
     /// Does not seed or build the filter; see [`crate::prepare`].
     ///

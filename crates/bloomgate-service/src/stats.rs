@@ -109,6 +109,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
             "timeouts": sql.timeouts.load(Ordering::Relaxed),
             "errors": sql.errors.load(Ordering::Relaxed),
             "id_scans": sql.id_scans.load(Ordering::Relaxed),
+            "full_counts": sql.full_counts.load(Ordering::Relaxed),
             "background_statements": sql.background.load(Ordering::Relaxed),
             "slow": sql.slow_by_statement(),
             "bulkhead_in_use": r.bulkhead.in_use(),
@@ -249,6 +250,11 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         vec![],
         count(sql, &["bulkhead_rejected"]),
     );
+    m.counter(
+        "bloomgate_sql_full_counts_total",
+        vec![],
+        count(sql, &["full_counts"]),
+    );
     m.render()
 }
 
@@ -268,6 +274,10 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
             "rebuild_failures",
         ),
         ("bloomgate_filter_alarms_total", "alarms_raised"),
+        (
+            "bloomgate_filter_rebuild_page_retries_total",
+            "rebuild_page_retries",
+        ),
     ] {
         m.counter(metric, res(), count(b, &[key]));
     }
@@ -279,6 +289,15 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
         ("bloomgate_filter_estimated_items", "estimated_items"),
         ("bloomgate_filter_capacity", "capacity"),
         ("bloomgate_filter_fill_ratio", "fill_ratio"),
+        ("bloomgate_filter_rebuild_scanned_keys", "rebuild_scanned"),
+        (
+            "bloomgate_filter_rebuild_estimated_keys",
+            "rebuild_estimated_total",
+        ),
+        (
+            "bloomgate_filter_rebuild_keys_per_second",
+            "rebuild_rows_per_sec",
+        ),
     ] {
         m.gauge(metric, res(), num(b, &[key]));
     }

@@ -18,8 +18,11 @@ mod limits;
 mod many;
 mod migrations;
 mod recorded;
+mod scan;
 
 pub(crate) use limits::{StatementLimit, Within};
+pub(crate) use scan::{page_statement, text_at};
+pub use scan::{KeyRange, Page};
 
 /// A database failure, with the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,11 @@ pub struct StoreCounters {
     pub missing: AtomicU64,
     /// Full id scans started (filter builds).
     pub id_scans: AtomicU64,
+    /// Full `COUNT(*)` statements sent (the background row check only:
+    /// never on the path to start-up or readiness).
+    pub full_counts: AtomicU64,
+    /// Scan pages that failed and were read again.
+    pub page_retries: AtomicU64,
     /// Statements that failed (timeouts and unique-key collisions apart).
     pub errors: AtomicU64,
     /// Writes that committed so late that their change was recorded again.
@@ -111,6 +119,10 @@ pub struct SkuStore {
     pub(crate) pool: AnyPool,
     backend: Backend,
     pub(crate) limit: StatementLimit,
+    /// The bound on background statements (scans, counts, the outbox).
+    pub(crate) bg_limit: StatementLimit,
+    /// Key ranges a rebuild reads at once.
+    scan_parallel: usize,
     /// This process's name in the outbox's `origin` column.
     origin: Arc<str>,
     /// A write that takes longer than this between recording its change
@@ -212,6 +224,12 @@ impl SkuStore {
                 slow: Duration::from_millis(c.slow_query_ms),
                 counters: Arc::clone(&counters),
             },
+            bg_limit: StatementLimit {
+                timeout: Duration::from_millis(c.background_statement_timeout_ms),
+                slow: Duration::from_millis(c.background_statement_timeout_ms / 2),
+                counters: Arc::clone(&counters),
+            },
+            scan_parallel: c.scan_parallel.max(1) as usize,
             origin: format!("{:016x}", fastrand::u64(..)).into(),
             rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
@@ -259,19 +277,6 @@ impl SkuStore {
             .map(|i| self.ph(i))
             .collect::<Vec<_>>()
             .join(", ")
-    }
-
-    /// Number of SKUs.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn count(&self) -> Result<u64, StoreError> {
-        let row = sqlx::query("SELECT COUNT(*) FROM skus")
-            .fetch_one(&self.pool)
-            .within(&self.limit, "count")
-            .await
-            .map_err(err("count"))?;
-        Ok(row.try_get::<i64, _>(0).map_err(err("count"))? as u64)
     }
 
     /// One SKU by id (counted in [`StoreCounters`]).
@@ -346,33 +351,6 @@ impl SkuStore {
             .map(|r| r.try_get::<i64, _>(0))
             .collect::<Result<_, _>>()
             .map_err(err("scan ids"))
-    }
-
-    /// Streams every id in ascending order, `batch` at a time (keyset
-    /// pagination, so no long-lived cursor holds a connection), calling `f`
-    /// with each batch.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn for_each_id_batch(
-        &self,
-        batch: u64,
-        mut f: impl FnMut(&[i64]),
-    ) -> Result<u64, StoreError> {
-        self.counters.id_scans.fetch_add(1, Ordering::Relaxed);
-        let (mut after, mut total) = (0i64, 0u64);
-        loop {
-            let ids = self.page_ids(after, batch).await?;
-            let Some(&last) = ids.last() else {
-                return Ok(total);
-            };
-            f(&ids);
-            total += ids.len() as u64;
-            after = last;
-            if (ids.len() as u64) < batch {
-                return Ok(total);
-            }
-        }
     }
 
     /// Inserts a new SKU and records it in the outbox, in one transaction.

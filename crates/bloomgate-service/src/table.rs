@@ -20,8 +20,8 @@ use sqlx::Row as _;
 use crate::config::resources::{is_identifier, ResourceConfig};
 use crate::config::ConfigError;
 use crate::key::{Key, KeyType};
-use crate::source::{BoxFuture, DynSource, Row};
-use crate::store::{err, Backend, SkuStore, StoreError, Within};
+use crate::source::{BoxFuture, DynSource, KeyBatch, KeyRange, Page, Row};
+use crate::store::{err, page_statement, text_at, Backend, SkuStore, StoreError, Within};
 
 mod watch;
 
@@ -135,6 +135,8 @@ pub struct SqlTable {
     key: Arc<str>,
     /// The quoted table.
     table: Arc<str>,
+    /// The table's plain name (for the catalogue's statistics).
+    table_name: Arc<str>,
     /// The key as selected (cast to its kind).
     key_select: Arc<str>,
     columns: Arc<[Column]>,
@@ -300,6 +302,7 @@ impl SqlTable {
             key_select: cast(backend, &key_quoted, key_kind).into(),
             key: key_quoted.into(),
             table: table.into(),
+            table_name: config.table.as_str().into(),
             columns: columns.into(),
             watch,
             counters: Arc::default(),
@@ -359,18 +362,6 @@ fn cast(backend: Backend, column: &str, kind: Kind) -> String {
     }
 }
 
-/// Text from column `i`: MySQL sends long text (and casts to `CHAR`) as
-/// `BLOB`, which the `Any` driver decodes only as bytes.
-fn text_at(row: &AnyRow, i: usize) -> Result<Option<String>, sqlx::Error> {
-    match row.try_get::<Option<String>, _>(i) {
-        Ok(v) => Ok(v),
-        Err(e) => match row.try_get::<Option<Vec<u8>>, _>(i) {
-            Ok(v) => Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned())),
-            Err(_) => Err(e),
-        },
-    }
-}
-
 /// A value of `kind` from column `i`; a value SQLite's dynamic typing
 /// stored as another type is answered as text, NULL as `null`.
 fn value(row: &AnyRow, i: usize, kind: Kind) -> Value {
@@ -415,7 +406,7 @@ async fn catalogue(
     let rows = sqlx::query(&q)
         .bind(table.to_owned())
         .fetch_all(&store.pool)
-        .within(&store.limit, "catalogue")
+        .within(&store.bg_limit, "catalogue")
         .await
         .map_err(err("catalogue"))?;
     rows.iter()
@@ -521,14 +512,52 @@ impl DynSource for SqlTable {
 
     fn count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
-            let q = format!("SELECT COUNT(*) FROM {}", self.table);
             self.count_statement();
-            let row = sqlx::query(&q)
-                .fetch_one(&self.store.pool)
-                .within(&self.store.limit, "resource count")
+            self.store.count_rows(&self.table).await
+        })
+    }
+
+    fn estimate(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            self.count_statement();
+            self.store
+                .estimate_rows(&self.table_name, &self.table)
                 .await
-                .map_err(err("resource count"))?;
-            Ok(row.try_get::<i64, _>(0).map_err(err("resource count"))? as u64)
+        })
+    }
+
+    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
+        Box::pin(async move {
+            if self.key_type != KeyType::Int {
+                return Ok(vec![None]);
+            }
+            self.count_statement();
+            self.store.int_ranges(&self.key, &self.table).await
+        })
+    }
+
+    fn scan_page<'a>(
+        &'a self,
+        range: KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
+        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(async move {
+            let (q, binds) = page_statement(
+                &self.store,
+                &self.key_select,
+                &self.key,
+                &self.table,
+                range,
+                after,
+                limit,
+            );
+            self.count_statement();
+            self.counters.scans.fetch_add(1, Ordering::Relaxed);
+            self.store
+                .stream_page(&q, &binds, self.key_type, sink)
+                .await
         })
     }
 }

@@ -224,24 +224,7 @@ async fn the_dashboard_shows_every_resource() {
     }
     pool.close().await;
     let mut config = common::config(&url, None, "dashboard-res");
-    config.resources = vec![bloomgate_service::config::resources::ResourceConfig {
-        name: "users".into(),
-        table: "users".into(),
-        key: "id".into(),
-        key_type: bloomgate_service::key::KeyType::Text,
-        columns: Vec::new(),
-        bloom_expected: 1000,
-        bloom_fpp: 0.01,
-        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
-        max_batch_keys: 50,
-        watch_column: None,
-        watch_every_ms: 1000,
-        bloom_snapshot_path: None,
-        bloom_mode: None,
-        bloom_auto_rebuild: None,
-        bloom_segment_bytes: None,
-        bloom_rebuild_after_deletes: None,
-    }];
+    config.resources = vec![common::users_resource("users")];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {
         server.stats().await["resources"]["users"]["bloom"]["ready"] == true

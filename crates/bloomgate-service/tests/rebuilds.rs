@@ -260,11 +260,15 @@ async fn a_start_up_build_that_fails_on_sql_retries_until_it_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     let dir = tempfile::tempdir().unwrap();
-    let server = sqlite_server(&dir, 25_000, true, |_| {}).await;
+    // One ordered scan (the key bounds of parallel ranges would trip on
+    // the bad row before any page).
+    let server = sqlite_server(&dir, 25_000, true, |c| c.sql.scan_parallel = 1).await;
     let gate = Arc::clone(&server.state.reader.gate);
+    gate.page_rows
+        .store(10_000, std::sync::atomic::Ordering::Relaxed);
     // A row whose id is not an integer sorts after every integer in SQLite:
-    // the scan fails in its third batch, after 20,000 ids went into the
-    // filter being built.
+    // the scan fails in its third page, after 20,000 ids went into the
+    // filter being built, and again each time the page is read again.
     let raw = raw_sqlite(&dir).await;
     exec(&raw, "INSERT INTO skus (id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at) VALUES ('not-a-number', 'bad', 1, 1, 1, 0, 1, 0)").await;
     let err = gate.rebuild().await.unwrap_err();
@@ -282,7 +286,11 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     assert!(stats
         .last_rebuild_error
         .as_deref()
-        .is_some_and(|e| e.contains("scan ids")));
+        .is_some_and(|e| e.contains("scan page")));
+    assert_eq!(
+        stats.rebuild_page_retries,
+        u64::from(bloomgate_service::gate::PAGE_RETRIES)
+    );
     assert_eq!(server.get("/api/seckill/25001").await.0, 404);
     assert_eq!(gate.stats().rejected, 1);
     assert_eq!(server.get("/api/seckill/7").await.0, 200);

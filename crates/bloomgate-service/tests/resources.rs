@@ -77,22 +77,9 @@ async fn users_table(url: &str) {
 
 fn resource(name: &str, watch: bool) -> ResourceConfig {
     ResourceConfig {
-        name: name.into(),
-        table: "users".into(),
-        key: "id".into(),
-        key_type: KeyType::Text,
-        columns: Vec::new(),
-        bloom_expected: 1000,
-        bloom_fpp: 0.01,
-        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
-        max_batch_keys: 50,
         watch_column: watch.then(|| "seq".into()),
         watch_every_ms: 50,
-        bloom_snapshot_path: None,
-        bloom_mode: None,
-        bloom_auto_rebuild: None,
-        bloom_segment_bytes: None,
-        bloom_rebuild_after_deletes: None,
+        ..common::users_resource(name)
     }
 }
 

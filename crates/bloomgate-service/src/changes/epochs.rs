@@ -136,12 +136,7 @@ impl ChangeLog {
     ///
     /// # Errors
     /// Why not (the caller scans SQL).
-    pub async fn adopt_latest(
-        &self,
-        gate: &Gate,
-        fpp: f64,
-        store: &crate::store::SkuStore,
-    ) -> Result<(String, i64, i64), String> {
+    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<(String, i64, i64), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(crate::wire::epoch_counter_key(&self.prefix))
@@ -173,9 +168,8 @@ impl ChangeLog {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        let rows = store.count().await.map_err(|e| e.to_string())?;
         let (replayed, last) = self
-            .load_epoch(gate, epoch, &at, Some(outbox_at), capacity, Some(rows))
+            .load_epoch(gate, epoch, &at, Some(outbox_at), capacity)
             .await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
@@ -338,10 +332,7 @@ impl ChangeLog {
         covered: Option<i64>,
         capacity: u64,
     ) {
-        match self
-            .load_epoch(gate, epoch, at, outbox_at, capacity, None)
-            .await
-        {
+        match self.load_epoch(gate, epoch, at, outbox_at, capacity).await {
             Ok((replayed, _)) => {
                 if let Some(c) = covered {
                     self.outbox.cover(c);
@@ -371,7 +362,6 @@ impl ChangeLog {
         at: &str,
         outbox_at: Option<i64>,
         capacity: u64,
-        rows: Option<u64>,
     ) -> Result<(usize, String), String> {
         let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
@@ -423,12 +413,6 @@ impl ChangeLog {
         }
         created.sort_unstable();
         created.dedup();
-        if let Some(rows) = rows {
-            if let Err(why) = crate::filter::accounts_for(rows, &filter, created.len(), "epoch") {
-                gate.abandon_adopt(&filter);
-                return Err(why);
-            }
-        }
         for &id in &created {
             filter.insert(id);
         }

@@ -157,6 +157,11 @@ impl Config {
             ("cache.redis_breaker_open_ms", c.redis_breaker_open_ms),
             ("sql.acquire_timeout_ms", self.sql.acquire_timeout_ms),
             ("sql.statement_timeout_ms", self.sql.statement_timeout_ms),
+            (
+                "sql.background_statement_timeout_ms",
+                self.sql.background_statement_timeout_ms,
+            ),
+            ("sql.scan_parallel", u64::from(self.sql.scan_parallel)),
             ("sql.queue_timeout_ms", self.sql.queue_timeout_ms),
             ("sql.slow_query_ms", self.sql.slow_query_ms),
             ("sql.outbox_poll_ms", self.sql.outbox_poll_ms),
@@ -178,6 +183,9 @@ impl Config {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if self.sql.scan_parallel > 16 {
+            return Err(invalid("sql.scan_parallel", "must be at most 16"));
         }
         if c.redis_breaker_max_open_ms < c.redis_breaker_open_ms {
             return Err(invalid(

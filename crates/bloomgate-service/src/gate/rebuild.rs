@@ -233,7 +233,7 @@ impl Gate {
 
     /// One rebuild: the published filter changes only if it succeeds, and
     /// `building` is cleared either way.
-    async fn rebuild_once(&self) -> Result<RebuildReport, RebuildError> {
+    async fn rebuild_once(self: &Arc<Self>) -> Result<RebuildReport, RebuildError> {
         self.rebuilding.store(true, Ordering::Relaxed);
         let result = self.scan_and_publish().await;
         {
@@ -247,7 +247,29 @@ impl Gate {
         result
     }
 
-    async fn scan_and_publish(&self) -> Result<RebuildReport, RebuildError> {
+    /// Every range of the source at once, each in a task of its own (the
+    /// decoding of one range's rows does not wait for another's).
+    async fn scan_all(self: &Arc<Self>, filter: &Arc<GateFilter>) -> Result<u64, StoreError> {
+        let ranges = self.keys.ranges().await?;
+        let tasks: Vec<_> = ranges
+            .into_iter()
+            .map(|r| tokio::spawn(Arc::clone(self).scan_range(r, Arc::clone(filter))))
+            .collect();
+        let mut added = 0;
+        let mut failed = None;
+        for t in tasks {
+            match t.await {
+                Ok(Ok(n)) => added += n,
+                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Err(e) => {
+                    failed = failed.or(Some(StoreError::new("scan", e.to_string())));
+                }
+            }
+        }
+        failed.map_or(Ok(added), Err)
+    }
+
+    async fn scan_and_publish(self: &Arc<Self>) -> Result<RebuildReport, RebuildError> {
         let store_err = |e| RebuildError::Store(Arc::new(e));
         let started = Instant::now();
         let GateConfig {
@@ -256,18 +278,30 @@ impl Gate {
             fpp,
             ..
         } = self.config;
-        // Size for the configured capacity, or for the actual count with
-        // room to grow when the catalogue has outgrown it.
-        let count = self.keys.count_keys().await.map_err(store_err)?;
+        // Size for the configured capacity, or for the source's estimate
+        // (or the last scan's count) with room to grow, whichever is
+        // larger: no full count. A source past the size is still fully
+        // added (no false negative); the capacity alarm then asks for a
+        // rebuild sized for what this one scanned.
+        let estimate = match self.keys.estimate_keys().await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "no row estimate; sizing the filter without one");
+                None
+            }
+        };
+        let known = estimate
+            .unwrap_or(0)
+            .max(self.last_scanned.load(Ordering::Relaxed));
         let capacity = expected
-            .max(count.saturating_mul(5) / 4)
+            .max(known.saturating_mul(5) / 4)
             .max(self.min_capacity.load(Ordering::Relaxed));
         if capacity > expected {
             tracing::warn!(
-                count,
+                estimate = known,
                 expected,
                 capacity,
-                "catalogue outgrew cache.bloom_expected; sizing the filter for the actual count"
+                "the source outgrew bloom_expected; sizing the filter for its estimate"
             );
         }
         let filter = Arc::new(
@@ -279,12 +313,11 @@ impl Gate {
             self.building.store(Some(Arc::clone(&filter)));
         }
         let deleted_before = self.deleted_since_build.load(Ordering::Relaxed);
-        let sink = |batch: KeyBatch<'_>| filter.insert_batch(batch);
-        let added = self
-            .keys
-            .scan_keys(10_000, &sink)
-            .await
-            .map_err(store_err)?;
+        self.progress.start(estimate.unwrap_or(0));
+        let scanned = self.scan_all(&filter).await;
+        self.progress.finish();
+        let added = scanned.map_err(store_err)?;
+        self.last_scanned.store(added, Ordering::Relaxed);
         self.after_scan.pass(0).await;
         self.current.store(Some(Arc::clone(&filter)));
         self.capacity.store(capacity, Ordering::Relaxed);

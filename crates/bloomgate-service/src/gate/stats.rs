@@ -69,6 +69,17 @@ pub struct GateStats {
     /// Filters another instance built and this one adopted (shared
     /// rebuilds) instead of a SQL scan.
     pub adopted: u64,
+    /// Keys the running (or last) rebuild has scanned.
+    pub rebuild_scanned: u64,
+    /// The source's estimate of its keys when that scan started (0: none).
+    pub rebuild_estimated_total: u64,
+    /// Its keys scanned per second.
+    pub rebuild_rows_per_sec: f64,
+    /// Pages of a rebuild's scan read again after failing.
+    pub rebuild_page_retries: u64,
+    /// The background row check of a restored or adopted filter: `none`,
+    /// `running`, `ok`, `unaccounted` (a rebuild is owed) or `failed`.
+    pub row_check: &'static str,
 }
 
 impl Gate {
@@ -81,6 +92,7 @@ impl Gate {
             (r.requested, r.requested > r.started)
         };
         let alarm = *lock(&self.alarm);
+        let progress = self.progress.stats();
         GateStats {
             enabled: self.config.enabled,
             ready: self.config.enabled && f.is_some(),
@@ -118,6 +130,12 @@ impl Gate {
             alarms_raised: self.alarms_raised.load(Ordering::Relaxed),
             snapshot_restores: self.restores.load(Ordering::Relaxed),
             adopted: self.adoptions.load(Ordering::Relaxed),
+            rebuild_scanned: progress.scanned,
+            rebuild_estimated_total: progress.estimated_total,
+            rebuild_rows_per_sec: progress.rows_per_sec,
+            rebuild_page_retries: self.page_retries.load(Ordering::Relaxed),
+            row_check: super::progress::ROW_CHECK
+                [usize::from(self.row_check.load(Ordering::Relaxed)).min(4)],
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::http::routes;
         routes::update_sku,
         routes::delete_sku,
         routes::ping,
+        routes::readyz,
         routes::metrics,
         crate::http::dashboard::page,
     ),

@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> App {
         .route("/dashboard", get(crate::http::dashboard::page))
         .route("/api/ping", get(ping))
         .route("/healthz", get(ping))
+        .route("/readyz", get(crate::http::routes::readyz))
         .route("/openapi.json", get(crate::http::openapi::serve))
         .into_parts();
     let router = router

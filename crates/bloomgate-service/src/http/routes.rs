@@ -41,6 +41,25 @@ pub async fn ping() -> impl IntoResponse {
     Json(json!({ "ok": true }))
 }
 
+/// Readiness for an orchestrator: 200 once every guarded table's filter
+/// is built (or restored) and in step with the change feed; 503 JSON
+/// saying why (and how far each rebuild has got) until then.
+#[utoipa::path(get, path = "/readyz",
+    responses(
+        (status = 200, description = "Every filter is built and in step"),
+        (status = 503, description = "Not ready: the body names each resource's state and rebuild progress")
+    )
+)]
+pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let (ready, body) = crate::ready::readiness(&state);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}
+
 /// A SKU's details through the funnel: filter, L1, Redis, SQL.
 #[utoipa::path(get, path = "/api/seckill/{skuId}",
     params(("skuId" = i64, Path, minimum = 1, description = "A positive 64-bit SKU id")),

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::Resource;
-use crate::filter::{accounts_for, decode, encode, key_kind};
+use crate::filter::{decode, encode, key_kind};
 use crate::key::Key;
 
 /// A resource's shared-rebuild counters.
@@ -102,13 +102,12 @@ impl Resource {
 
     /// Adopts epoch `epoch`: verified, made the filter being built (so
     /// every insert from now on reaches it), the keys created after its
-    /// position replayed from the outbox, then published. With `rows`
-    /// (at start), the source's count must be accounted for. Returns the
+    /// position replayed from the outbox, then published. Returns the
     /// epoch's outbox position and the keys replayed.
     ///
     /// # Errors
     /// Why not (the caller scans the source instead).
-    pub async fn adopt_epoch(&self, epoch: u64, rows: Option<u64>) -> Result<(i64, usize), String> {
+    pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, usize), String> {
         let (log, counter) = self
             .epoch_store()
             .ok_or("this resource does not share its rebuilds")?;
@@ -149,9 +148,6 @@ impl Resource {
             let mut keys = Vec::with_capacity(created.len());
             for raw in &created {
                 keys.push(Key::parse(self.key_type(), raw)?);
-            }
-            if let Some(rows) = rows {
-                accounts_for(rows, &filter, keys.len(), "epoch")?;
             }
             Ok::<_, String>(keys)
         }
@@ -203,14 +199,7 @@ impl Resource {
                 return None;
             }
         }
-        let rows = match self.reader.store.0.count().await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(resource = %self.name, error = %e, "counting the source failed; scanning it");
-                return None;
-            }
-        };
-        match self.adopt_epoch(epoch, Some(rows)).await {
+        match self.adopt_epoch(epoch).await {
             Ok((at, replayed)) => {
                 tracing::info!(resource = %self.name, epoch, replayed, "resource filter adopted from Redis at start; no scan");
                 Some(at)
@@ -275,7 +264,7 @@ impl Resource {
                     if latest <= r.epochs.held.load(Ordering::Relaxed) || r.gate().is_rebuilding() {
                         return;
                     }
-                    match r.adopt_epoch(latest, None).await {
+                    match r.adopt_epoch(latest).await {
                         Ok(_) => {}
                         Err(why) if why.ends_with(AS_NEW) => {}
                         Err(why) => {

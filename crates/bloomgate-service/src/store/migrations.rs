@@ -72,12 +72,12 @@ impl SkuStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
-            .within(&self.limit, "migrate")
+            .within(&self.bg_limit, "migrate")
             .await
             .map_err(err("migrate"))?;
         let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
             .fetch_all(&self.pool)
-            .within(&self.limit, "migrate")
+            .within(&self.bg_limit, "migrate")
             .await
             .map_err(err("migrate"))?
             .iter()
@@ -90,7 +90,7 @@ impl SkuStore {
             }
             let res = sqlx::query(&ddl)
                 .execute(&self.pool)
-                .within(&self.limit, "migrate")
+                .within(&self.bg_limit, "migrate")
                 .await;
             // Two instances migrating at once: a seeding insert collides.
             if let Err(e) = res {
@@ -107,7 +107,7 @@ impl SkuStore {
                 .bind(version)
                 .bind(crate::model::now_secs())
                 .execute(&self.pool)
-                .within(&self.limit, "record migration")
+                .within(&self.bg_limit, "record migration")
                 .await;
             // Two instances migrating at once: the loser's insert collides.
             if let Err(e) = res {

@@ -54,7 +54,7 @@ impl SqlTable {
         self.count_statement();
         let row = sqlx::query(&q)
             .fetch_one(&self.store.pool)
-            .within(&self.store.limit, "resource watch")
+            .within(&self.store.bg_limit, "resource watch")
             .await
             .map_err(err("resource watch"))?;
         w.value(&row, 0).map_err(err("resource watch"))
@@ -98,7 +98,7 @@ impl SqlTable {
         self.count_statement();
         let rows = query
             .fetch_all(&self.store.pool)
-            .within(&self.store.limit, "resource watch")
+            .within(&self.store.bg_limit, "resource watch")
             .await
             .map_err(err("resource watch"))?;
         let mut out = Vec::with_capacity(rows.len());

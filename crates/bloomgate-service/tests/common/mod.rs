@@ -782,3 +782,27 @@ pub fn promtool_check(who: &str, text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A text-keyed `users` resource (keys `u000001`…) with the defaults the
+/// tests start from: sized for 1,000 keys at 1%, no watch, `[cache]`'s
+/// mode, snapshot and rebuild settings.
+pub fn users_resource(name: &str) -> bloomgate_service::config::resources::ResourceConfig {
+    bloomgate_service::config::resources::ResourceConfig {
+        name: name.into(),
+        table: "users".into(),
+        key: "id".into(),
+        key_type: bloomgate_service::key::KeyType::Text,
+        columns: Vec::new(),
+        bloom_expected: 1000,
+        bloom_fpp: 0.01,
+        bloom_layout: bloomgate_service::config::BloomLayout::Blocked,
+        max_batch_keys: 50,
+        watch_column: None,
+        watch_every_ms: 1000,
+        bloom_snapshot_path: None,
+        bloom_mode: None,
+        bloom_auto_rebuild: None,
+        bloom_segment_bytes: None,
+        bloom_rebuild_after_deletes: None,
+    }
+}

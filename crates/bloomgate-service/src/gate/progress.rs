@@ -1,0 +1,233 @@
+//! A rebuild's progress: keys scanned against the source's estimate, the
+//! rate, a log line at every tenth; and the page loop that reads one key
+//! range into the new filter, retrying a failed page.
+
+use super::*;
+
+/// Keys a rebuild reads per statement (streamed into the filter in chunks).
+pub const PAGE: usize = 100_000;
+
+/// Times a failed page is read again before the rebuild fails (which
+/// start-up then retries with its own backoff).
+pub const PAGE_RETRIES: u32 = 3;
+
+/// Progress of the running (or last) rebuild.
+#[derive(Debug, Default)]
+pub struct Progress {
+    scanned: AtomicU64,
+    estimated: AtomicU64,
+    /// Unix milliseconds the scan started at; 0 before the first.
+    started_ms: AtomicU64,
+    /// Milliseconds the last finished scan took.
+    took_ms: AtomicU64,
+    running: AtomicBool,
+    /// Tenths of the estimate already logged.
+    logged: AtomicU64,
+}
+
+/// [`Progress`] for the stats endpoint and `/metrics`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ProgressStats {
+    /// Keys the running (or last) rebuild has scanned.
+    pub scanned: u64,
+    /// The source's estimate of its keys when the scan started (0: none).
+    pub estimated_total: u64,
+    /// Keys scanned per second, over the scan so far.
+    pub rows_per_sec: f64,
+}
+
+impl Progress {
+    pub(super) fn start(&self, estimated: u64) {
+        self.scanned.store(0, Ordering::Relaxed);
+        self.logged.store(0, Ordering::Relaxed);
+        self.estimated.store(estimated, Ordering::Relaxed);
+        self.started_ms
+            .store(crate::model::now_millis(), Ordering::Relaxed);
+        self.running.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn finish(&self) {
+        let started = self.started_ms.load(Ordering::Relaxed);
+        self.took_ms.store(
+            crate::model::now_millis().saturating_sub(started),
+            Ordering::Relaxed,
+        );
+        self.running.store(false, Ordering::Relaxed);
+    }
+
+    /// Counts `n` more keys and logs each tenth of the estimate crossed.
+    pub(super) fn add(&self, n: u64) {
+        let scanned = self.scanned.fetch_add(n, Ordering::Relaxed) + n;
+        let estimated = self.estimated.load(Ordering::Relaxed);
+        if estimated == 0 {
+            return;
+        }
+        let tenth = (scanned.saturating_mul(10) / estimated).min(10);
+        let logged = self.logged.load(Ordering::Relaxed);
+        if tenth > logged
+            && self
+                .logged
+                .compare_exchange(logged, tenth, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let s = self.stats();
+            tracing::info!(
+                scanned,
+                estimated_total = estimated,
+                percent = tenth * 10,
+                rows_per_sec = s.rows_per_sec as u64,
+                "filter rebuild progress"
+            );
+        }
+    }
+
+    /// The figures now.
+    pub fn stats(&self) -> ProgressStats {
+        let scanned = self.scanned.load(Ordering::Relaxed);
+        let took = if self.running.load(Ordering::Relaxed) {
+            crate::model::now_millis().saturating_sub(self.started_ms.load(Ordering::Relaxed))
+        } else {
+            self.took_ms.load(Ordering::Relaxed)
+        };
+        ProgressStats {
+            scanned,
+            estimated_total: self.estimated.load(Ordering::Relaxed),
+            rows_per_sec: if took == 0 {
+                0.0
+            } else {
+                scanned as f64 * 1e3 / took as f64
+            },
+        }
+    }
+}
+
+impl Gate {
+    /// Reads every key of `range` into `filter`, page by page; a page that
+    /// fails is read again (from the last key it delivered) up to
+    /// [`PAGE_RETRIES`] times. Returns the keys added.
+    pub(super) async fn scan_range(
+        self: Arc<Self>,
+        range: KeyRange,
+        filter: Arc<GateFilter>,
+    ) -> Result<u64, StoreError> {
+        let mut after: Option<Key> = None;
+        let mut total = 0u64;
+        let mut pages = 0i64;
+        let limit = self.page_rows.load(Ordering::Relaxed).max(1);
+        loop {
+            let mut failures = 0;
+            let page = loop {
+                // Keys a failed page delivered are read again: inserting
+                // one twice changes no bit.
+                let sink = |batch: KeyBatch<'_>| {
+                    filter.insert_batch(batch);
+                };
+                match self.keys.page(range, after.as_ref(), limit, &sink).await {
+                    Ok(page) => break page,
+                    Err(e) if failures < PAGE_RETRIES => {
+                        failures += 1;
+                        self.page_retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, attempt = failures, "a filter rebuild's page failed; reading it again");
+                        tokio::time::sleep(Duration::from_millis(100 << failures)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            total += page.keys as u64;
+            self.progress.add(page.keys as u64);
+            pages += 1;
+            self.scan_page.pass(pages).await;
+            if page.keys < limit {
+                return Ok(total);
+            }
+            after = page.last;
+        }
+    }
+}
+
+/// The background row check's state, as the stats name it.
+pub(super) const ROW_CHECK: [&str; 5] = ["none", "running", "ok", "unaccounted", "failed"];
+
+impl Gate {
+    /// After a filter was restored or adopted instead of scanned: counts
+    /// the source's rows in the background (under the background statement
+    /// limit) and, when the filter accounts for fewer, owes a rebuild
+    /// (until it succeeds, a "no" is [`Verdict::Unvouched`]). Rows written
+    /// behind the change feed's back are refused until this finds them:
+    /// every create the service answered is in the feed, so it never is.
+    pub fn verify_rows(self: &Arc<Self>) {
+        let gate = Arc::downgrade(self);
+        self.row_check.store(1, Ordering::Relaxed);
+        self.background.spawn(async move {
+            let Some(keys) = gate.upgrade().map(|g| Arc::clone(&g.keys)) else {
+                return;
+            };
+            let rows = keys.count_keys().await;
+            let Some(g) = gate.upgrade() else { return };
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(e) => {
+                    g.row_check.store(4, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "the background row count failed; the restored filter stays trusted");
+                    return;
+                }
+            };
+            // Creates committed during the count reach the filter through
+            // the followers: a second look after a moment spares a rebuild.
+            for second_look in [false, true] {
+                let items = g.published().map_or(0, |f| f.as_filter().items());
+                if rows <= items {
+                    g.row_check.store(2, Ordering::Relaxed);
+                    return;
+                }
+                if !second_look {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            g.row_check.store(3, Ordering::Relaxed);
+            let items = g.published().map_or(0, |f| f.as_filter().items());
+            tracing::warn!(
+                rows,
+                items,
+                "the source holds more rows than the restored filter accounts for (written behind the change feed's back): rebuilding"
+            );
+            g.rebuild_owed(|| {});
+        });
+    }
+}
+
+impl Gate {
+    /// Whether this gate lets its instance take traffic, and its state:
+    /// `ready`; `building` (no filter yet: every id would fail open to
+    /// SQL), with the scan's progress; `out_of_step` (the change feed is
+    /// unread: a "no" is not trusted); `rebuild_owed`; `disabled` and
+    /// `not_built` (when `build_expected` is false: the operator chose to
+    /// build later) count as ready.
+    #[must_use]
+    pub fn readiness(&self, build_expected: bool) -> (bool, serde_json::Value) {
+        let state = if !self.config.enabled {
+            "disabled"
+        } else if self.current.load().is_none() {
+            if build_expected || self.is_rebuilding() {
+                "building"
+            } else {
+                "not_built"
+            }
+        } else if !self.in_step() {
+            "out_of_step"
+        } else if self.rebuild_is_owed() {
+            "rebuild_owed"
+        } else {
+            "ready"
+        };
+        let ready = matches!(state, "ready" | "disabled" | "not_built");
+        let mut v = serde_json::json!({ "state": state });
+        if self.is_rebuilding() || state == "building" {
+            v["progress"] = serde_json::to_value(self.progress.stats()).unwrap_or_default();
+        }
+        if let Some(e) = lock(&self.last_error).clone() {
+            v["last_rebuild_error"] = e.into();
+        }
+        (ready, v)
+    }
+}

@@ -1,0 +1,263 @@
+//! Large tables (issue 32), at CI scale: no full `COUNT(*)` on the way to
+//! start-up or readiness, background statements under their own timeout,
+//! a failed scan page read again, `/readyz` and a rebuild's progress.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bloomgate_service::gate::{Gate, GateConfig, Verdict};
+use bloomgate_service::key::{Key, KeyType};
+use bloomgate_service::source::{Row, ScanOf, Source};
+use bloomgate_service::store::StoreError;
+use common::{counter, TestServer};
+use reqwest::Method;
+
+async fn exec(url: &str, statements: &[String]) {
+    sqlx::any::install_default_drivers();
+    let url = if url.starts_with("sqlite") {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_owned()
+    };
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    for s in statements {
+        sqlx::query(s).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+}
+
+/// A `users` table of `rows` text keys.
+async fn users_table(url: &str, rows: usize) {
+    let values: Vec<String> = (1..=rows)
+        .map(|i| format!("('u{i:06}', 'user {i}')"))
+        .collect();
+    exec(
+        url,
+        &[
+            "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)"
+                .into(),
+            format!("INSERT INTO users VALUES {}", values.join(", ")),
+        ],
+    )
+    .await;
+}
+
+async fn ready(s: &TestServer) -> (u16, serde_json::Value) {
+    s.get("/readyz").await
+}
+
+/// Start-up (seeding an empty table), readiness and a rebuild asked for by
+/// a warm send no full `COUNT(*)`: emptiness is a `LIMIT 1`, the filter is
+/// sized from the database's statistics, the rebuild counts what it scans.
+async fn no_full_count(url: &str) {
+    users_table(url, 300).await;
+    let mut c = common::config(url, None, "scale-count");
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 2_000).await;
+    common::eventually(10, "ready", || async { ready(&s).await.0 == 200 }).await;
+    let (status, body) = s
+        .send(
+            Method::POST,
+            "/api/cache/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s
+        .send(
+            Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let stats = s.stats().await;
+    assert_eq!(counter(&stats, &["sql", "full_counts"]), 0, "{stats}");
+    assert_eq!(counter(&stats, &["bloom", "rebuilds"]), 2, "{stats}");
+    assert_eq!(counter(&stats, &["bloom", "added"]), 2_000, "{stats}");
+    assert_eq!(
+        counter(&stats, &["resources", "users", "bloom", "added"]),
+        300,
+        "{stats}"
+    );
+    assert_eq!(
+        counter(&stats, &["bloom", "rebuild_scanned"]),
+        2_000,
+        "{stats}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_starts_and_rebuilds_without_a_full_count() {
+    let dir = tempfile::tempdir().unwrap();
+    no_full_count(&common::sqlite_url(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_starts_and_rebuilds_without_a_full_count() {
+    let Some(url) = common::mysql_database("bg_scale_count").await else {
+        return;
+    };
+    no_full_count(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_starts_and_rebuilds_without_a_full_count() {
+    let Some(url) = common::postgres_database("bg_scale_count").await else {
+        return;
+    };
+    no_full_count(&url).await;
+}
+
+/// Another program holds the SKU table locked for longer than the read
+/// path's statement timeout while an instance starts: start-up waits for
+/// it under the background timeout instead of failing, and is ready after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_background_statement_past_the_read_timeout_does_not_stop_start_up() {
+    let Some(url) = common::postgres_database("bg_scale_slow").await else {
+        return;
+    };
+    // The schema first (an instance migrates), then an empty table to
+    // seed, locked by a transaction of another program.
+    let mut c = common::config(&url, None, "scale-slow");
+    c.sql.statement_timeout_ms = 200;
+    c.sql.background_statement_timeout_ms = 20_000;
+    TestServer::start(c.clone(), 0).await.stop().await;
+    let mut locker = sqlx::PgConnection::connect(&url).await.unwrap();
+    use sqlx::Connection;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE skus IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+        sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    });
+    let started = std::time::Instant::now();
+    let s = TestServer::start(c, 500).await;
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(800),
+        "start-up waited for the lock"
+    );
+    release.await.unwrap();
+    let (status, body) = ready(&s).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(counter(&s.stats().await, &["bloom", "added"]), 500);
+    s.stop().await;
+}
+
+/// A source whose second page fails once.
+#[derive(Debug, Default)]
+struct Flaky {
+    failed: AtomicBool,
+}
+
+impl Source for Flaky {
+    fn key_type(&self) -> KeyType {
+        KeyType::Text
+    }
+    async fn load(&self, _key: &Key) -> Result<Option<Row>, StoreError> {
+        Ok(None)
+    }
+    async fn scan(&self, after: Option<&Key>, limit: usize) -> Result<Vec<Key>, StoreError> {
+        if after.is_some() && !self.failed.swap(true, Ordering::SeqCst) {
+            return Err(StoreError::new("scan", "connection reset (once)"));
+        }
+        let after = after.map(ToString::to_string).unwrap_or_default();
+        Ok((1..=1_000)
+            .map(|i| format!("k{i:05}"))
+            .filter(|k| *k > after)
+            .take(limit)
+            .map(Key::Text)
+            .collect())
+    }
+    async fn count(&self) -> Result<u64, StoreError> {
+        Ok(1_000)
+    }
+}
+
+#[tokio::test]
+async fn a_failed_page_is_read_again_and_the_rebuild_succeeds() {
+    let source = Arc::new(Flaky::default());
+    let gate = Arc::new(Gate::new(
+        GateConfig {
+            enabled: true,
+            layout: bloomgate_service::config::BloomLayout::Blocked,
+            expected: 1_000,
+            fpp: 0.01,
+            auto_rebuild: false,
+        },
+        Arc::new(ScanOf(source.clone())),
+    ));
+    gate.page_rows.store(100, Ordering::Relaxed);
+    let report = gate.rebuild().await.expect("the retried page succeeds");
+    assert!(source.failed.load(Ordering::SeqCst), "a page did fail");
+    assert_eq!(report.added, 1_000);
+    let stats = gate.stats();
+    assert_eq!((stats.rebuild_page_retries, stats.rebuild_failures), (1, 0));
+    for i in 1..=1_000 {
+        let k = Key::Text(format!("k{i:05}"));
+        assert_eq!(gate.check(&k), Verdict::Pass, "{k}");
+    }
+}
+
+/// `/readyz`: 503 while the start-up filter is being scanned (held at its
+/// third page: the progress shows 300 keys of 1,000, and moves on to all
+/// of them once let go), 200 after; 503 again while the instance is out
+/// of step with the change feed, 200 once it reads it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readyz_waits_for_the_filter_and_the_change_feed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let mut c = common::config(&url, None, "scale-ready");
+    c.sql.scan_parallel = 1;
+    c.sql.outbox_poll_ms = 50;
+    c.sql.out_of_step_ms = 300;
+    c.cache.bloom_build_on_start = false;
+    let s = TestServer::start(c, 1_000).await;
+    let (status, body) = ready(&s).await;
+    assert_eq!(
+        (status, &body["resources"]["skus"]["state"]),
+        (200, &"not_built".into()),
+        "bloom_build_on_start = false: ready, by choice: {body}"
+    );
+    let gate = Arc::clone(&s.state.reader.gate);
+    gate.page_rows.store(100, Ordering::Relaxed);
+    let held = gate.scan_page.arm(3);
+    let ticket = gate.request_rebuild();
+    held.reached().await;
+    let (status, body) = ready(&s).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "not_ready");
+    let skus = &body["resources"]["skus"];
+    assert_eq!(skus["state"], "building", "{body}");
+    assert_eq!(skus["progress"]["scanned"], 300, "{body}");
+    assert_eq!(skus["progress"]["estimated_total"], 1_000, "{body}");
+    let stats = s.stats().await;
+    assert_eq!(counter(&stats, &["bloom", "rebuild_scanned"]), 300);
+    assert!(stats["bloom"]["rebuilding"].as_bool().unwrap());
+    held.resume();
+    ticket.wait().await.unwrap();
+    let (status, body) = ready(&s).await;
+    assert_eq!((status, &body["ready"]), (200, &true.into()), "{body}");
+    assert_eq!(
+        counter(&s.stats().await, &["bloom", "rebuild_scanned"]),
+        1_000
+    );
+    // Out of step: the outbox follower is held.
+    let quiet = common::quiet_sql(&s).await;
+    common::eventually(5, "out of step", || async {
+        let (status, body) = ready(&s).await;
+        status == 503 && body["resources"]["skus"]["state"] == "out_of_step"
+    })
+    .await;
+    quiet.resume();
+    common::eventually(5, "back in step", || async { ready(&s).await.0 == 200 }).await;
+    // Liveness asks none of this.
+    assert_eq!(s.get("/healthz").await.0, 200);
+    s.stop().await;
+}
