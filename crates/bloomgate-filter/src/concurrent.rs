@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::sizing::{self, BlockedParams, Design};
+use crate::snapshot::{self, Header, KeyKind, Layout};
 use crate::storage::{AtomicLine, AtomicStorage};
 
 /// A [`BlockedBloom`] (256-bit blocks, same positions) that many threads can
@@ -138,6 +139,29 @@ impl AtomicBloom {
         let bits = Bitmap::from_words(params.bits(), &words)
             .unwrap_or_else(|_| unreachable!("blocks fill whole lines, so there is no padding"));
         BlockedBloom::from_parts(bits, params, self.seed, self.items(), self.design)
+    }
+
+    /// The snapshot [`AtomicBloom::to_blocked`]'s `to_bytes` gives, read
+    /// straight from the atomics: the output is the only copy (a snapshot
+    /// of a large filter costs its size once, not three times).
+    #[must_use]
+    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
+        let params = self.params();
+        let header = Header {
+            layout: Layout::Blocked,
+            hashes: self.hashes,
+            seed: self.seed,
+            bits: params.bits(),
+            items: self.items(),
+            block_bits: params.block_bits,
+            key_kind,
+            design: self.design,
+        };
+        let lines = self.storage.lines();
+        let words = lines
+            .iter()
+            .flat_map(|line| line.0.iter().map(|a| a.load(Ordering::Relaxed)));
+        snapshot::encode_words(&header, lines.len() * 8, words)
     }
 
     /// This filter's shape.

@@ -12,6 +12,7 @@ use crate::filter::Filter;
 use crate::hash::{BloomKey, HashPair};
 use crate::probe;
 use crate::sizing::{self, ClassicParams, Design};
+use crate::snapshot::{self, Header, KeyKind, Layout};
 
 /// A [`ClassicBloom`] (positions `(h1 + i·h2) mod m`, same bits) that many
 /// threads can insert into and read from at once, without locks.
@@ -125,6 +126,24 @@ impl AtomicClassicBloom {
         }
         s.items = Count::new(f.items());
         Ok(s)
+    }
+
+    /// The snapshot [`AtomicClassicBloom::to_classic`]'s `to_bytes` gives,
+    /// read straight from the atomics: the output is the only copy.
+    #[must_use]
+    pub fn to_bytes(&self, key_kind: KeyKind) -> Vec<u8> {
+        let header = Header {
+            layout: Layout::Classic,
+            hashes: self.hashes,
+            seed: self.seed,
+            bits: self.bits,
+            items: self.items(),
+            block_bits: 0,
+            key_kind,
+            design: self.design,
+        };
+        let words = self.words.iter().map(|a| a.load(Ordering::Relaxed));
+        snapshot::encode_words(&header, self.words.len(), words)
     }
 
     /// A heap copy of the current bits.

@@ -470,12 +470,22 @@ fn le_bytes(words: &[u64]) -> Cow<'_, [u8]> {
 
 /// Encodes a snapshot in memory.
 pub(crate) fn encode(h: &Header, words: &[u64]) -> Vec<u8> {
-    let payload = le_bytes(words);
-    debug_assert_eq!(payload.len() as u64, h.payload_len());
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
+    encode_words(h, words.len(), words.iter().copied())
+}
+
+/// Encodes a snapshot in memory from `len` words read one at a time: the
+/// output is the only copy of the payload (a filter of concurrent words
+/// is read straight from its atomics; the checksum runs over the output).
+pub(crate) fn encode_words(h: &Header, len: usize, words: impl Iterator<Item = u64>) -> Vec<u8> {
+    debug_assert_eq!(len as u64 * 8, h.payload_len());
+    let mut out = Vec::with_capacity(HEADER_LEN + len * 8 + TRAILER_LEN);
     out.extend_from_slice(&h.encode());
-    out.extend_from_slice(&payload);
-    out.extend_from_slice(&xxh3_64(&payload).to_le_bytes());
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    debug_assert_eq!(out.len(), HEADER_LEN + len * 8);
+    let sum = xxh3_64(&out[HEADER_LEN..]);
+    out.extend_from_slice(&sum.to_le_bytes());
     out
 }
 

@@ -435,3 +435,27 @@ mod decoder_fuzz {
         }
     }
 }
+
+/// A concurrent filter's snapshot, read straight from its atomics, is byte
+/// for byte the one its heap copy writes, and loads back with every key.
+#[test]
+fn concurrent_filters_encode_as_their_heap_copies_do() {
+    let keys = Rng(29).keys(30_000);
+    let blocked = bloomgate_filter::AtomicBloom::with_fpr(30_000, 0.001).unwrap();
+    let classic = bloomgate_filter::AtomicClassicBloom::with_fpr(30_000, 0.001).unwrap();
+    for k in &keys {
+        blocked.insert(k);
+        classic.insert(k);
+    }
+    for kind in [KeyKind::Integer, KeyKind::Bytes] {
+        let direct = blocked.to_bytes(kind);
+        assert_eq!(direct, blocked.to_blocked().to_bytes(kind));
+        let (back, k) = BlockedBloom::from_bytes(&direct).unwrap();
+        assert_eq!(k, kind);
+        assert!(keys.iter().all(|key| back.contains(key)));
+        let direct = classic.to_bytes(kind);
+        assert_eq!(direct, classic.to_classic().to_bytes(kind));
+        let (back, _) = ClassicBloom::from_bytes(&direct).unwrap();
+        assert!(keys.iter().all(|key| back.contains(key)));
+    }
+}

@@ -49,10 +49,43 @@ pub fn accounts_for(
 /// were hashed (`Integer` for the SKUs and integer resources, `Bytes` for
 /// text keys).
 pub fn encode(filter: &GateFilter, kind: KeyKind) -> Vec<u8> {
+    // Straight from the atomics: the snapshot is the only copy.
     match filter {
-        GateFilter::Blocked(f) => f.to_blocked().to_bytes(kind),
-        GateFilter::Classic(f) => f.to_classic().to_bytes(kind),
+        GateFilter::Blocked(f) => f.to_bytes(kind),
+        GateFilter::Classic(f) => f.to_bytes(kind),
     }
+}
+
+/// One encoded copy of a filter at a time in the whole process (a
+/// snapshot save and an epoch's publication after the same rebuild would
+/// otherwise each hold one: at 10^8 keys, hundreds of MB at once).
+static ENCODING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// A filter's snapshot bytes, holding the process's one encoding permit
+/// until dropped.
+#[derive(Debug)]
+pub struct Encoded {
+    /// The snapshot.
+    pub bytes: Vec<u8>,
+    _permit: tokio::sync::SemaphorePermit<'static>,
+}
+
+/// [`encode`] on a blocking thread, once no other encoded copy is held.
+///
+/// # Errors
+/// A sentence when the blocking task failed.
+pub async fn encode_one(
+    filter: std::sync::Arc<GateFilter>,
+    kind: KeyKind,
+) -> Result<Encoded, String> {
+    let permit = ENCODING.acquire().await.map_err(|e| e.to_string())?;
+    let bytes = tokio::task::spawn_blocking(move || encode(&filter, kind))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Encoded {
+        bytes,
+        _permit: permit,
+    })
 }
 
 /// How a resource's keys are hashed, as the snapshot format records it.

@@ -159,6 +159,8 @@ pub struct Gate {
     last_scanned: AtomicU64,
     /// The background row check's state (an index of `progress::ROW_CHECK`).
     row_check: std::sync::atomic::AtomicU8,
+    /// The resource it guards, for the log (`skus` by default).
+    name: Arc<str>,
     /// Serialises the two-slot writes (an insert into `building`, then
     /// `current`) with the swaps of those slots, so no insert can fall
     /// between a filter being published and the slot it was built in
@@ -230,6 +232,7 @@ impl Gate {
             page_retries: AtomicU64::new(0),
             last_scanned: AtomicU64::new(0),
             row_check: std::sync::atomic::AtomicU8::new(0),
+            name: Arc::from(crate::store::SKU_RESOURCE),
             slots: Mutex::new(()),
             adopt_hook: Hook::default(),
             in_step: AtomicBool::new(true),
@@ -253,6 +256,13 @@ impl Gate {
     #[must_use]
     pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
         self.background = bg;
+        self
+    }
+
+    /// Names the resource it guards in its log lines.
+    #[must_use]
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = Arc::from(name);
         self
     }
 

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
-use crate::filter::{decode, encode};
+use crate::filter::decode;
 use crate::gate::{Gate, GateFilter};
 use crate::key::{Key, KeyType};
 use crate::outbox::Outbox;
@@ -190,8 +190,11 @@ impl Persist {
         };
         let capacity = gate.capacity();
         let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
+        let encoded = crate::filter::encode_one(filter, kind)
+            .await
+            .map_err(std::io::Error::other)?;
         tokio::task::spawn_blocking(move || {
-            let bytes = encode(&filter, kind);
+            let bytes = &encoded.bytes;
             let meta = Meta {
                 version: VERSION,
                 position,
@@ -200,10 +203,10 @@ impl Persist {
                 capacity,
                 layout,
                 fpp,
-                file_xxh3: hash_hex(&bytes),
+                file_xxh3: hash_hex(bytes),
                 saved_at_ms: crate::model::now_millis(),
             };
-            write_atomic(&path, &bytes)?;
+            write_atomic(&path, bytes)?;
             let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
             write_atomic(&meta_path(&path), &json)?;
             Ok(true)

@@ -205,6 +205,7 @@ impl Resource {
             },
             Arc::new(ScanOf(Arc::clone(&source))),
         )
+        .with_name(name)
         .with_background(shared.background.clone());
         let l1 = L1::new(
             c.l1_capacity,

@@ -141,14 +141,14 @@ pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
     /// The key ranges a rebuild may read at once (one, unless the source
     /// knows better).
     fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
-        Box::pin(async { Ok(vec![None]) })
+        Box::pin(async { Ok(vec![KeyRange::default()]) })
     }
 
     /// One page of keys handed to `sink` (see [`KeyScan::page`]); the
     /// default reads it with `scan` and knows one range only.
     fn scan_page<'a>(
         &'a self,
-        range: KeyRange,
+        range: &'a KeyRange,
         after: Option<&'a Key>,
         limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
@@ -225,6 +225,8 @@ pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
     fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// The ranges a rebuild reads at once; together they hold every key.
+    /// A descending range comes only with a full ascending one, the two
+    /// meeting in the middle ([`KeyRange::meeting`]).
     fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>>;
 
     /// Calls `sink` with up to `limit` keys of `range` greater than `after`
@@ -232,7 +234,7 @@ pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
     /// `limit` means the range is done.
     fn page<'a>(
         &'a self,
-        range: KeyRange,
+        range: &'a KeyRange,
         after: Option<&'a Key>,
         limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
@@ -247,10 +249,14 @@ pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let mut total = 0u64;
-            for range in self.ranges().await? {
+            // One reader: a descending range only ever pairs with a full
+            // ascending one (`KeyRange::meeting`), which reads it all.
+            let mut ranges = self.ranges().await?;
+            ranges.retain(|r| !r.descending);
+            for range in ranges {
                 let mut after: Option<Key> = None;
                 loop {
-                    let page = self.page(range, after.as_ref(), batch, sink).await?;
+                    let page = self.page(&range, after.as_ref(), batch, sink).await?;
                     total += page.keys as u64;
                     if page.keys < batch {
                         break;
@@ -282,7 +288,7 @@ impl KeyScan for ScanOf {
 
     fn page<'a>(
         &'a self,
-        range: KeyRange,
+        range: &'a KeyRange,
         after: Option<&'a Key>,
         limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
@@ -310,7 +316,7 @@ impl KeyScan for SkuStore {
 
     fn page<'a>(
         &'a self,
-        range: KeyRange,
+        range: &'a KeyRange,
         after: Option<&'a Key>,
         limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),

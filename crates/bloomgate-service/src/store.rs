@@ -123,6 +123,9 @@ pub struct SkuStore {
     pub(crate) bg_limit: StatementLimit,
     /// Key ranges a rebuild reads at once.
     scan_parallel: usize,
+    /// The driver's own pool for key scans (MySQL and PostgreSQL), opened
+    /// lazily: rows decoded without `Any`'s conversion.
+    scan_pool: scan::ScanPool,
     /// This process's name in the outbox's `origin` column.
     origin: Arc<str>,
     /// A write that takes longer than this between recording its change
@@ -230,6 +233,7 @@ impl SkuStore {
                 counters: Arc::clone(&counters),
             },
             scan_parallel: c.scan_parallel.max(1) as usize,
+            scan_pool: scan::ScanPool::lazy(backend, &url, c),
             origin: format!("{:016x}", fastrand::u64(..)).into(),
             rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
@@ -522,6 +526,7 @@ impl SkuStore {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.scan_pool.close().await;
     }
 }
 

@@ -137,6 +137,8 @@ pub struct SqlTable {
     table: Arc<str>,
     /// The table's plain name (for the catalogue's statistics).
     table_name: Arc<str>,
+    /// The key column's plain name.
+    key_name: Arc<str>,
     /// The key as selected (cast to its kind).
     key_select: Arc<str>,
     columns: Arc<[Column]>,
@@ -303,6 +305,7 @@ impl SqlTable {
             key: key_quoted.into(),
             table: table.into(),
             table_name: config.table.as_str().into(),
+            key_name: config.key.as_str().into(),
             columns: columns.into(),
             watch,
             counters: Arc::default(),
@@ -528,17 +531,20 @@ impl DynSource for SqlTable {
 
     fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
         Box::pin(async move {
-            if self.key_type != KeyType::Int {
-                return Ok(vec![None]);
-            }
             self.count_statement();
-            self.store.int_ranges(&self.key, &self.table).await
+            match self.key_type {
+                KeyType::Int => self.store.int_ranges(&self.key, &self.table).await,
+                KeyType::Text => Ok(self
+                    .store
+                    .text_ranges(&self.table_name, &self.key_name)
+                    .await),
+            }
         })
     }
 
     fn scan_page<'a>(
         &'a self,
-        range: KeyRange,
+        range: &'a KeyRange,
         after: Option<&'a Key>,
         limit: usize,
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),

@@ -261,3 +261,85 @@ async fn readyz_waits_for_the_filter_and_the_change_feed() {
     assert_eq!(s.get("/healthz").await.0, 200);
     s.stop().await;
 }
+
+/// Text keys in mixed case and beyond ASCII, read by two readers: cut at
+/// PostgreSQL's quantiles after an `ANALYZE`, or meeting in the middle
+/// (MariaDB, whose collation ignores case; PostgreSQL before statistics).
+/// Every key reaches the filter whatever order the database sorts them in.
+async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
+    let keys: Vec<String> = (0..2_345)
+        .map(|i| match i % 3 {
+            0 => format!("u{i:05}"),
+            1 => format!("U{i:05}x"),
+            _ => format!("ü{i:05}"),
+        })
+        .collect();
+    let values: Vec<String> = keys.iter().map(|k| format!("('{k}', 'n')")).collect();
+    let mut ddl = vec![
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)"
+            .to_string(),
+        format!("INSERT INTO users VALUES {}", values.join(", ")),
+    ];
+    if analyze {
+        ddl.push("ANALYZE users".into());
+    }
+    exec(url, &ddl).await;
+    let s = TestServer::start(common::config(url, None, "scale-readers"), 0).await;
+    let table = bloomgate_service::table::SqlTable::open(
+        &s.state.reader.store,
+        &common::users_resource("users"),
+        0,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let scan = ScanOf(Arc::new(table));
+    let ranges = bloomgate_service::source::KeyScan::ranges(&scan)
+        .await
+        .unwrap();
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert_eq!(ranges[1].descending, expect_meeting, "{ranges:?}");
+    let gate = Arc::new(Gate::new(
+        GateConfig {
+            enabled: true,
+            layout: bloomgate_service::config::BloomLayout::Blocked,
+            expected: 3_000,
+            fpp: 0.001,
+            auto_rebuild: false,
+        },
+        Arc::new(scan),
+    ));
+    gate.page_rows.store(100, Ordering::Relaxed);
+    let report = gate.rebuild().await.unwrap();
+    assert!(report.added >= keys.len() as u64, "{report:?}");
+    // Overlap is at most a page or so per reader.
+    assert!(report.added <= keys.len() as u64 + 200, "{report:?}");
+    for k in &keys {
+        assert_eq!(gate.check(&Key::Text(k.clone())), Verdict::Pass, "{k}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_text_keys_meet_in_the_middle() {
+    let Some(url) = common::mysql_database("bg_scale_readers").await else {
+        return;
+    };
+    two_readers(&url, false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_text_keys_meet_in_the_middle_before_statistics() {
+    let Some(url) = common::postgres_database("bg_scale_readers").await else {
+        return;
+    };
+    two_readers(&url, false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_text_keys_cut_at_quantiles_after_analyze() {
+    let Some(url) = common::postgres_database("bg_scale_quantiles").await else {
+        return;
+    };
+    two_readers(&url, true, false).await;
+}

@@ -18,6 +18,9 @@ const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
 /// sooner).
 const EPOCH_TTL_SECS: u64 = 3600;
 
+/// The largest segment an epoch is stored in, bytes.
+pub const EPOCH_SEGMENT_MAX: u64 = 8 << 20;
+
 impl ChangeLog {
     /// A connection for moving whole filters: the shared one answers
     /// within `redis_timeout_ms`, too short for megabytes.
@@ -192,16 +195,13 @@ impl ChangeLog {
     ) -> Result<u64, String> {
         let (outbox_at, covered) = outbox;
         let filter = gate.published().ok_or("no filter published")?;
-        let bytes = tokio::task::spawn_blocking(move || {
-            crate::filter::encode(&filter, bloomgate_filter::KeyKind::Integer)
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+        let encoded = crate::filter::encode_one(filter, bloomgate_filter::KeyKind::Integer).await?;
+        let bytes = &encoded.bytes;
         let counter = crate::wire::epoch_counter_key(&self.prefix);
         let epoch = self
             .store_epoch(
                 &counter,
-                &bytes,
+                bytes,
                 &[
                     ("at", at.to_string()),
                     ("outbox", outbox_at.to_string()),
@@ -423,9 +423,16 @@ impl ChangeLog {
     }
 
     /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).
+    /// An epoch's segments: at most `cache.bloom_segment_bytes`, and at
+    /// most [`EPOCH_SEGMENT_MAX`], so a `SET` copies little beside the
+    /// encoded filter (readers take any number of segments).
     fn segment_len(&self) -> usize {
-        usize::try_from(self.segment_bytes.min(bloomgate_redis::MAX_SEGMENT_BYTES))
-            .unwrap_or(usize::MAX)
+        usize::try_from(
+            self.segment_bytes
+                .min(bloomgate_redis::MAX_SEGMENT_BYTES)
+                .min(EPOCH_SEGMENT_MAX),
+        )
+        .unwrap_or(usize::MAX)
     }
 
     /// Deletes an older epoch's meta, then its segments (best effort:

@@ -56,7 +56,7 @@ impl Progress {
     }
 
     /// Counts `n` more keys and logs each tenth of the estimate crossed.
-    pub(super) fn add(&self, n: u64) {
+    pub(super) fn add(&self, n: u64, resource: &str) {
         let scanned = self.scanned.fetch_add(n, Ordering::Relaxed) + n;
         let estimated = self.estimated.load(Ordering::Relaxed);
         if estimated == 0 {
@@ -72,6 +72,7 @@ impl Progress {
         {
             let s = self.stats();
             tracing::info!(
+                resource,
                 scanned,
                 estimated_total = estimated,
                 percent = tenth * 10,
@@ -101,19 +102,88 @@ impl Progress {
     }
 }
 
+/// Two readers meeting in the middle ([`KeyRange::meeting`]): the last key
+/// each has read up to (every key beyond it, on its side, is in the
+/// filter), ascending first; and whether the descending reader is needed
+/// at all (0 not known yet, 1 yes, 2 no: the ascending reader's first
+/// page held every key). It starts after that first page, so a table of
+/// one page is read once.
+#[derive(Debug)]
+pub(super) struct Meet {
+    reached: Mutex<[Option<Key>; 2]>,
+    needed: watch::Sender<u8>,
+}
+
+impl Default for Meet {
+    fn default() -> Self {
+        Self {
+            reached: Mutex::new([None, None]),
+            needed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Meet {
+    /// `range` bounded by how far the other reader has got.
+    fn bound(&self, range: &KeyRange) -> KeyRange {
+        let other = lock(&self.reached)[usize::from(!range.descending)].clone();
+        KeyRange {
+            after: range.after.clone(),
+            upto: other.or_else(|| range.upto.clone()),
+            descending: range.descending,
+        }
+    }
+
+    fn reached(&self, range: &KeyRange, last: Option<Key>) {
+        if last.is_some() {
+            lock(&self.reached)[usize::from(range.descending)] = last;
+        }
+    }
+
+    /// The ascending reader's first page: full (the other reader is
+    /// needed), or not; a failed one lets the other go on too.
+    pub(super) fn first_page(&self, full: bool) {
+        self.needed.send_if_modified(|n| {
+            let first = *n == 0;
+            if first {
+                *n = if full { 1 } else { 2 };
+            }
+            first
+        });
+    }
+
+    /// Waits for [`Meet::first_page`]; true when this reader is needed.
+    async fn needed(&self) -> bool {
+        let mut rx = self.needed.subscribe();
+        rx.wait_for(|&n| n != 0).await.map_or(true, |n| *n == 1)
+    }
+}
+
 impl Gate {
     /// Reads every key of `range` into `filter`, page by page; a page that
     /// fails is read again (from the last key it delivered) up to
-    /// [`PAGE_RETRIES`] times. Returns the keys added.
+    /// [`PAGE_RETRIES`] times. With `meet`, each page stops where the
+    /// other reader has got to. Returns the keys added.
     pub(super) async fn scan_range(
         self: Arc<Self>,
         range: KeyRange,
+        meet: Option<Arc<Meet>>,
         filter: Arc<GateFilter>,
     ) -> Result<u64, StoreError> {
         let mut after: Option<Key> = None;
         let mut total = 0u64;
         let mut pages = 0i64;
         let limit = self.page_rows.load(Ordering::Relaxed).max(1);
+        if let (Some(m), true) = (&meet, range.descending) {
+            if !m.needed().await {
+                return Ok(0);
+            }
+        }
+        let first_page = |full: bool| {
+            if let (Some(m), false) = (&meet, range.descending) {
+                m.first_page(full);
+            }
+        };
         loop {
             let mut failures = 0;
             let page = loop {
@@ -122,7 +192,9 @@ impl Gate {
                 let sink = |batch: KeyBatch<'_>| {
                     filter.insert_batch(batch);
                 };
-                match self.keys.page(range, after.as_ref(), limit, &sink).await {
+                let bounded = meet.as_ref().map(|m| m.bound(&range));
+                let this = bounded.as_ref().unwrap_or(&range);
+                match self.keys.page(this, after.as_ref(), limit, &sink).await {
                     Ok(page) => break page,
                     Err(e) if failures < PAGE_RETRIES => {
                         failures += 1;
@@ -130,11 +202,18 @@ impl Gate {
                         tracing::warn!(error = %e, attempt = failures, "a filter rebuild's page failed; reading it again");
                         tokio::time::sleep(Duration::from_millis(100 << failures)).await;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        first_page(true);
+                        return Err(e);
+                    }
                 }
             };
+            first_page(page.keys >= limit);
             total += page.keys as u64;
-            self.progress.add(page.keys as u64);
+            if let Some(m) = &meet {
+                m.reached(&range, page.last.clone());
+            }
+            self.progress.add(page.keys as u64, &self.name);
             pages += 1;
             self.scan_page.pass(pages).await;
             if page.keys < limit {

@@ -251,9 +251,22 @@ impl Gate {
     /// decoding of one range's rows does not wait for another's).
     async fn scan_all(self: &Arc<Self>, filter: &Arc<GateFilter>) -> Result<u64, StoreError> {
         let ranges = self.keys.ranges().await?;
+        tracing::info!(
+            resource = %self.name,
+            ranges = ranges.len(),
+            estimated_total = self.progress.stats().estimated_total,
+            "filter rebuild: scanning"
+        );
+        let meet = ranges
+            .iter()
+            .any(|r| r.descending)
+            .then(|| Arc::new(super::progress::Meet::default()));
         let tasks: Vec<_> = ranges
             .into_iter()
-            .map(|r| tokio::spawn(Arc::clone(self).scan_range(r, Arc::clone(filter))))
+            .map(|r| {
+                let task = Arc::clone(self).scan_range(r, meet.clone(), Arc::clone(filter));
+                tokio::spawn(task)
+            })
             .collect();
         let mut added = 0;
         let mut failed = None;
@@ -262,6 +275,11 @@ impl Gate {
                 Ok(Ok(n)) => added += n,
                 Ok(Err(e)) => failed = failed.or(Some(e)),
                 Err(e) => {
+                    // A reader that panicked before its first page must
+                    // not leave the other waiting for it.
+                    if let Some(m) = &meet {
+                        m.first_page(true);
+                    }
                     failed = failed.or(Some(StoreError::new("scan", e.to_string())));
                 }
             }
@@ -301,7 +319,7 @@ impl Gate {
                 estimate = known,
                 expected,
                 capacity,
-                "the source outgrew bloom_expected; sizing the filter for its estimate"
+                "sizing the filter above bloom_expected: the source's estimate (or last scan) with a quarter to grow"
             );
         }
         let filter = Arc::new(
@@ -327,7 +345,7 @@ impl Gate {
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
         self.last_rebuild_ms.store(duration_ms, Ordering::Relaxed);
         let f = filter.as_filter();
-        tracing::info!(added, duration_ms, bits = f.bits(), "bloom filter rebuilt");
+        tracing::info!(resource = %self.name, added, duration_ms, bits = f.bits(), "bloom filter rebuilt");
         Ok(RebuildReport {
             added,
             bits: f.bits(),

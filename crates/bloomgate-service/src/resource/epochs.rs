@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::Resource;
-use crate::filter::{decode, encode, key_kind};
+use crate::filter::{decode, key_kind};
 use crate::key::Key;
 
 /// A resource's shared-rebuild counters.
@@ -72,13 +72,12 @@ impl Resource {
         let gate = self.gate();
         let filter = gate.published().ok_or("no filter published")?;
         let kind = key_kind(self.key_type());
-        let bytes = tokio::task::spawn_blocking(move || encode(&filter, kind))
-            .await
-            .map_err(|e| e.to_string())?;
+        let encoded = crate::filter::encode_one(filter, kind).await?;
+        let bytes = &encoded.bytes;
         let epoch = log
             .store_epoch(
                 counter,
-                &bytes,
+                bytes,
                 &[
                     ("outbox", at.to_string()),
                     ("capacity", gate.capacity().to_string()),

@@ -10,9 +10,58 @@ use super::*;
 use crate::filter::KeyBatch;
 use crate::key::{Key, KeyType};
 
-/// A part of the key space a rebuild reads on its own: integer keys in
-/// `(after, upto]`; `None` is every key.
-pub type KeyRange = Option<(i64, i64)>;
+/// A part of the key space a rebuild reads on its own, in the source's
+/// own key order: ascending, the keys above `after` and at most `upto`;
+/// descending, the keys below `after` and at least `upto` (no bound where
+/// `None`; the default range is every key, ascending).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// Where the range starts (exclusive).
+    pub after: Option<Key>,
+    /// Where it ends (inclusive).
+    pub upto: Option<Key>,
+    /// Read from the largest key down.
+    pub descending: bool,
+}
+
+impl KeyRange {
+    /// Every key twice over, ascending and descending: two readers that
+    /// meet in the middle, each bounding its pages by how far the other
+    /// has got (the database compares, in its own collation), so together
+    /// they read each key about once with no quantile known beforehand.
+    #[must_use]
+    pub fn meeting() -> Vec<Self> {
+        vec![
+            Self::default(),
+            Self {
+                descending: true,
+                ..Self::default()
+            },
+        ]
+    }
+
+    /// Contiguous ranges cut at `bounds` (ascending, distinct): the first
+    /// open below, the last open above; one range for no bounds.
+    #[must_use]
+    pub fn cut_at(bounds: Vec<Key>) -> Vec<Self> {
+        let mut ranges = Vec::with_capacity(bounds.len() + 1);
+        let mut after = None;
+        for b in bounds {
+            ranges.push(Self {
+                after: after.clone(),
+                upto: Some(b.clone()),
+                descending: false,
+            });
+            after = Some(b);
+        }
+        ranges.push(Self {
+            after,
+            upto: None,
+            descending: false,
+        });
+        ranges
+    }
+}
 
 /// What one page delivered.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +74,143 @@ pub struct Page {
 
 /// Keys handed to a sink at once while a page streams in.
 const CHUNK: usize = 8_192;
+
+/// The driver's own pool for key scans on MySQL and PostgreSQL (sqlx's
+/// `Any` converts every row into its own type first, which costs more
+/// than the rest of a scan's decoding), opened lazily from the same URL
+/// (TLS options and all) with `sql.scan_parallel` connections. `None` on
+/// SQLite, or when the driver does not take the URL: the `Any` pool
+/// scans then.
+#[derive(Clone, Default)]
+pub(crate) enum ScanPool {
+    #[default]
+    None,
+    MySql(sqlx::MySqlPool),
+    Postgres(sqlx::PgPool),
+}
+
+impl std::fmt::Debug for ScanPool {
+    // The options hold the password: only the kind is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "ScanPool::None",
+            Self::MySql(_) => "ScanPool::MySql",
+            Self::Postgres(_) => "ScanPool::Postgres",
+        })
+    }
+}
+
+impl ScanPool {
+    pub(crate) fn lazy(backend: Backend, url: &str, c: &SqlConfig) -> Self {
+        let size = c.scan_parallel.max(1);
+        let acquire =
+            Duration::from_millis(c.acquire_timeout_ms.max(c.background_statement_timeout_ms));
+        match backend {
+            Backend::MySql => sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(size)
+                .acquire_timeout(acquire)
+                .connect_lazy(url)
+                .map_or(Self::None, Self::MySql),
+            Backend::Postgres => sqlx::postgres::PgPoolOptions::new()
+                .max_connections(size)
+                .acquire_timeout(acquire)
+                .connect_lazy(url)
+                .map_or(Self::None, Self::Postgres),
+            Backend::Sqlite => Self::None,
+        }
+    }
+
+    pub(crate) async fn close(&self) {
+        match self {
+            Self::None => {}
+            Self::MySql(p) => p.close().await,
+            Self::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+/// Keys gathered from a page's rows and handed to the sink [`CHUNK`] at
+/// a time.
+struct Chunks<'s> {
+    sink: &'s (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ints: Vec<i64>,
+    texts: Vec<Key>,
+    page: Page,
+}
+
+impl<'s> Chunks<'s> {
+    fn new(sink: &'s (dyn Fn(KeyBatch<'_>) + Send + Sync)) -> Self {
+        Self {
+            sink,
+            ints: Vec::new(),
+            texts: Vec::new(),
+            page: Page::default(),
+        }
+    }
+
+    fn int(&mut self, k: i64) {
+        self.ints.push(k);
+        if self.ints.len() == CHUNK {
+            self.flush();
+        }
+    }
+
+    fn text(&mut self, k: String) {
+        self.texts.push(Key::Text(k));
+        if self.texts.len() == CHUNK {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.ints.is_empty() {
+            self.page.keys += self.ints.len();
+            (self.sink)(KeyBatch::Ints(&self.ints));
+            self.page.last = self.ints.last().map(|&i| Key::Int(i));
+            self.ints.clear();
+        }
+        if !self.texts.is_empty() {
+            self.page.keys += self.texts.len();
+            (self.sink)(KeyBatch::Keys(&self.texts));
+            self.page.last = self.texts.pop();
+            self.texts.clear();
+        }
+    }
+
+    fn finish(mut self) -> Page {
+        self.flush();
+        self.page
+    }
+}
+
+/// One page through a driver's own pool: the same statement and binds,
+/// rows decoded as the driver's types.
+macro_rules! native_page {
+    ($pool:expr, $q:expr, $binds:expr, $key_type:expr, $sink:expr) => {{
+        let mut query = sqlx::query($q);
+        for b in $binds {
+            query = match b {
+                Key::Int(i) => query.bind(*i),
+                Key::Text(s) => query.bind(s.as_str()),
+            };
+        }
+        let mut rows = query.fetch($pool);
+        let mut chunks = Chunks::new($sink);
+        while let Some(row) = rows.try_next().await? {
+            match $key_type {
+                KeyType::Int => chunks.int(row.try_get::<i64, _>(0)?),
+                KeyType::Text => chunks.text(match row.try_get::<&str, _>(0) {
+                    Ok(s) => s.to_owned(),
+                    Err(e) => match row.try_get::<&[u8], _>(0) {
+                        Ok(b) => String::from_utf8_lossy(b).into_owned(),
+                        Err(_) => return Err(e),
+                    },
+                }),
+            }
+        }
+        Ok::<_, sqlx::Error>(chunks.finish())
+    }};
+}
 
 impl SkuStore {
     /// True when the SKU table has no row (`LIMIT 1`, not a count).
@@ -114,9 +300,9 @@ impl SkuStore {
             .and_then(|n| u64::try_from(n).ok()))
     }
 
-    /// Up to `n` ranges covering every integer key of `key` in `quoted`
-    /// (`MIN` and `MAX` through its index), split evenly; one range (`None`)
-    /// when `n` is 1 or the table is empty.
+    /// Up to `sql.scan_parallel` ranges covering every integer key of
+    /// `key` in `quoted`, cut evenly between its `MIN` and `MAX` (read
+    /// through its index); one range when that is 1 or the table is empty.
     pub(crate) async fn int_ranges(
         &self,
         key: &str,
@@ -124,7 +310,7 @@ impl SkuStore {
     ) -> Result<Vec<KeyRange>, StoreError> {
         let n = self.scan_parallel;
         if n <= 1 {
-            return Ok(vec![None]);
+            return Ok(vec![KeyRange::default()]);
         }
         let q = format!("SELECT MIN({key}), MAX({key}) FROM {quoted}");
         let row = sqlx::query(&q)
@@ -138,9 +324,53 @@ impl SkuStore {
             row.try_get::<Option<i64>, _>(1)
                 .map_err(err("key bounds"))?,
         ) else {
-            return Ok(vec![None]);
+            return Ok(vec![KeyRange::default()]);
         };
-        Ok(split(min, max, n))
+        Ok(KeyRange::cut_at(
+            int_bounds(min, max, n).into_iter().map(Key::Int).collect(),
+        ))
+    }
+
+    /// Ranges of the text keys of `key_name` in `table` for
+    /// `sql.scan_parallel` readers: cut where PostgreSQL's statistics put
+    /// the key's quantiles (`pg_stats.histogram_bounds`, after an
+    /// `ANALYZE`, which autovacuum runs); elsewhere, or without them, two
+    /// readers meeting in the middle ([`KeyRange::meeting`]). One range
+    /// when `sql.scan_parallel` is 1, or on SQLite (a local file: the
+    /// decoding is the cost, and one reader does it).
+    pub(crate) async fn text_ranges(&self, table: &str, key_name: &str) -> Vec<KeyRange> {
+        let n = self.scan_parallel;
+        if n <= 1 || self.backend == Backend::Sqlite {
+            return vec![KeyRange::default()];
+        }
+        if self.backend == Backend::Postgres {
+            let rows = sqlx::query(
+                "SELECT CAST(b AS TEXT) FROM pg_stats, \
+                 unnest(CAST(CAST(histogram_bounds AS TEXT) AS TEXT[])) WITH ORDINALITY AS h(b, i) \
+                 WHERE schemaname = current_schema() AND tablename = $1 AND attname = $2 ORDER BY i",
+            )
+            .bind(table.to_owned())
+            .bind(key_name.to_owned())
+            .fetch_all(&self.pool)
+            .within(&self.bg_limit, "key bounds")
+            .await;
+            let all: Vec<String> = match rows {
+                Ok(rows) => rows.iter().filter_map(|r| r.try_get(0).ok()).collect(),
+                Err(e) => {
+                    tracing::info!(error = %e, "no key quantiles; two readers meet in the middle");
+                    Vec::new()
+                }
+            };
+            if all.len() > n {
+                // Quantiles 1/n .. (n-1)/n of the histogram.
+                let mut bounds: Vec<String> = (1..n)
+                    .map(|i| all[i * (all.len() - 1) / n].clone())
+                    .collect();
+                bounds.dedup();
+                return KeyRange::cut_at(bounds.into_iter().map(Key::Text).collect());
+            }
+        }
+        KeyRange::meeting()
     }
 
     /// Streams one page of keys into `sink`, [`CHUNK`] at a time: the
@@ -153,51 +383,29 @@ impl SkuStore {
         key_type: KeyType,
         sink: &(dyn Fn(KeyBatch<'_>) + Send + Sync),
     ) -> Result<Page, StoreError> {
-        let mut query = sqlx::query(q);
-        for b in binds {
-            query = match b {
-                Key::Int(i) => query.bind(*i),
-                Key::Text(s) => query.bind(s.clone()),
-            };
-        }
         let read = async {
-            let mut rows = query.fetch(&self.pool);
-            let mut page = Page::default();
-            let (mut ints, mut texts) = (Vec::new(), Vec::new());
-            while let Some(row) = rows.try_next().await? {
-                match key_type {
-                    KeyType::Int => {
-                        ints.push(row.try_get::<i64, _>(0)?);
-                        if ints.len() == CHUNK {
-                            page.keys += ints.len();
-                            sink(KeyBatch::Ints(&ints));
-                            page.last = ints.last().map(|&i| Key::Int(i));
-                            ints.clear();
+            match &self.scan_pool {
+                ScanPool::MySql(pool) => native_page!(pool, q, binds, key_type, sink),
+                ScanPool::Postgres(pool) => native_page!(pool, q, binds, key_type, sink),
+                ScanPool::None => {
+                    let mut query = sqlx::query(q);
+                    for b in binds {
+                        query = match b {
+                            Key::Int(i) => query.bind(*i),
+                            Key::Text(s) => query.bind(s.clone()),
+                        };
+                    }
+                    let mut rows = query.fetch(&self.pool);
+                    let mut chunks = Chunks::new(sink);
+                    while let Some(row) = rows.try_next().await? {
+                        match key_type {
+                            KeyType::Int => chunks.int(row.try_get::<i64, _>(0)?),
+                            KeyType::Text => chunks.text(text_at(&row, 0)?.unwrap_or_default()),
                         }
                     }
-                    KeyType::Text => {
-                        let k = text_at(&row, 0)?.unwrap_or_default();
-                        texts.push(Key::Text(k));
-                        if texts.len() == CHUNK {
-                            page.keys += texts.len();
-                            sink(KeyBatch::Keys(&texts));
-                            page.last = texts.pop();
-                            texts.clear();
-                        }
-                    }
+                    Ok(chunks.finish())
                 }
             }
-            if !ints.is_empty() {
-                page.keys += ints.len();
-                sink(KeyBatch::Ints(&ints));
-                page.last = ints.last().map(|&i| Key::Int(i));
-            }
-            if !texts.is_empty() {
-                page.keys += texts.len();
-                sink(KeyBatch::Keys(&texts));
-                page.last = texts.pop();
-            }
-            Ok::<_, sqlx::Error>(page)
         };
         read.within(&self.bg_limit, "scan page")
             .await
@@ -207,7 +415,7 @@ impl SkuStore {
     /// One page of the SKU ids in `range` above `after`.
     pub(crate) async fn id_page(
         &self,
-        range: KeyRange,
+        range: &KeyRange,
         after: Option<&Key>,
         limit: usize,
         sink: &(dyn Fn(KeyBatch<'_>) + Send + Sync),
@@ -224,24 +432,24 @@ pub(crate) fn page_statement(
     select: &str,
     key: &str,
     quoted: &str,
-    range: KeyRange,
+    range: &KeyRange,
     after: Option<&Key>,
     limit: usize,
 ) -> (String, Vec<Key>) {
     let mut conditions = Vec::new();
     let mut binds = Vec::new();
-    let lower = match (after, range) {
-        (Some(k), _) => Some(k.clone()),
-        (None, Some((lo, _))) => Some(Key::Int(lo)),
-        (None, None) => None,
+    let (past, upto, order) = if range.descending {
+        ("<", ">=", " DESC")
+    } else {
+        (">", "<=", "")
     };
-    if let Some(k) = lower {
-        binds.push(k);
-        conditions.push(format!("{key} > {}", store.ph(binds.len())));
+    if let Some(k) = after.or(range.after.as_ref()) {
+        binds.push(k.clone());
+        conditions.push(format!("{key} {past} {}", store.ph(binds.len())));
     }
-    if let Some((_, hi)) = range {
-        binds.push(Key::Int(hi));
-        conditions.push(format!("{key} <= {}", store.ph(binds.len())));
+    if let Some(k) = &range.upto {
+        binds.push(k.clone());
+        conditions.push(format!("{key} {upto} {}", store.ph(binds.len())));
     }
     let filter = if conditions.is_empty() {
         String::new()
@@ -249,7 +457,7 @@ pub(crate) fn page_statement(
         format!(" WHERE {}", conditions.join(" AND "))
     };
     (
-        format!("SELECT {select} FROM {quoted}{filter} ORDER BY {key} LIMIT {limit}"),
+        format!("SELECT {select} FROM {quoted}{filter} ORDER BY {key}{order} LIMIT {limit}"),
         binds,
     )
 }
@@ -266,36 +474,19 @@ pub(crate) fn text_at(row: &AnyRow, i: usize) -> Result<Option<String>, sqlx::Er
     }
 }
 
-/// `(min - 1, max]` in `n` ranges of about equal width.
-fn split(min: i64, max: i64, n: usize) -> Vec<KeyRange> {
-    if min == i64::MIN {
-        // `(min - 1, …]` has no i64 spelling: one range, no lower bound.
-        return vec![None];
-    }
-    let lo = i128::from(min) - 1;
-    let width = (i128::from(max) - lo).max(1);
-    let n = (n as i128).min(width);
-    (0..n)
-        .map(|i| {
-            let a = lo + width * i / n;
-            let b = if i == n - 1 {
-                i128::from(max)
-            } else {
-                lo + width * (i + 1) / n
-            };
-            Some((a as i64, b as i64))
-        })
+/// The `n - 1` cut points that split `[min, max]` into `n` ranges of
+/// about equal width (fewer when there are fewer keys than ranges).
+fn int_bounds(min: i64, max: i64, n: usize) -> Vec<i64> {
+    let width = i128::from(max) - i128::from(min) + 1;
+    let n = (n as i128).min(width).max(1);
+    (1..n)
+        .map(|i| (i128::from(min) - 1 + width * i / n) as i64)
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split;
-
-    #[test]
-    fn the_smallest_key_leaves_one_unbounded_range() {
-        assert_eq!(split(i64::MIN, 5, 4), vec![None]);
-    }
+    use super::{int_bounds, Key, KeyRange};
 
     #[test]
     fn ranges_cover_every_key_once() {
@@ -303,17 +494,26 @@ mod tests {
             (1, 10_000_000, 2),
             (1, 1, 4),
             (-5, 5, 3),
-            (i64::MIN + 1, i64::MAX, 4),
+            (i64::MIN, i64::MAX, 4),
             (7, 9, 16),
         ] {
-            let r: Vec<(i64, i64)> = split(min, max, n).into_iter().flatten().collect();
-            assert!(r.len() <= n && !r.is_empty());
-            assert_eq!(r.last().unwrap().1, max);
-            assert_eq!(r[0].0, min - 1);
+            let b = int_bounds(min, max, n);
+            assert!(b.len() < n.max(2));
+            assert!(
+                b.windows(2).all(|w| w[0] < w[1]),
+                "{min} {max} {n}: ascending"
+            );
+            assert!(
+                b.iter().all(|&x| x >= min && x < max),
+                "{min} {max} {n}: inside"
+            );
+            let r = KeyRange::cut_at(b.iter().copied().map(Key::Int).collect());
+            assert_eq!(r.len(), b.len() + 1);
+            assert_eq!((&r[0].after, &r[r.len() - 1].upto), (&None, &None));
             for w in r.windows(2) {
-                assert_eq!(w[0].1, w[1].0, "{min} {max} {n}: contiguous");
-                assert!(w[0].0 < w[0].1);
+                assert_eq!(w[0].upto, w[1].after, "contiguous");
             }
         }
+        assert_eq!(int_bounds(1, 10, 2), vec![5]);
     }
 }
