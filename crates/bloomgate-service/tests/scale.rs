@@ -315,7 +315,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
     // Overlap is at most a page or so per reader.
     assert!(report.added <= keys.len() as u64 + 200, "{report:?}");
     for k in &keys {
-        assert_eq!(gate.check(&Key::Text(k.clone())), Verdict::Pass, "{k}");
+        assert_eq!(gate.check(Key::Text(k.clone())), Verdict::Pass, "{k}");
     }
     s.stop().await;
 }
