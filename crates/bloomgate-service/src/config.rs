@@ -118,10 +118,12 @@ pub struct SqlConfig {
     /// Longest time one background statement may take, milliseconds: the
     /// pages of a filter rebuild's key scan (a page past it is retried),
     /// the emptiness check and estimates at start, the background row
-    /// count and the change-outbox follower.
+    /// count and the change-outbox follower's reads (its trims keep
+    /// `statement_timeout_ms`: a slow one is retried on the next pass).
     pub background_statement_timeout_ms: u64,
-    /// Key ranges a rebuild of an integer-keyed table reads at once (1 =
-    /// one ordered scan).
+    /// Readers a rebuild scans a table with at once (1 = one ordered scan;
+    /// at most 2 on SQLite): integer keys cut between `MIN` and `MAX`, text
+    /// keys at PostgreSQL's quantiles or two readers meeting in the middle.
     pub scan_parallel: u32,
     /// Read-path loads that may query SQL at once (the bulkhead); more wait.
     pub max_concurrent_loads: u32,

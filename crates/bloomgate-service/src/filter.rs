@@ -23,28 +23,6 @@ pub use crate::config::{
     filter_bytes, BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP,
 };
 
-/// Rows written behind the change feed's back (`bloomgate seed`, a bulk
-/// load) are in no stored filter and no replay: a filter from a `source`
-/// (snapshot, epoch) is trusted only if the table's `rows` are at most its
-/// items plus the `replayed` creates.
-///
-/// # Errors
-/// A sentence for the log when SQL holds more.
-pub fn accounts_for(
-    rows: u64,
-    filter: &GateFilter,
-    replayed: usize,
-    source: &str,
-) -> Result<(), String> {
-    let items = filter.as_filter().items();
-    if rows > items + replayed as u64 {
-        return Err(format!(
-            "the table holds {rows} rows, more than the {source}'s {items} plus {replayed} created since: some were written behind the change feed's back"
-        ));
-    }
-    Ok(())
-}
-
 /// A gate filter in the library's snapshot format, recording how its keys
 /// were hashed (`Integer` for the SKUs and integer resources, `Bytes` for
 /// text keys).

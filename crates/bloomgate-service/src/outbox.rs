@@ -432,7 +432,7 @@ impl Outbox {
         ))
         .bind(age)
         .fetch_one(&self.store.pool)
-        .within(&self.store.bg_limit, self.bg("outbox trim"))
+        .within(&self.store.limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?;
         let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
@@ -456,7 +456,7 @@ impl Outbox {
         .bind(through)
         .bind(through)
         .execute(&self.store.pool)
-        .within(&self.store.bg_limit, self.bg("outbox trim"))
+        .within(&self.store.limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?;
         let deleted = sqlx::query(&format!(
@@ -465,7 +465,7 @@ impl Outbox {
         ))
         .bind(through)
         .execute(&self.store.pool)
-        .within(&self.store.bg_limit, self.bg("outbox trim"))
+        .within(&self.store.limit, self.bg("outbox trim"))
         .await
         .map_err(err("outbox trim"))?
         .rows_affected();

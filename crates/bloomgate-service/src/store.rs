@@ -92,8 +92,6 @@ pub struct StoreCounters {
     /// Full `COUNT(*)` statements sent (the background row check only:
     /// never on the path to start-up or readiness).
     pub full_counts: AtomicU64,
-    /// Scan pages that failed and were read again.
-    pub page_retries: AtomicU64,
     /// Statements that failed (timeouts and unique-key collisions apart).
     pub errors: AtomicU64,
     /// Writes that committed so late that their change was recorded again.

@@ -343,3 +343,65 @@ async fn postgres_text_keys_cut_at_quantiles_after_analyze() {
     };
     two_readers(&url, true, false).await;
 }
+
+/// An integer key of a narrow MySQL type (MEDIUMINT, which sqlx's `Any`
+/// driver does not decode) is still cut into ranges and read whole; a row
+/// whose text key is NULL is skipped, not a failed page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_narrow_integer_keys_and_null_text_keys() {
+    let Some(url) = common::mysql_database("bg_scale_narrow").await else {
+        return;
+    };
+    let values: Vec<String> = (1..=500).map(|i| format!("({i}, 'n{i}')")).collect();
+    exec(
+        &url,
+        &[
+            "CREATE TABLE items (id MEDIUMINT NOT NULL PRIMARY KEY, name VARCHAR(32))".into(),
+            format!("INSERT INTO items VALUES {}", values.join(", ")),
+            "CREATE TABLE users (id VARCHAR(32) NULL UNIQUE, name VARCHAR(100) NOT NULL)".into(),
+            "INSERT INTO users VALUES ('a', 'n'), (NULL, 'no key'), ('b', 'n')".into(),
+        ],
+    )
+    .await;
+    let s = TestServer::start(common::config(&url, None, "scale-narrow"), 0).await;
+    let store = &s.state.reader.store;
+    let items = bloomgate_service::config::resources::ResourceConfig {
+        table: "items".into(),
+        key_type: KeyType::Int,
+        ..common::users_resource("items")
+    };
+    for (config, keys) in [
+        (items, (1..=500).map(Key::Int).collect::<Vec<_>>()),
+        (
+            common::users_resource("users"),
+            vec![Key::Text("a".into()), Key::Text("b".into())],
+        ),
+    ] {
+        let table = bloomgate_service::table::SqlTable::open(store, &config, 0)
+            .await
+            .unwrap()
+            .unwrap();
+        let scan = ScanOf(Arc::new(table));
+        let ranges = bloomgate_service::source::KeyScan::ranges(&scan)
+            .await
+            .unwrap();
+        assert_eq!(ranges.len(), 2, "{ranges:?}");
+        let gate = Arc::new(Gate::new(
+            GateConfig {
+                enabled: true,
+                layout: bloomgate_service::config::BloomLayout::Blocked,
+                expected: 1_000,
+                fpp: 0.001,
+                auto_rebuild: false,
+            },
+            Arc::new(scan),
+        ));
+        gate.page_rows.store(100, Ordering::Relaxed);
+        let report = gate.rebuild().await.unwrap();
+        assert_eq!(report.added, keys.len() as u64, "{report:?}");
+        for k in keys {
+            assert_eq!(gate.check(&k), Verdict::Pass, "{k}");
+        }
+    }
+    s.stop().await;
+}

@@ -230,8 +230,9 @@ pub(super) const ROW_CHECK: [&str; 5] = ["none", "running", "ok", "unaccounted",
 impl Gate {
     /// After a filter was restored or adopted instead of scanned: counts
     /// the source's rows in the background (under the background statement
-    /// limit) and, when the filter accounts for fewer, owes a rebuild
-    /// (until it succeeds, a "no" is [`Verdict::Unvouched`]). Rows written
+    /// limit; three tries) and, when the filter accounts for fewer, or
+    /// the count never succeeds, owes a rebuild (until it succeeds, a "no"
+    /// is [`Verdict::Unvouched`]). Rows written
     /// behind the change feed's back are refused until this finds them:
     /// every create the service answered is in the feed, so it never is.
     pub fn verify_rows(self: &Arc<Self>) {
@@ -241,15 +242,28 @@ impl Gate {
             let Some(keys) = gate.upgrade().map(|g| Arc::clone(&g.keys)) else {
                 return;
             };
-            let rows = keys.count_keys().await;
-            let Some(g) = gate.upgrade() else { return };
-            let rows = match rows {
-                Ok(rows) => rows,
-                Err(e) => {
-                    g.row_check.store(4, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "the background row count failed; the restored filter stays trusted");
-                    return;
+            // A count that keeps failing (or outlasting the background
+            // limit) leaves the filter unchecked: after three tries a
+            // rebuild is owed instead, which reads in pages.
+            let mut rows = None;
+            for wait in [1, 5, 25] {
+                match keys.count_keys().await {
+                    Ok(n) => {
+                        rows = Some(n);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in_s = wait, "the background row count failed");
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
                 }
+            }
+            let Some(g) = gate.upgrade() else { return };
+            let Some(rows) = rows else {
+                g.row_check.store(4, Ordering::Relaxed);
+                tracing::warn!("the background row count failed three times: rebuilding instead of trusting the restored filter unchecked");
+                g.rebuild_owed(|| {});
+                return;
             };
             // Creates committed during the count reach the filter through
             // the followers: a second look after a moment spares a rebuild.

@@ -308,9 +308,15 @@ impl Gate {
                 None
             }
         };
+        // The estimate is a hint: capped at 4 x what is known otherwise
+        // (SQLite's MAX(rowid) of sparse keys, a stale statistic), so a
+        // bad one cannot size a filter of terabytes; a source past the
+        // size is still fully added, and the capacity alarm resizes.
+        let last = self.last_scanned.load(Ordering::Relaxed);
         let known = estimate
             .unwrap_or(0)
-            .max(self.last_scanned.load(Ordering::Relaxed));
+            .min(expected.max(last).saturating_mul(4))
+            .max(last);
         let capacity = expected
             .max(known.saturating_mul(5) / 4)
             .max(self.min_capacity.load(Ordering::Relaxed));

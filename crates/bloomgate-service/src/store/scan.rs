@@ -197,15 +197,22 @@ macro_rules! native_page {
         let mut rows = query.fetch($pool);
         let mut chunks = Chunks::new($sink);
         while let Some(row) = rows.try_next().await? {
+            // A NULL key names no row a read could ask for: skipped.
             match $key_type {
-                KeyType::Int => chunks.int(row.try_get::<i64, _>(0)?),
-                KeyType::Text => chunks.text(match row.try_get::<&str, _>(0) {
-                    Ok(s) => s.to_owned(),
-                    Err(e) => match row.try_get::<&[u8], _>(0) {
-                        Ok(b) => String::from_utf8_lossy(b).into_owned(),
+                KeyType::Int => {
+                    if let Some(k) = row.try_get::<Option<i64>, _>(0)? {
+                        chunks.int(k);
+                    }
+                }
+                KeyType::Text => match row.try_get::<Option<&str>, _>(0) {
+                    Ok(Some(s)) => chunks.text(s.to_owned()),
+                    Ok(None) => {}
+                    Err(e) => match row.try_get::<Option<&[u8]>, _>(0) {
+                        Ok(Some(b)) => chunks.text(String::from_utf8_lossy(b).into_owned()),
+                        Ok(None) => {}
                         Err(_) => return Err(e),
                     },
-                }),
+                },
             }
         }
         Ok::<_, sqlx::Error>(chunks.finish())
@@ -213,6 +220,16 @@ macro_rules! native_page {
 }
 
 impl SkuStore {
+    /// Readers a rebuild may use: `sql.scan_parallel`, at most 2 on SQLite,
+    /// whose readers share the read path's pool of 4.
+    fn readers(&self) -> usize {
+        if self.backend == Backend::Sqlite {
+            self.scan_parallel.min(2)
+        } else {
+            self.scan_parallel
+        }
+    }
+
     /// True when the SKU table has no row (`LIMIT 1`, not a count).
     ///
     /// # Errors
@@ -308,27 +325,44 @@ impl SkuStore {
         key: &str,
         quoted: &str,
     ) -> Result<Vec<KeyRange>, StoreError> {
-        let n = self.scan_parallel;
+        let n = self.readers();
         if n <= 1 {
             return Ok(vec![KeyRange::default()]);
         }
-        let q = format!("SELECT MIN({key}), MAX({key}) FROM {quoted}");
-        let row = sqlx::query(&q)
-            .fetch_one(&self.pool)
-            .within(&self.bg_limit, "key bounds")
-            .await
-            .map_err(err("key bounds"))?;
-        let (Some(min), Some(max)) = (
-            row.try_get::<Option<i64>, _>(0)
-                .map_err(err("key bounds"))?,
-            row.try_get::<Option<i64>, _>(1)
-                .map_err(err("key bounds"))?,
-        ) else {
-            return Ok(vec![KeyRange::default()]);
+        // Cast after the aggregate (the index answers MIN and MAX): the
+        // `Any` driver decodes no MySQL TINYINT or MEDIUMINT.
+        let (min, max) = match self.backend {
+            Backend::MySql => (
+                format!("CAST(MIN({key}) AS SIGNED)"),
+                format!("CAST(MAX({key}) AS SIGNED)"),
+            ),
+            Backend::Postgres => (
+                format!("CAST(MIN({key}) AS BIGINT)"),
+                format!("CAST(MAX({key}) AS BIGINT)"),
+            ),
+            Backend::Sqlite => (format!("MIN({key})"), format!("MAX({key})")),
         };
-        Ok(KeyRange::cut_at(
-            int_bounds(min, max, n).into_iter().map(Key::Int).collect(),
-        ))
+        let q = format!("SELECT {min}, {max} FROM {quoted}");
+        let bounds = async {
+            let row = sqlx::query(&q)
+                .fetch_one(&self.pool)
+                .within(&self.bg_limit, "key bounds")
+                .await?;
+            Ok::<_, sqlx::Error>((
+                row.try_get::<Option<i64>, _>(0)?,
+                row.try_get::<Option<i64>, _>(1)?,
+            ))
+        };
+        match bounds.await {
+            Ok((Some(min), Some(max))) => Ok(KeyRange::cut_at(
+                int_bounds(min, max, n).into_iter().map(Key::Int).collect(),
+            )),
+            Ok(_) => Ok(vec![KeyRange::default()]),
+            Err(e) => {
+                tracing::info!(error = %e, "no key bounds; the rebuild reads one range");
+                Ok(vec![KeyRange::default()])
+            }
+        }
     }
 
     /// Ranges of the text keys of `key_name` in `table` for
@@ -339,7 +373,7 @@ impl SkuStore {
     /// when `sql.scan_parallel` is 1, or on SQLite (a local file: the
     /// decoding is the cost, and one reader does it).
     pub(crate) async fn text_ranges(&self, table: &str, key_name: &str) -> Vec<KeyRange> {
-        let n = self.scan_parallel;
+        let n = self.readers();
         if n <= 1 || self.backend == Backend::Sqlite {
             return vec![KeyRange::default()];
         }
@@ -399,8 +433,16 @@ impl SkuStore {
                     let mut chunks = Chunks::new(sink);
                     while let Some(row) = rows.try_next().await? {
                         match key_type {
-                            KeyType::Int => chunks.int(row.try_get::<i64, _>(0)?),
-                            KeyType::Text => chunks.text(text_at(&row, 0)?.unwrap_or_default()),
+                            KeyType::Int => {
+                                if let Some(k) = row.try_get::<Option<i64>, _>(0)? {
+                                    chunks.int(k);
+                                }
+                            }
+                            KeyType::Text => {
+                                if let Some(k) = text_at(&row, 0)? {
+                                    chunks.text(k);
+                                }
+                            }
                         }
                     }
                     Ok(chunks.finish())
