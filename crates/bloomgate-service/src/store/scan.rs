@@ -103,8 +103,9 @@ impl std::fmt::Debug for ScanPool {
 impl ScanPool {
     pub(crate) fn lazy(backend: Backend, url: &str, c: &SqlConfig) -> Self {
         let size = c.scan_parallel.max(1);
-        let acquire =
-            Duration::from_millis(c.acquire_timeout_ms.max(c.background_statement_timeout_ms));
+        // As the read path's pool: a database that refuses connections
+        // fails a page at once (start-up retries the build with backoff).
+        let acquire = Duration::from_millis(c.acquire_timeout_ms);
         match backend {
             Backend::MySql => sqlx::mysql::MySqlPoolOptions::new()
                 .max_connections(size)
