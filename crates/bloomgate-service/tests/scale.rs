@@ -44,6 +44,27 @@ async fn users_table(url: &str, rows: usize) {
     .await;
 }
 
+/// A gate of its own over `keys` (blocked layout, no auto-rebuild), its
+/// scans in pages of 100 keys.
+fn gate_over(
+    keys: Arc<dyn bloomgate_service::source::KeyScan>,
+    expected: u64,
+    fpp: f64,
+) -> Arc<Gate> {
+    let gate = Arc::new(Gate::new(
+        GateConfig {
+            enabled: true,
+            layout: bloomgate_service::config::BloomLayout::Blocked,
+            expected,
+            fpp,
+            auto_rebuild: false,
+        },
+        keys,
+    ));
+    gate.page_rows.store(100, Ordering::Relaxed);
+    gate
+}
+
 async fn ready(s: &TestServer) -> (u16, serde_json::Value) {
     s.get("/readyz").await
 }
@@ -183,17 +204,7 @@ impl Source for Flaky {
 #[tokio::test]
 async fn a_failed_page_is_read_again_and_the_rebuild_succeeds() {
     let source = Arc::new(Flaky::default());
-    let gate = Arc::new(Gate::new(
-        GateConfig {
-            enabled: true,
-            layout: bloomgate_service::config::BloomLayout::Blocked,
-            expected: 1_000,
-            fpp: 0.01,
-            auto_rebuild: false,
-        },
-        Arc::new(ScanOf(source.clone())),
-    ));
-    gate.page_rows.store(100, Ordering::Relaxed);
+    let gate = gate_over(Arc::new(ScanOf(source.clone())), 1_000, 0.01);
     let report = gate.rebuild().await.expect("the retried page succeeds");
     assert!(source.failed.load(Ordering::SeqCst), "a page did fail");
     assert_eq!(report.added, 1_000);
@@ -299,17 +310,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
         .unwrap();
     assert_eq!(ranges.len(), 2, "{ranges:?}");
     assert_eq!(ranges[1].descending, expect_meeting, "{ranges:?}");
-    let gate = Arc::new(Gate::new(
-        GateConfig {
-            enabled: true,
-            layout: bloomgate_service::config::BloomLayout::Blocked,
-            expected: 3_000,
-            fpp: 0.001,
-            auto_rebuild: false,
-        },
-        Arc::new(scan),
-    ));
-    gate.page_rows.store(100, Ordering::Relaxed);
+    let gate = gate_over(Arc::new(scan), 3_000, 0.001);
     let report = gate.rebuild().await.unwrap();
     assert!(report.added >= keys.len() as u64, "{report:?}");
     // Overlap is at most a page or so per reader.
@@ -386,17 +387,7 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
             .await
             .unwrap();
         assert_eq!(ranges.len(), 2, "{ranges:?}");
-        let gate = Arc::new(Gate::new(
-            GateConfig {
-                enabled: true,
-                layout: bloomgate_service::config::BloomLayout::Blocked,
-                expected: 1_000,
-                fpp: 0.001,
-                auto_rebuild: false,
-            },
-            Arc::new(scan),
-        ));
-        gate.page_rows.store(100, Ordering::Relaxed);
+        let gate = gate_over(Arc::new(scan), 1_000, 0.001);
         let report = gate.rebuild().await.unwrap();
         assert_eq!(report.added, keys.len() as u64, "{report:?}");
         for k in keys {
