@@ -201,7 +201,7 @@ impl BlockedBloom {
             return;
         }
         let seed = self.seed;
-        self.insert_batch(keys.len(), |i| keys[i].hash_pair(seed).h1);
+        self.insert_batch::<false>(keys.len(), |i| keys[i].hash_pair(seed).h1);
     }
 
     /// Adds many keys already hashed with this filter's seed (as
@@ -213,14 +213,15 @@ impl BlockedBloom {
             }
             return;
         }
-        self.insert_batch(hashes.len(), |i| hashes[i].h1);
+        self.insert_batch::<true>(hashes.len(), |i| hashes[i].h1);
     }
 
     /// The batch insert over 256-bit blocks: the AVX2 or the portable
     /// kernel, chosen once per call, with the kernel inlined into the loop.
-    fn insert_batch(&mut self, n: usize, h1_of: impl Fn(usize) -> u64) {
+    /// `CHEAP`: `h1_of` is a load (see `block::batch_loop`).
+    fn insert_batch<const CHEAP: bool>(&mut self, n: usize, h1_of: impl Fn(usize) -> u64) {
         let (avx2, blocks, k) = (self.kernel.avx2(), self.blocks, self.hashes);
-        block::insert_batch256(avx2, self.bits.blocks256_mut(), blocks, k, n, h1_of);
+        block::insert_batch256::<CHEAP>(avx2, self.bits.blocks256_mut(), blocks, k, n, h1_of);
         self.items += n as u64;
     }
 
@@ -239,7 +240,7 @@ impl BlockedBloom {
             return Ok(());
         }
         let seed = self.seed;
-        self.probe_batch(|i| keys[i].hash_pair(seed).h1, out);
+        self.probe_batch::<false>(|i| keys[i].hash_pair(seed).h1, out);
         Ok(())
     }
 
@@ -256,15 +257,16 @@ impl BlockedBloom {
             }
             return Ok(());
         }
-        self.probe_batch(|i| hashes[i].h1, out);
+        self.probe_batch::<true>(|i| hashes[i].h1, out);
         Ok(())
     }
 
     /// The batch probe over 256-bit blocks: the AVX2 or the portable
     /// kernel, chosen once per call, with the kernel inlined into the loop.
-    fn probe_batch(&self, h1_of: impl Fn(usize) -> u64, out: &mut [bool]) {
+    /// `CHEAP`: `h1_of` is a load (see `block::batch_loop`).
+    fn probe_batch<const CHEAP: bool>(&self, h1_of: impl Fn(usize) -> u64, out: &mut [bool]) {
         let store = self.bits.blocks256();
-        block::probe_batch256(
+        block::probe_batch256::<_, CHEAP>(
             self.kernel.avx2(),
             store,
             self.blocks,

@@ -205,14 +205,15 @@ impl AtomicBloom {
     /// Adds many keys, prefetching a batch ahead.
     pub fn insert_many<K: BloomKey>(&self, keys: &[K]) {
         let seed = self.seed;
-        self.set_batch(keys.len(), |i| keys[i].hash_pair(seed).h1);
+        self.set_batch::<false>(keys.len(), |i| keys[i].hash_pair(seed).h1);
     }
 
     /// Sets `n` keys (first hashes `h1_of(i)`) and counts them once; see
     /// [`block::set_batch_with`] for the loop.
-    fn set_batch(&self, n: usize, h1_of: impl Fn(usize) -> u64) {
+    /// `CHEAP`: `h1_of` is a load.
+    fn set_batch<const CHEAP: bool>(&self, n: usize, h1_of: impl Fn(usize) -> u64) {
         self.items.add(n as u64);
-        block::set_batch256(
+        block::set_batch256::<CHEAP>(
             self.kernel,
             self.storage.lines(),
             self.blocks,
@@ -229,7 +230,7 @@ impl AtomicBloom {
     pub fn contains_many<K: BloomKey>(&self, keys: &[K], out: &mut [bool]) -> Result<()> {
         crate::error::check_len(keys.len(), out.len())?;
         let seed = self.seed;
-        block::probe_batch256(
+        block::probe_batch256::<_, false>(
             self.kernel.avx2(),
             self.storage.lines(),
             self.blocks,
@@ -247,7 +248,7 @@ impl AtomicBloom {
     /// [`Error::LengthMismatch`] when `out.len() != hashes.len()`.
     pub fn contains_hashes(&self, hashes: &[HashPair], out: &mut [bool]) -> Result<()> {
         crate::error::check_len(hashes.len(), out.len())?;
-        block::probe_batch256(
+        block::probe_batch256::<_, true>(
             self.kernel.avx2(),
             self.storage.lines(),
             self.blocks,
@@ -261,7 +262,7 @@ impl AtomicBloom {
     /// As [`AtomicBloom::insert_many`] for keys already hashed with this
     /// filter's seed.
     pub fn insert_hashes(&self, hashes: &[HashPair]) {
-        self.set_batch(hashes.len(), |i| hashes[i].h1);
+        self.set_batch::<true>(hashes.len(), |i| hashes[i].h1);
     }
 }
 

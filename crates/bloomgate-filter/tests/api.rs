@@ -236,8 +236,9 @@ fn batch_calls_on_hashes_agree_with_single_calls() {
     use bloomgate_filter::hash::BloomKey;
     let keys = Rng(5).keys(400_000);
     let others = Rng(6).keys(30_000);
-    // A cache-sized filter (probed by the plain loop) and one of 640 KiB
-    // (probed through the prefetch window), each filled to a few % FPR.
+    // A cache-sized filter and one of 640 KiB (probed through the prefetch
+    // window where L2 is smaller; `batch_window.rs` forces the window),
+    // each filled to a few % FPR.
     for (blocks, m, k) in [1u32, 3, 8, 11, 16]
         .into_iter()
         .map(|k| (1_000, 10_000, k))

@@ -106,12 +106,15 @@ pub(crate) fn direct_max_blocks() -> u64 {
 /// The loop of every batch call over `n` keys (first hashes `h1_of(i)`),
 /// visiting key `i` with its block index: for filters of at most
 /// [`direct_max_blocks`], a plain loop (in cache a prefetch saves nothing);
-/// above, a rolling window that prefetches each key's block [`BATCH`] keys
-/// before `visit` reaches it, so the misses of a large filter overlap.
-/// `target` is what `visit` writes (answers, plain blocks), lent to
-/// `prefetch` between visits.
+/// above, each key's block is prefetched [`BATCH`] keys before `visit`
+/// reaches it, so the misses of a large filter overlap. With `CHEAP`
+/// (`h1_of` is a load: precomputed hashes) the first hash is read twice,
+/// once to prefetch and once to visit, as a hand-written prefetch loop
+/// does; otherwise (`h1_of` hashes a key) a ring of [`BATCH`] slots keeps
+/// each hash from the prefetch to the visit. `target` is what `visit`
+/// writes (answers, plain blocks), lent to `prefetch` between visits.
 #[inline(always)]
-fn batch_loop<T: ?Sized>(
+fn batch_loop<T: ?Sized, const CHEAP: bool>(
     target: &mut T,
     n: usize,
     blocks: u64,
@@ -121,6 +124,26 @@ fn batch_loop<T: ?Sized>(
 ) {
     if blocks <= direct_max_blocks() {
         for i in 0..n {
+            let h1 = h1_of(i);
+            visit(target, i, block_index256(h1, blocks), h1);
+        }
+        return;
+    }
+    if CHEAP {
+        // The ring's stores and loads and a branch per key cost more than
+        // a second load of the hash: with the ring, the batch ran 1.02-1.09x
+        // a hand-prefetched sbbf loop at 10^8 keys, without it 0.96-1.00x
+        // (issue 32; `equal_work --ab`). 64 keys ahead did no better.
+        let ahead = n.saturating_sub(BATCH);
+        for i in 0..n.min(BATCH) {
+            prefetch(target, block_index256(h1_of(i), blocks));
+        }
+        for i in 0..ahead {
+            prefetch(target, block_index256(h1_of(i + BATCH), blocks));
+            let h1 = h1_of(i);
+            visit(target, i, block_index256(h1, blocks), h1);
+        }
+        for i in ahead..n {
             let h1 = h1_of(i);
             visit(target, i, block_index256(h1, blocks), h1);
         }
@@ -143,7 +166,7 @@ fn batch_loop<T: ?Sized>(
 
 /// The batch probe ([`batch_loop`]): answer `i` is `covers` of key `i`.
 #[inline(always)]
-pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
+pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized, const CHEAP: bool>(
     store: &S,
     blocks: u64,
     k: u32,
@@ -152,7 +175,7 @@ pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
     covers: impl Fn(&S, usize, u64, u32) -> bool,
 ) {
     let n = out.len();
-    batch_loop(
+    batch_loop::<_, CHEAP>(
         out,
         n,
         blocks,
@@ -164,7 +187,7 @@ pub(crate) fn probe_batch_with<S: Blocks256 + ?Sized>(
 
 /// The insert twin of [`probe_batch_with`], into plain blocks.
 #[inline(always)]
-pub(crate) fn insert_batch_with(
+pub(crate) fn insert_batch_with<const CHEAP: bool>(
     store: &mut [[u64; 4]],
     blocks: u64,
     k: u32,
@@ -172,7 +195,7 @@ pub(crate) fn insert_batch_with(
     h1_of: impl Fn(usize) -> u64,
     apply: impl Fn(&mut [u64; 4], u64, u32),
 ) {
-    batch_loop(
+    batch_loop::<_, CHEAP>(
         store,
         n,
         blocks,
@@ -185,14 +208,14 @@ pub(crate) fn insert_batch_with(
 /// The insert twin of [`probe_batch_with`], into atomic lines: `set` gets
 /// each key's block index and first hash.
 #[inline(always)]
-pub(crate) fn set_batch_with(
+pub(crate) fn set_batch_with<const CHEAP: bool>(
     lines: &[AtomicLine],
     blocks: u64,
     n: usize,
     h1_of: impl Fn(usize) -> u64,
     set: impl Fn(usize, u64),
 ) {
-    batch_loop(
+    batch_loop::<_, CHEAP>(
         &mut (),
         n,
         blocks,
@@ -205,7 +228,7 @@ pub(crate) fn set_batch_with(
 /// [`set256_atomic`] over many keys (first hashes `h1_of(i)`), the AVX2
 /// kernel inlined into the loop when the filter has it.
 #[inline]
-pub(crate) fn set_batch256(
+pub(crate) fn set_batch256<const CHEAP: bool>(
     kernel: Kernel256,
     lines: &[AtomicLine],
     blocks: u64,
@@ -217,10 +240,10 @@ pub(crate) fn set_batch256(
     if kernel.avx2() {
         // SAFETY: `Kernel256::pick` makes the AVX2 variants only when the
         // CPU has AVX2, and nothing else makes them.
-        unsafe { simd::set_batch_avx2(lines, blocks, k, n, h1_of) };
+        unsafe { simd::set_batch_avx2::<CHEAP>(lines, blocks, k, n, h1_of) };
         return;
     }
-    set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
+    set_batch_with::<CHEAP>(lines, blocks, n, h1_of, |idx, h1| {
         set256_atomic(kernel, lines, idx, h1, k);
     });
 }
@@ -229,7 +252,7 @@ pub(crate) fn set_batch256(
 /// chosen once per call and inlined into the loop; `avx2` must come from
 /// [`has_avx2`].
 #[inline]
-pub(crate) fn probe_batch256<S: Blocks256 + ?Sized>(
+pub(crate) fn probe_batch256<S: Blocks256 + ?Sized, const CHEAP: bool>(
     avx2: bool,
     store: &S,
     blocks: u64,
@@ -240,18 +263,18 @@ pub(crate) fn probe_batch256<S: Blocks256 + ?Sized>(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        unsafe { simd::probe_batch_avx2(store, blocks, k, h1_of, out) };
+        unsafe { simd::probe_batch_avx2::<_, CHEAP>(store, blocks, k, h1_of, out) };
         return;
     }
     let _ = avx2;
-    probe_batch_with(store, blocks, k, h1_of, out, |s, idx, h1, k| {
+    probe_batch_with::<_, CHEAP>(store, blocks, k, h1_of, out, |s, idx, h1, k| {
         covers(&s.load(idx), &mask256_scalar(h1, k))
     });
 }
 
 /// The batch insert twin of [`probe_batch256`].
 #[inline]
-pub(crate) fn insert_batch256(
+pub(crate) fn insert_batch256<const CHEAP: bool>(
     avx2: bool,
     store: &mut [[u64; 4]],
     blocks: u64,
@@ -262,11 +285,11 @@ pub(crate) fn insert_batch256(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: `avx2` is true only when the CPU has AVX2.
-        unsafe { simd::insert_batch_avx2(store, blocks, k, n, h1_of) };
+        unsafe { simd::insert_batch_avx2::<CHEAP>(store, blocks, k, n, h1_of) };
         return;
     }
     let _ = avx2;
-    insert_batch_with(store, blocks, k, n, h1_of, |b, h1, k| {
+    insert_batch_with::<CHEAP>(store, blocks, k, n, h1_of, |b, h1, k| {
         apply(b, &mask256_scalar(h1, k));
     });
 }

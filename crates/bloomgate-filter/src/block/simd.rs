@@ -201,14 +201,14 @@ pub(crate) unsafe fn missing256_avx2<S: Blocks256 + ?Sized>(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn set_batch_avx2(
+pub(crate) unsafe fn set_batch_avx2<const CHEAP: bool>(
     lines: &[AtomicLine],
     blocks: u64,
     k: u32,
     n: usize,
     h1_of: impl Fn(usize) -> u64,
 ) {
-    crate::block::set_batch_with(lines, blocks, n, h1_of, |idx, h1| {
+    crate::block::set_batch_with::<CHEAP>(lines, blocks, n, h1_of, |idx, h1| {
         // SAFETY: this function runs only on CPUs with AVX2.
         let missing = unsafe { missing256_avx2(lines, idx, h1, k) };
         crate::block::or_missing(lines, idx, missing);
@@ -297,14 +297,14 @@ pub(crate) unsafe fn mask256_avx2(h1: u64, k: u32) -> [u64; 4] {
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn probe_batch_avx2<S: Blocks256 + ?Sized>(
+pub(crate) unsafe fn probe_batch_avx2<S: Blocks256 + ?Sized, const CHEAP: bool>(
     store: &S,
     blocks: u64,
     k: u32,
     h1_of: impl Fn(usize) -> u64,
     out: &mut [bool],
 ) {
-    crate::block::probe_batch_with(store, blocks, k, h1_of, out, |s, idx, h1, k| {
+    crate::block::probe_batch_with::<_, CHEAP>(store, blocks, k, h1_of, out, |s, idx, h1, k| {
         // SAFETY: this function runs only on CPUs with AVX2.
         unsafe { covers_at_avx2(s, idx, h1, k) }
     });
@@ -316,14 +316,14 @@ pub(crate) unsafe fn probe_batch_avx2<S: Blocks256 + ?Sized>(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn insert_batch_avx2(
+pub(crate) unsafe fn insert_batch_avx2<const CHEAP: bool>(
     store: &mut [[u64; 4]],
     blocks: u64,
     k: u32,
     n: usize,
     h1_of: impl Fn(usize) -> u64,
 ) {
-    crate::block::insert_batch_with(store, blocks, k, n, h1_of, |b, h1, k| {
+    crate::block::insert_batch_with::<CHEAP>(store, blocks, k, n, h1_of, |b, h1, k| {
         // SAFETY: this function runs only on CPUs with AVX2.
         unsafe { apply256_avx2(b, h1, k) };
     });
