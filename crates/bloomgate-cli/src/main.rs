@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod attack;
+mod capture;
 mod filters;
 mod plot;
 
@@ -63,6 +64,9 @@ enum Command {
     Bench(filters::BenchArgs),
     /// Send random-id GETs to a running service and report what got through.
     Attack(attack::AttackArgs),
+    /// Print, install or remove the change-capture triggers of the
+    /// configured tables (`capture = "triggers"`).
+    Capture(capture::CaptureArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Info(a) => filters::info(&a),
         Command::Bench(a) => filters::bench(&a),
         Command::Attack(a) => runtime().and_then(|rt| rt.block_on(attack::attack(a))),
+        Command::Capture(a) => runtime().and_then(|rt| rt.block_on(capture::capture(a))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

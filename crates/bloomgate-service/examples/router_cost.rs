@@ -88,6 +88,7 @@ async fn main() {
         bloom_auto_rebuild: None,
         bloom_segment_bytes: None,
         bloom_rebuild_after_deletes: None,
+        capture: bloomgate_service::config::Capture::None,
     }];
     let state = bloomgate_service::AppState::connect(&config).await.unwrap();
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {

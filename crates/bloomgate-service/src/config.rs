@@ -136,6 +136,12 @@ pub struct SqlConfig {
     /// when nothing rings the Redis doorbell, milliseconds: the bound on
     /// propagation while Redis is away.
     pub outbox_poll_ms: u64,
+    /// How often an instance reads the change outbox while a doorbell is
+    /// healthy (the Redis change log's reads answer, or PostgreSQL's
+    /// `LISTEN`), milliseconds: writes the doorbell does not announce
+    /// (another program's, recorded by capture triggers on MySQL or
+    /// SQLite) arrive within this.
+    pub outbox_idle_poll_ms: u64,
     /// How long a missing outbox sequence number (a transaction that took
     /// it and has not committed) is waited for before it is taken as
     /// rolled back, milliseconds; a write slower than half of this
@@ -162,6 +168,7 @@ impl Default for SqlConfig {
             queue_timeout_ms: 100,
             slow_query_ms: 200,
             outbox_poll_ms: 100,
+            outbox_idle_poll_ms: 1_000,
             outbox_gap_ms: 10_000,
             outbox_retention_secs: 86_400,
             out_of_step_ms: 3_000,
@@ -204,6 +211,21 @@ impl Default for HttpConfig {
             fast_answers: true,
         }
     }
+}
+
+/// How the service learns writes that other programs make to a table
+/// (`cache.capture` for the SKUs, `resources[i].capture`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capture {
+    /// Only through the service's own writes and its `keys` and
+    /// `invalidate` calls (and `watch_column` where set).
+    #[default]
+    None,
+    /// Triggers on the table record every insert, update and delete in
+    /// the change outbox inside the writer's own transaction (installed
+    /// at start when missing, or by `bloomgate capture install`).
+    Triggers,
 }
 
 /// Where the gate's answers come from (`cache.bloom_mode`).
@@ -298,6 +320,9 @@ pub struct CacheConfig {
     /// filter is split into segments, which a Redis Cluster spreads over
     /// its nodes. Every instance must use the same value.
     pub bloom_segment_bytes: u64,
+    /// `none` or `triggers`: how writes other programs make to the SKU
+    /// table reach every instance (see [`Capture`]).
+    pub capture: Capture,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -362,6 +387,7 @@ impl Default for CacheConfig {
             bloom_snapshot_every_secs: 300,
             bloom_mode: BloomMode::Local,
             bloom_segment_bytes: bloomgate_redis::DEFAULT_SEGMENT_BYTES,
+            capture: Capture::None,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+pub mod capture;
 pub mod changes;
 pub mod config;
 pub mod error;

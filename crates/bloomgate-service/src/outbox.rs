@@ -65,11 +65,19 @@ use crate::store::{err, SkuStore, StoreError, Within, SKU_RESOURCE};
 use crate::sync::lock;
 
 mod follow;
+mod listen;
 
 /// Entries read per statement.
 const PAGE: usize = 1000;
 /// Open gaps tracked at most; a larger jump asks for a rebuild.
 pub const MAX_GAPS: usize = 100_000;
+/// Given-up numbers watched for a late commit at most (the oldest go).
+pub const MAX_LATE: usize = 10_000;
+/// How often given-up numbers are looked for.
+const LATE_EVERY: Duration = Duration::from_secs(5);
+/// How often `trimmed_through` is read while polls succeed (and on the
+/// first success after a failure).
+const TRIM_CHECK_EVERY: Duration = Duration::from_secs(30);
 /// How often each instance trims the table (more often when the
 /// retention is shorter).
 const TRIM_EVERY: Duration = Duration::from_secs(60);
@@ -112,6 +120,11 @@ pub struct OutboxCounters {
     pub out_of_step: AtomicU64,
     /// Entries this instance deleted as too old.
     pub trimmed: AtomicU64,
+    /// Given-up numbers whose entry appeared later (a transaction that
+    /// stayed open past `sql.outbox_gap_ms`): applied late.
+    pub late_applied: AtomicU64,
+    /// Given-up numbers no longer watched ([`MAX_LATE`] exceeded).
+    pub late_abandoned: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +136,14 @@ struct Follow {
     rebuilds_covered: i64,
     /// Smaller numbers not seen yet, with when they were first missed.
     gaps: BTreeMap<i64, Instant>,
+    /// Numbers given up as gaps, still looked for every [`LATE_EVERY`]
+    /// until `sql.outbox_retention_secs` after they were given up (a
+    /// long transaction may still commit them), with when.
+    late: BTreeMap<i64, Instant>,
+    /// When the late numbers were last looked for.
+    late_read: Option<Instant>,
+    /// When `trimmed_through` was last read.
+    trim_checked: Option<Instant>,
 }
 
 impl Follow {
@@ -136,6 +157,11 @@ impl Follow {
 pub struct Outbox {
     store: SkuStore,
     poll: Duration,
+    /// The poll interval while a doorbell is healthy.
+    idle_poll: Duration,
+    /// When a doorbell (the Redis change log's blocking read, PostgreSQL's
+    /// `LISTEN`) last answered, ms since the epoch.
+    doorbell_ok_ms: Arc<AtomicU64>,
     gap_wait: Duration,
     retention: Duration,
     out_of_step: Duration,
@@ -155,6 +181,9 @@ pub struct Outbox {
     /// What to do when another instance announces a resource's epoch
     /// (a shared rebuild), by resource name.
     built: Arc<Mutex<BTreeMap<String, BuiltHook>>>,
+    /// What to do with deletes the capture triggers recorded, by resource
+    /// name (the SKUs' under `SKU_RESOURCE`): count them toward a rebuild.
+    deleted: Arc<Mutex<BTreeMap<String, DeletedHook>>>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
@@ -162,6 +191,16 @@ pub struct Outbox {
 /// See [`Outbox::on_built`].
 #[derive(Clone)]
 pub struct BuiltHook(pub Arc<dyn Fn(u64) + Send + Sync>);
+
+/// See [`Outbox::on_captured_deletes`].
+#[derive(Clone)]
+pub struct DeletedHook(pub Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for DeletedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeletedHook")
+    }
+}
 
 impl std::fmt::Debug for BuiltHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,6 +215,8 @@ impl Outbox {
         Self {
             store,
             poll: Duration::from_millis(c.outbox_poll_ms),
+            idle_poll: Duration::from_millis(c.outbox_idle_poll_ms.max(c.outbox_poll_ms)),
+            doorbell_ok_ms: Arc::default(),
             gap_wait: Duration::from_millis(c.outbox_gap_ms),
             retention: Duration::from_secs(c.outbox_retention_secs),
             out_of_step: Duration::from_millis(c.out_of_step_ms),
@@ -187,6 +228,7 @@ impl Outbox {
             before_poll: Arc::default(),
             resources: Arc::default(),
             built: Arc::default(),
+            deleted: Arc::default(),
             background: crate::tasks::Background::new(),
         }
     }
@@ -211,6 +253,12 @@ impl Outbox {
         lock(&self.built).insert(name.to_owned(), hook);
     }
 
+    /// Calls `hook` with the number of deletes of `name`'s rows that its
+    /// capture triggers recorded in each page this instance applies.
+    pub fn on_captured_deletes(&self, name: &str, hook: DeletedHook) {
+        lock(&self.deleted).insert(name.to_owned(), hook);
+    }
+
     fn resource_readers(&self) -> Vec<ShieldedReader<SourceRows>> {
         lock(&self.resources).values().cloned().collect()
     }
@@ -222,6 +270,29 @@ impl Outbox {
             .background
             .fetch_add(1, Ordering::Relaxed);
         name
+    }
+
+    /// A doorbell answered (a blocking read returned, with or without
+    /// news): while one does, the follower polls every
+    /// `sql.outbox_idle_poll_ms` instead of `sql.outbox_poll_ms`.
+    pub fn doorbell_ok(&self) {
+        self.doorbell_ok_ms.store(now_millis(), Ordering::Relaxed);
+    }
+
+    /// Whether a doorbell answered within the last 3 s (each answers at
+    /// least every second: its blocking reads time out then).
+    #[must_use]
+    pub fn doorbell_healthy(&self) -> bool {
+        now_millis().saturating_sub(self.doorbell_ok_ms.load(Ordering::Relaxed)) < 3_000
+    }
+
+    /// How long the follower waits for a doorbell before polling anyway.
+    fn poll_wait(&self) -> Duration {
+        if self.doorbell_healthy() {
+            self.idle_poll
+        } else {
+            self.poll
+        }
     }
 
     /// Wakes the follower now (another instance announced a change).

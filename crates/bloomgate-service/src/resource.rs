@@ -287,6 +287,20 @@ impl Resource {
             watch_every_ms: AtomicU64::new(0),
         });
         r.follow_epochs();
+        let weak = Arc::downgrade(&r);
+        shared.outbox.on_captured_deletes(
+            name,
+            crate::outbox::DeletedHook(Arc::new(move |n| {
+                let Some(r) = weak.upgrade() else { return };
+                let mut due = false;
+                for _ in 0..n {
+                    due |= r.gate().note_delete(r.rebuild_after_deletes);
+                }
+                if due {
+                    r.rebuild_shared();
+                }
+            })),
+        );
         Ok(r)
     }
 

@@ -136,14 +136,18 @@ impl AppState {
         let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
             .await
             .map_err(|e| StartError::connect("database_url", e.source, Some(&config.database_url)))?
-            .with_background(background.clone());
+            .with_background(background.clone())
+            .with_sku_capture(config.cache.capture == crate::config::Capture::Triggers);
         // The configured tables are checked before anything is written: a
         // bad one stops the start with the database as it was.
         let mut tables = Vec::with_capacity(config.resources.len());
         for (i, rc) in config.resources.iter().enumerate() {
             tables.push((rc, crate::table::SqlTable::open(&store, rc, i).await??));
         }
+        let captured = crate::capture::targets(config);
+        crate::capture::check_before_migrate(&store, &captured).await??;
         store.migrate().await?;
+        crate::capture::install_missing(&store, &captured).await?;
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         let c = &config.cache;
@@ -201,6 +205,25 @@ impl AppState {
             Duration::from_millis(config.sql.queue_timeout_ms),
         );
         let mut reader = ShieldedReader::new(Arc::new(gate), l1, redis, store.clone(), bulkhead);
+        // Deletes the SKU table's triggers recorded count as the service's
+        // own do (weakly held: the gate's owners decide when it ends).
+        let (weak, threshold) = (
+            Arc::downgrade(&reader.gate),
+            c.bloom_rebuild_after_deletes.max(1),
+        );
+        outbox.on_captured_deletes(
+            crate::store::SKU_RESOURCE,
+            crate::outbox::DeletedHook(Arc::new(move |n| {
+                let Some(gate) = weak.upgrade() else { return };
+                let mut due = false;
+                for _ in 0..n {
+                    due |= gate.note_delete(threshold);
+                }
+                if due {
+                    drop(gate.request_rebuild());
+                }
+            })),
+        );
         reader.shared_only = c.bloom_mode == crate::config::BloomMode::Redis;
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (c.bloom_mode, &target) {
             reader.shared = Some(

@@ -14,12 +14,14 @@ use crate::config::SqlConfig;
 use crate::model::Sku;
 use crate::wire::kind;
 
+mod capture;
 mod limits;
 mod many;
 mod migrations;
 mod recorded;
 mod scan;
 
+pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
 pub(crate) use limits::{StatementLimit, Within};
 pub(crate) use scan::{page_statement, text_at};
 pub use scan::{KeyRange, Page};
@@ -124,6 +126,8 @@ pub struct SkuStore {
     /// The driver's own pool for key scans (MySQL and PostgreSQL), opened
     /// lazily: rows decoded without `Any`'s conversion.
     scan_pool: scan::ScanPool,
+    /// PostgreSQL's `LISTEN` connection (see `crate::outbox`).
+    pub(crate) listen_pool: scan::ListenPool,
     /// This process's name in the outbox's `origin` column.
     origin: Arc<str>,
     /// A write that takes longer than this between recording its change
@@ -142,6 +146,10 @@ pub struct SkuStore {
     /// The instance's shutdown signal (its own when used alone): late
     /// entries recorded again are tracked by it.
     background: crate::tasks::Background,
+    /// `cache.capture = "triggers"`: the SKU table's triggers record its
+    /// writes, so the service's own are one statement with no entry of
+    /// their own.
+    sku_captured: bool,
 }
 
 impl SkuStore {
@@ -168,6 +176,14 @@ impl SkuStore {
     #[must_use]
     pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
         self.background = bg;
+        self
+    }
+
+    /// Whether the SKU table's triggers record its writes (see
+    /// [`CaptureTarget`]); set before the store is cloned.
+    #[must_use]
+    pub const fn with_sku_capture(mut self, captured: bool) -> Self {
+        self.sku_captured = captured;
         self
     }
 
@@ -232,12 +248,14 @@ impl SkuStore {
             },
             scan_parallel: c.scan_parallel.max(1) as usize,
             scan_pool: scan::ScanPool::lazy(backend, &url, c),
+            listen_pool: scan::ListenPool::lazy(backend, &url),
             origin: format!("{:016x}", fastrand::u64(..)).into(),
             rerecord_after: Duration::from_millis(c.outbox_gap_ms / 2),
             counters,
             before_commit: Arc::default(),
             after_row: Arc::default(),
             background: crate::tasks::Background::new(),
+            sku_captured: false,
         };
         Ok(store)
     }
@@ -525,6 +543,9 @@ impl SkuStore {
     pub async fn close(&self) {
         self.pool.close().await;
         self.scan_pool.close().await;
+        if let Some(p) = &self.listen_pool.0 {
+            p.close().await;
+        }
     }
 }
 

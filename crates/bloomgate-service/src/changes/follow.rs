@@ -82,6 +82,7 @@ impl ChangeLog {
                 match read {
                     Ok(reply) => {
                         backoff = Duration::from_millis(100);
+                        log.outbox.doorbell_ok();
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             if entry.get::<String>("from").as_deref() == Some(&log.instance) {

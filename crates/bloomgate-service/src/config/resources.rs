@@ -83,6 +83,10 @@ pub struct ResourceConfig {
     /// (its default).
     #[serde(default)]
     pub bloom_rebuild_after_deletes: Option<u64>,
+    /// `none` or `triggers`, as `cache.capture`: triggers on the table
+    /// record every write, whoever makes it (see [`super::Capture`]).
+    #[serde(default)]
+    pub capture: super::Capture,
 }
 
 const fn default_expected() -> u64 {

@@ -4,6 +4,7 @@
 //! watchdog; the rebuilds after a lost position.
 
 use super::*;
+use crate::store::CAPTURED;
 use crate::wire::kind;
 
 impl Outbox {
@@ -24,23 +25,30 @@ impl Outbox {
             f.rebuilds_covered = covered;
         }
         self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
+        self.spawn_listener(reader);
         let (outbox, follower_reader) = (self.clone(), reader.clone());
         self.background.spawn(async move {
             let reader = follower_reader;
             let mut failing = false;
             let mut trimmed_at = Instant::now();
             let mut first = true;
+            let mut check_trim = true;
             let _guard = Gate::follow(&reader.gate);
             while !Gate::only_followers_left(&reader.gate) {
                 if !std::mem::take(&mut first) {
                     tokio::select! {
-                        () = tokio::time::sleep(outbox.poll) => {}
+                        () = tokio::time::sleep(outbox.poll_wait()) => {}
                         () = outbox.doorbell.notified() => {}
                     }
                 }
                 outbox.before_poll.pass(0).await;
-                match outbox.poll_once(&reader).await {
+                let due = check_trim
+                    || lock(&outbox.follow)
+                        .trim_checked
+                        .is_none_or(|t| t.elapsed() >= TRIM_CHECK_EVERY);
+                match outbox.poll_once(&reader, due).await {
                     Ok(()) => {
+                        check_trim = false;
                         outbox.last_ok_ms.store(now_millis(), Ordering::Relaxed);
                         outbox.counters.polls.fetch_add(1, Ordering::Relaxed);
                         if std::mem::take(&mut failing) {
@@ -55,6 +63,8 @@ impl Outbox {
                         if !std::mem::replace(&mut failing, true) {
                             tracing::warn!(error = %e, "change outbox unreadable; retrying");
                         }
+                        // Entries may have been trimmed meanwhile.
+                        check_trim = true;
                     }
                 }
                 if trimmed_at.elapsed() >= TRIM_EVERY.min(outbox.retention) {
@@ -138,9 +148,13 @@ impl Outbox {
         }
     }
 
-    /// Reads everything after the cursor and the open gaps, and applies it.
-    async fn poll_once(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
-        if self.watermark() < self.trimmed_through().await? {
+    /// Reads everything after the cursor and the open gaps, and applies
+    /// it; with `check_trim`, first whether entries this instance never
+    /// read were trimmed (not on every poll: they are trimmed only when
+    /// older than `sql.outbox_retention_secs`, which a follower that polls
+    /// never falls behind by).
+    async fn poll_once(&self, reader: &ShieldedReader, check_trim: bool) -> Result<(), StoreError> {
+        if check_trim && self.watermark() < self.trimmed_through().await? {
             // Entries this instance never read are gone: rebuild, and go
             // on from a fresh start position (what is newer is re-read).
             let from = self.start_position().await?;
@@ -155,6 +169,9 @@ impl Outbox {
             }
             self.rebuild(reader, None);
         }
+        if check_trim {
+            lock(&self.follow).trim_checked = Some(Instant::now());
+        }
         loop {
             let cursor = lock(&self.follow).cursor;
             let page = self.after(cursor).await?;
@@ -164,6 +181,7 @@ impl Outbox {
             for e in &page {
                 self.apply(e, reader);
             }
+            self.captured(&page, reader).await;
             self.share_creates(&page, reader).await;
             let mut jumped = false;
             {
@@ -206,6 +224,7 @@ impl Outbox {
             for e in &found {
                 self.apply(e, reader);
             }
+            self.captured(&found, reader).await;
             self.share_creates(&found, reader).await;
             {
                 let mut f = lock(&self.follow);
@@ -214,16 +233,132 @@ impl Outbox {
                         self.counters.gaps_filled.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                let before = f.gaps.len();
                 let wait = self.gap_wait;
-                f.gaps
-                    .retain(|_, seen| reread_at.saturating_duration_since(*seen) < wait);
+                let mut expired = Vec::new();
+                f.gaps.retain(|&seq, seen| {
+                    let open = reread_at.saturating_duration_since(*seen) < wait;
+                    if !open {
+                        expired.push(seq);
+                    }
+                    open
+                });
                 self.counters
                     .gaps_expired
-                    .fetch_add((before - f.gaps.len()) as u64, Ordering::Relaxed);
+                    .fetch_add(expired.len() as u64, Ordering::Relaxed);
+                // Given up, not forgotten: a transaction that stays open
+                // longer still commits its entry (see `late`).
+                for seq in expired {
+                    f.late.insert(seq, reread_at);
+                }
+                while f.late.len() > MAX_LATE {
+                    f.late.pop_first();
+                    self.counters.late_abandoned.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
+        self.late(reader).await
+    }
+
+    /// Looks for the numbers given up as gaps, every [`LATE_EVERY`]: one
+    /// that appeared belongs to a transaction that stayed open past
+    /// `sql.outbox_gap_ms` (another program's, with capture triggers). It
+    /// is applied here now, and recorded again under a new number, so
+    /// that a snapshot or shared rebuild whose watermark passed the old
+    /// number (and whoever replays from it) gets it too.
+    async fn late(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
+        let due: Vec<i64> = {
+            let mut f = lock(&self.follow);
+            if f.late.is_empty() || f.late_read.is_some_and(|t| t.elapsed() < LATE_EVERY) {
+                return Ok(());
+            }
+            f.late_read = Some(Instant::now());
+            let keep = self.retention;
+            f.late.retain(|_, given_up| given_up.elapsed() < keep);
+            f.late.keys().copied().collect()
+        };
+        let found = self.among(&due).await?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        for e in &found {
+            tracing::warn!(
+                seq = e.seq,
+                resource = %e.resource,
+                key = %e.key,
+                "a change committed after its number was given up as a gap: applied late and recorded again"
+            );
+            self.apply(e, reader);
+        }
+        self.captured(&found, reader).await;
+        self.share_creates(&found, reader).await;
+        {
+            let mut f = lock(&self.follow);
+            for e in &found {
+                f.late.remove(&e.seq);
+            }
+        }
+        self.counters
+            .late_applied
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        for e in found
+            .iter()
+            .filter(|e| [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str()))
+        {
+            let kind = match e.kind.as_str() {
+                kind::CREATED => kind::CREATED,
+                kind::UPDATED => kind::UPDATED,
+                _ => kind::DELETED,
+            };
+            self.store
+                .record_many(&e.resource, std::slice::from_ref(&e.key), kind)
+                .await?;
+        }
         Ok(())
+    }
+
+    /// What the capture triggers recorded (origin [`CAPTURED`]) needs
+    /// beyond [`Outbox::apply`]: nobody deleted those keys from Redis (the
+    /// writer was not an instance), so every instance does, in one round
+    /// trip per resource and page (a created key's cached "not found"
+    /// goes too); and deletes count toward a rebuild.
+    async fn captured(&self, entries: &[Entry], reader: &ShieldedReader) {
+        let mut ids = Vec::new();
+        let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut deletes: BTreeMap<&str, u64> = BTreeMap::new();
+        let captured = entries.iter().filter(|e| {
+            e.origin == CAPTURED
+                && [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str())
+        });
+        for e in captured {
+            if e.kind == kind::DELETED {
+                *deletes.entry(&e.resource).or_default() += 1;
+            }
+            if e.resource == SKU_RESOURCE {
+                ids.extend(e.key.parse::<i64>().ok());
+            } else {
+                keys.entry(&e.resource).or_default().push(&e.key);
+            }
+        }
+        if !ids.is_empty() {
+            reader.invalidate_many(&ids).await;
+        }
+        for (name, spelled) in keys {
+            let Some(r) = lock(&self.resources).get(name).cloned() else {
+                continue;
+            };
+            let ty = r.store.0.key_type();
+            let parsed: Vec<Key> = spelled
+                .iter()
+                .filter_map(|k| Key::parse(ty, k).ok())
+                .collect();
+            r.invalidate_many(&parsed).await;
+        }
+        for (name, n) in deletes {
+            let hook = lock(&self.deleted).get(name).cloned();
+            if let Some(hook) = hook {
+                (hook.0)(n);
+            }
+        }
     }
 
     fn apply(&self, e: &Entry, reader: &ShieldedReader) {

@@ -4,6 +4,7 @@
 //! resource's many (`record_many`, multi-row `INSERT`s).
 
 use super::*;
+use capture::NOTIFY_CHANNEL;
 
 impl SkuStore {
     /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
@@ -21,6 +22,20 @@ impl SkuStore {
         kind: &'static str,
         before_commit: impl FnOnce() + Send,
     ) -> Result<u64, StoreError> {
+        if self.sku_captured {
+            // The table's trigger writes the entry in this statement's own
+            // transaction: one round trip. The filter learns the id first
+            // (a create that then fails leaves a harmless "maybe").
+            before_commit();
+            self.after_row.pass(id).await;
+            self.before_commit.pass(id).await;
+            return Ok(write
+                .execute(&self.pool)
+                .within(&self.limit, op)
+                .await
+                .map_err(err(op))?
+                .rows_affected());
+        }
         let mut tx = self
             .pool
             .begin()
@@ -80,11 +95,22 @@ impl SkuStore {
         key: &str,
         kind: &'static str,
     ) -> Result<(), StoreError> {
-        let q = format!(
-            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
-            self.phs(1, 4),
-            self.now_ms_sql()
-        );
+        // PostgreSQL: the same statement notifies the listeners (on
+        // commit; see `crate::outbox`'s listener), no extra round trip.
+        let q = if self.backend == Backend::Postgres {
+            format!(
+                "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) \
+                 SELECT {}, {} FROM (SELECT pg_notify('{NOTIFY_CHANNEL}', '')) AS bell",
+                self.phs(1, 4),
+                self.now_ms_sql()
+            )
+        } else {
+            format!(
+                "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) VALUES ({}, {})",
+                self.phs(1, 4),
+                self.now_ms_sql()
+            )
+        };
         sqlx::query(&q)
             .bind(resource.to_string())
             .bind(key.to_string())
@@ -185,6 +211,13 @@ impl SkuStore {
             .within(&self.limit, "record changes")
             .await
             .map_err(err("record changes"))?;
+        if self.backend == Backend::Postgres {
+            // Only a doorbell: a lost one costs a poll interval.
+            let _ = sqlx::query(&format!("SELECT 1 FROM pg_notify('{NOTIFY_CHANNEL}', '')"))
+                .execute(&self.pool)
+                .within(&self.limit, "notify")
+                .await;
+        }
         Ok(())
     }
 }

@@ -100,6 +100,36 @@ impl std::fmt::Debug for ScanPool {
     }
 }
 
+/// PostgreSQL's `LISTEN` connection for the outbox's doorbell: a pool of
+/// one, made lazily from the store's URL (the options hold the password,
+/// so only whether there is one is shown).
+#[derive(Clone, Default)]
+pub(crate) struct ListenPool(pub(crate) Option<sqlx::PgPool>);
+
+impl std::fmt::Debug for ListenPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ListenPool(Postgres)"
+        } else {
+            "ListenPool(None)"
+        })
+    }
+}
+
+impl ListenPool {
+    pub(crate) fn lazy(backend: Backend, url: &str) -> Self {
+        if backend != Backend::Postgres {
+            return Self(None);
+        }
+        Self(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy(url)
+                .ok(),
+        )
+    }
+}
+
 impl ScanPool {
     pub(crate) fn lazy(backend: Backend, url: &str, c: &SqlConfig) -> Self {
         let size = c.scan_parallel.max(1);

@@ -804,5 +804,18 @@ pub fn users_resource(name: &str) -> bloomgate_service::config::resources::Resou
         bloom_auto_rebuild: None,
         bloom_segment_bytes: None,
         bloom_rebuild_after_deletes: None,
+        capture: bloomgate_service::config::Capture::None,
     }
+}
+
+/// A plain SQL pool on `url`: the test's own connection, as another
+/// program writing the tables would have (SQLite's file made if missing).
+pub async fn sql_pool(url: &str) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    let url = if url.starts_with("sqlite") {
+        format!("{url}?mode=rwc")
+    } else {
+        url.to_owned()
+    };
+    sqlx::AnyPool::connect(&url).await.unwrap()
 }

@@ -1,0 +1,162 @@
+//! `bloomgate capture show|install|remove`: the capture triggers of the
+//! configured tables, for a DBA to review and install with their own
+//! rights (the service then needs no TRIGGER privilege: it checks them).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use bloomgate_service::capture::Captured;
+use bloomgate_service::store::{CaptureTarget, SkuStore};
+
+/// What to do with the triggers.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Action {
+    /// Print the DDL (and whether the database has it), changing nothing.
+    Show,
+    /// Create the outbox tables if needed and install the triggers
+    /// (replacing older versions).
+    Install,
+    /// Drop every bloomgate trigger on the tables.
+    Remove,
+}
+
+/// `bloomgate capture`.
+#[derive(Debug, clap::Args)]
+pub struct CaptureArgs {
+    /// show, install or remove.
+    #[arg(value_enum)]
+    action: Action,
+    /// TOML configuration file (its tables and `database_url`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Only this resource (`skus` for the SKU table); default: every one
+    /// whose `capture` is `"triggers"`.
+    #[arg(long)]
+    resource: Option<String>,
+    /// Database URL to use instead of the configured one (a DBA's own).
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+/// The tables `a` names.
+fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result<Vec<Captured>> {
+    let Some(name) = &a.resource else {
+        let all = bloomgate_service::capture::targets(config);
+        if all.is_empty() {
+            bail!("no table has capture = \"triggers\" in the configuration; name one with --resource");
+        }
+        return Ok(all);
+    };
+    if name == bloomgate_service::store::SKU_RESOURCE {
+        return Ok(vec![Captured {
+            key: "cache.capture".into(),
+            name: name.clone(),
+            target: CaptureTarget {
+                resource: name.clone(),
+                table: "skus".into(),
+                key: "id".into(),
+            },
+        }]);
+    }
+    let Some((i, rc)) = config
+        .resources
+        .iter()
+        .enumerate()
+        .find(|(_, r)| &r.name == name)
+    else {
+        let known: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
+        bail!(
+            "no resource {name:?} in the configuration (resources: skus{}{})",
+            if known.is_empty() { "" } else { ", " },
+            known.join(", ")
+        );
+    };
+    Ok(vec![Captured {
+        key: bloomgate_service::config::resources::ResourceConfig::key_of(i, "capture"),
+        name: rc.name.clone(),
+        target: CaptureTarget {
+            resource: rc.name.clone(),
+            table: rc.table.clone(),
+            key: rc.key.clone(),
+        },
+    }])
+}
+
+/// Runs `bloomgate capture`.
+///
+/// # Errors
+/// A bad configuration or resource name, or the database's refusal.
+pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
+    let mut config = bloomgate_service::Config::load(a.config.as_deref())?;
+    if let Some(url) = &a.database_url {
+        config.database_url.clone_from(url);
+    }
+    config.validate()?;
+    let targets = chosen(&a, &config)?;
+    let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
+        .await
+        .context("database_url")?;
+    match a.action {
+        Action::Show => {
+            let outbox = store.outbox_for_triggers().await?;
+            for c in &targets {
+                let state = store.capture_state(&c.target).await?;
+                println!(
+                    "-- {} (table {}, key column {}): {}",
+                    c.name,
+                    c.target.table,
+                    c.target.key,
+                    if state.is_current() {
+                        "installed and current".to_string()
+                    } else if state.current.is_empty() && state.stale.is_empty() {
+                        "not installed".to_string()
+                    } else {
+                        format!(
+                            "{} of {} current, older ones: {:?}",
+                            state.current.len(),
+                            state.wanted,
+                            state.stale
+                        )
+                    }
+                );
+                println!(
+                    "-- they write into {outbox}, which the service (or `capture install`) creates"
+                );
+                for name in &state.stale {
+                    for s in store.capture_drop_ddl(&c.target.table, name) {
+                        println!("{s};");
+                    }
+                }
+                for s in store.capture_ddl(&c.target, &outbox) {
+                    println!("{s};");
+                }
+            }
+        }
+        Action::Install => {
+            store.migrate().await?;
+            for c in &targets {
+                let changed = store
+                    .install_capture(&c.target)
+                    .await
+                    .with_context(|| format!("installing the triggers of {}", c.name))?;
+                println!(
+                    "{}: {}",
+                    c.name,
+                    if changed {
+                        "installed"
+                    } else {
+                        "already current"
+                    }
+                );
+            }
+        }
+        Action::Remove => {
+            for c in &targets {
+                let n = store.remove_capture(&c.target).await?;
+                println!("{}: {n} trigger(s) dropped", c.name);
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

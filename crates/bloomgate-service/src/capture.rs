@@ -1,0 +1,119 @@
+//! Change capture at start-up and for `bloomgate capture`: which tables
+//! the configuration captures ([`targets`]), the check made before
+//! anything is written ([`check_before_migrate`]) and the install after
+//! the outbox exists ([`install_missing`]). The triggers themselves, per
+//! dialect, are `crate::store`'s (`CaptureTarget`).
+//!
+//! A service that may not create triggers starts when a DBA installed
+//! them (`capture install` with their own rights): it only checks that
+//! they are there and current. When they are missing and it cannot
+//! install them, the start stops with an error naming the config key and
+//! what to run, before the database is touched.
+
+use crate::config::{Capture, Config, ConfigError};
+use crate::store::{Backend, CaptureTarget, SkuStore, StoreError, SKU_RESOURCE};
+
+/// One captured table with the config key that asked for it.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// `cache.capture` or `resources[i].capture`.
+    pub key: String,
+    /// The resource's name (`skus` for the SKU table).
+    pub name: String,
+    /// The table's triggers.
+    pub target: CaptureTarget,
+}
+
+/// Every table the configuration captures, the SKU table first.
+#[must_use]
+pub fn targets(config: &Config) -> Vec<Captured> {
+    let mut out = Vec::new();
+    if config.cache.capture == Capture::Triggers {
+        out.push(Captured {
+            key: "cache.capture".into(),
+            name: SKU_RESOURCE.into(),
+            target: CaptureTarget {
+                resource: SKU_RESOURCE.into(),
+                table: "skus".into(),
+                key: "id".into(),
+            },
+        });
+    }
+    for (i, rc) in config.resources.iter().enumerate() {
+        if rc.capture == Capture::Triggers {
+            out.push(Captured {
+                key: crate::config::resources::ResourceConfig::key_of(i, "capture"),
+                name: rc.name.clone(),
+                target: CaptureTarget {
+                    resource: rc.name.clone(),
+                    table: rc.table.clone(),
+                    key: rc.key.clone(),
+                },
+            });
+        }
+    }
+    out
+}
+
+/// The refusal when `c`'s triggers are missing and cannot be made here.
+fn refusal(c: &Captured, backend: Backend, why: &str) -> ConfigError {
+    let privilege = match backend {
+        Backend::MySql => {
+            "the TRIGGER privilege on the table (with binary logging on, also SUPER or \
+             log_bin_trust_function_creators = 1)"
+        }
+        Backend::Postgres => "the TRIGGER privilege on the table (or its ownership)",
+        Backend::Sqlite => "write access to the database file",
+    };
+    ConfigError::Invalid {
+        key: c.key.clone(),
+        message: format!(
+            "the capture triggers on table {:?} are missing or of an older version, and this \
+             connection cannot install them ({why}): it needs {privilege}. Have them reviewed \
+             and installed with `bloomgate capture show --config FILE --resource {}` and \
+             `bloomgate capture install --config FILE --resource {}` as a user that has it",
+            c.target.table, c.name, c.name
+        ),
+    }
+}
+
+/// Before the migrations: each resource table whose triggers are not
+/// current must be one this connection may create triggers on. (The SKU
+/// table may not exist yet; its triggers are checked by
+/// [`install_missing`].)
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the key; [`StoreError`] when the
+/// catalogue cannot be read.
+pub async fn check_before_migrate(
+    store: &SkuStore,
+    captured: &[Captured],
+) -> Result<Result<(), ConfigError>, StoreError> {
+    for c in captured.iter().filter(|c| c.name != SKU_RESOURCE) {
+        if store.capture_state(&c.target).await?.is_current() {
+            continue;
+        }
+        if !store.may_create_triggers(&c.target.table).await? {
+            return Ok(Err(refusal(c, store.backend(), "no privilege")));
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// After the migrations: installs the triggers that are missing or stale.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the key when an install fails (the
+/// table keeps no half-installed set).
+pub async fn install_missing(store: &SkuStore, captured: &[Captured]) -> Result<(), ConfigError> {
+    for c in captured {
+        match store.install_capture(&c.target).await {
+            Ok(true) => {
+                tracing::info!(table = %c.target.table, resource = %c.name, "capture triggers installed")
+            }
+            Ok(false) => {}
+            Err(e) => return Err(refusal(c, store.backend(), &e.to_string())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! PostgreSQL's doorbell: a connection that `LISTEN`s on
+//! [`NOTIFY_CHANNEL`], which the capture triggers and the service's own
+//! outbox entries notify on commit. Each notification wakes the follower;
+//! while the connection answers, the follower polls only every
+//! `sql.outbox_idle_poll_ms`. A listener drops notifications while it is
+//! disconnected, so every (re)connection wakes the follower too, which
+//! reads whatever it missed: polling stays the backstop.
+
+use super::*;
+use crate::store::NOTIFY_CHANNEL;
+
+/// How long a quiet listener counts as an answer (the doorbell's health
+/// needs one every second or so).
+const QUIET: Duration = Duration::from_millis(900);
+
+impl Outbox {
+    /// Starts the listener when the store is PostgreSQL's; ends with the
+    /// follower (the service's shutdown, or its last handle dropped).
+    pub(super) fn spawn_listener(&self, reader: &ShieldedReader) {
+        let Some(pool) = self.store.listen_pool.0.clone() else {
+            return;
+        };
+        let (outbox, gate) = (self.clone(), Arc::clone(&reader.gate));
+        self.background.spawn(async move {
+            let _guard = Gate::follow(&gate);
+            let over = || Gate::only_followers_left(&gate);
+            let mut backoff = Duration::from_millis(100);
+            let mut failing = false;
+            while !over() {
+                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(error = %e, "outbox LISTEN: cannot connect; polling meanwhile");
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                };
+                if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
+                    tracing::warn!(error = %e, "outbox LISTEN failed; polling meanwhile");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+                if std::mem::take(&mut failing) {
+                    tracing::info!("outbox LISTEN connected again");
+                }
+                backoff = Duration::from_millis(100);
+                // Whatever was notified while not listening: read it now.
+                outbox.doorbell_ok();
+                outbox.ring();
+                while !over() {
+                    match tokio::time::timeout(QUIET, listener.try_recv()).await {
+                        Err(_) => outbox.doorbell_ok(),
+                        Ok(Ok(Some(_))) => {
+                            outbox.doorbell_ok();
+                            outbox.ring();
+                        }
+                        // The connection was lost (and is made again by the
+                        // next call): what was sent meanwhile is gone.
+                        Ok(Ok(None)) => outbox.ring(),
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "outbox LISTEN lost; reconnecting");
+                            outbox.ring();
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,418 @@
+//! Change capture by triggers (issue 31): `AFTER INSERT`, `AFTER UPDATE`
+//! and `AFTER DELETE` triggers on a guarded table write its changes into
+//! `bloomgate_changes` inside the writer's own transaction, whoever the
+//! writer is. A rolled-back write leaves no entry; a committed one has
+//! its entry, which every instance's outbox follower applies.
+//!
+//! Each entry names the resource, the key as text, the kind (`c`, `u`,
+//! `d`; an update of the key column is a `d` of the old key and a `c` of
+//! the new one) and the origin [`CAPTURED`]. Keys that are NULL or longer
+//! than [`crate::key::MAX_TEXT_KEY`] bytes are not recorded: no request
+//! can name them (the API refuses them with a 400), and a trigger must
+//! never fail the writer's statement.
+//!
+//! Trigger names carry [`CAPTURE_VERSION`] and a hash of what they
+//! record (resource, table, key column), so a changed definition has a
+//! new name: installing drops any other `bloomgate_` trigger on the table
+//! (with a log line) and creates the current ones, idempotently.
+//! PostgreSQL's triggers call one function per table, `SECURITY DEFINER`
+//! (other programs' roles need no right on the outbox), which also
+//! `NOTIFY`s channel [`NOTIFY_CHANNEL`]. MySQL's triggers run with their
+//! definer's rights anyway.
+
+use super::*;
+
+/// The version of the triggers' text; part of their names.
+pub const CAPTURE_VERSION: u32 = 1;
+
+/// The origin of the entries triggers write.
+pub const CAPTURED: &str = "db";
+
+/// The PostgreSQL channel the capture triggers notify.
+pub const NOTIFY_CHANNEL: &str = "bloomgate_changes";
+
+/// One captured table: the resource its entries name, the table, its key
+/// column (each already checked by `is_identifier` and the catalogue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureTarget {
+    /// The resource name written into each entry.
+    pub resource: String,
+    /// The table.
+    pub table: String,
+    /// The key column.
+    pub key: String,
+}
+
+/// What the database holds for a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureState {
+    /// The current triggers that exist.
+    pub current: Vec<String>,
+    /// Other `bloomgate_` triggers on the table (older versions).
+    pub stale: Vec<String>,
+    /// How many current triggers there should be.
+    pub wanted: usize,
+}
+
+impl CaptureState {
+    /// Every current trigger is there and nothing else of ours.
+    #[must_use]
+    pub fn is_current(&self) -> bool {
+        self.current.len() == self.wanted && self.stale.is_empty()
+    }
+}
+
+/// FNV-1a, 32 bits: a short, stable tag of a definition.
+fn tag(parts: &[&str]) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    format!("{h:08x}")
+}
+
+impl CaptureTarget {
+    /// The prefix of every trigger (and PostgreSQL function) of this
+    /// version and definition.
+    fn stem(&self) -> String {
+        format!(
+            "bloomgate_v{CAPTURE_VERSION}_{}",
+            tag(&[&self.resource, &self.table, &self.key])
+        )
+    }
+
+    /// The trigger names this target has in `backend`.
+    #[must_use]
+    pub fn trigger_names(&self, backend: Backend) -> Vec<String> {
+        let stem = self.stem();
+        match backend {
+            Backend::Postgres => vec![stem],
+            _ => ["i", "u", "d"]
+                .iter()
+                .map(|op| format!("{stem}_{op}"))
+                .collect(),
+        }
+    }
+}
+
+/// `name` quoted for `backend`.
+fn q(backend: Backend, name: &str) -> String {
+    match backend {
+        Backend::MySql => format!("`{name}`"),
+        _ => format!("\"{name}\""),
+    }
+}
+
+impl SkuStore {
+    /// The statements that install `t`'s triggers (what `bloomgate
+    /// capture show` prints). `outbox` is the outbox table as the
+    /// triggers name it (schema-qualified on PostgreSQL).
+    #[must_use]
+    pub fn capture_ddl(&self, t: &CaptureTarget, outbox: &str) -> Vec<String> {
+        let b = self.backend;
+        let (table, key) = (q(b, &t.table), q(b, &t.key));
+        let now = self.now_ms_sql();
+        let res = t.resource.replace('\'', "''");
+        let cols = format!("{outbox} (resource, item_key, kind, origin, at)");
+        let names = t.trigger_names(b);
+        let max = crate::key::MAX_TEXT_KEY;
+        match b {
+            Backend::Sqlite => {
+                let text = |row: &str| format!("CAST({row}.{key} AS TEXT)");
+                let fits = |row: &str| {
+                    format!(
+                        "{row}.{key} IS NOT NULL AND length(CAST({row}.{key} AS BLOB)) <= {max}"
+                    )
+                };
+                vec![
+                    format!(
+                        "CREATE TRIGGER {} AFTER INSERT ON {table} BEGIN \
+                         INSERT INTO {cols} SELECT '{res}', {}, 'c', '{CAPTURED}', {now} WHERE {}; END",
+                        q(b, &names[0]), text("NEW"), fits("NEW")
+                    ),
+                    format!(
+                        "CREATE TRIGGER {} AFTER UPDATE ON {table} BEGIN \
+                         INSERT INTO {cols} SELECT '{res}', {}, 'd', '{CAPTURED}', {now} \
+                         WHERE OLD.{key} IS NOT NEW.{key} AND {}; \
+                         INSERT INTO {cols} SELECT '{res}', {}, \
+                         CASE WHEN OLD.{key} IS NEW.{key} THEN 'u' ELSE 'c' END, '{CAPTURED}', {now} \
+                         WHERE {}; END",
+                        q(b, &names[1]), text("OLD"), fits("OLD"), text("NEW"), fits("NEW")
+                    ),
+                    format!(
+                        "CREATE TRIGGER {} AFTER DELETE ON {table} BEGIN \
+                         INSERT INTO {cols} SELECT '{res}', {}, 'd', '{CAPTURED}', {now} WHERE {}; END",
+                        q(b, &names[2]), text("OLD"), fits("OLD")
+                    ),
+                ]
+            }
+            Backend::MySql => {
+                let text = |row: &str| format!("CAST({row}.{key} AS CHAR)");
+                let fits = |row: &str| {
+                    format!("{row}.{key} IS NOT NULL AND OCTET_LENGTH(CAST({row}.{key} AS CHAR)) <= {max}")
+                };
+                // Keys compare as bytes: a case-insensitive collation would
+                // call 'A' -> 'a' no change of key.
+                let same = format!("BINARY OLD.{key} <=> BINARY NEW.{key}");
+                vec![
+                    format!(
+                        "CREATE TRIGGER {} AFTER INSERT ON {table} FOR EACH ROW \
+                         INSERT INTO {cols} SELECT '{res}', {}, 'c', '{CAPTURED}', {now} FROM DUAL WHERE {}",
+                        q(b, &names[0]), text("NEW"), fits("NEW")
+                    ),
+                    format!(
+                        "CREATE TRIGGER {} AFTER UPDATE ON {table} FOR EACH ROW \
+                         INSERT INTO {cols} \
+                         SELECT '{res}', {}, 'd', '{CAPTURED}', {now} FROM DUAL WHERE NOT ({same}) AND {} \
+                         UNION ALL \
+                         SELECT '{res}', {}, IF({same}, 'u', 'c'), '{CAPTURED}', {now} FROM DUAL WHERE {}",
+                        q(b, &names[1]), text("OLD"), fits("OLD"), text("NEW"), fits("NEW")
+                    ),
+                    format!(
+                        "CREATE TRIGGER {} AFTER DELETE ON {table} FOR EACH ROW \
+                         INSERT INTO {cols} SELECT '{res}', {}, 'd', '{CAPTURED}', {now} FROM DUAL WHERE {}",
+                        q(b, &names[2]), text("OLD"), fits("OLD")
+                    ),
+                ]
+            }
+            Backend::Postgres => {
+                let func = q(b, &format!("{}_fn", names[0]));
+                vec![
+                    format!(
+                        "CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql \
+                         SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bloomgate$ \
+                         DECLARE o text; n text; \
+                         BEGIN \
+                           IF TG_OP <> 'INSERT' THEN o := OLD.{key}::text; END IF; \
+                           IF TG_OP <> 'DELETE' THEN n := NEW.{key}::text; END IF; \
+                           IF o IS NOT NULL AND o IS DISTINCT FROM n AND octet_length(o) <= {max} THEN \
+                             INSERT INTO {cols} VALUES ('{res}', o, 'd', '{CAPTURED}', {now}); \
+                           END IF; \
+                           IF n IS NOT NULL AND octet_length(n) <= {max} THEN \
+                             INSERT INTO {cols} VALUES ('{res}', n, \
+                               CASE WHEN o IS NOT DISTINCT FROM n THEN 'u' ELSE 'c' END, '{CAPTURED}', {now}); \
+                           END IF; \
+                           PERFORM pg_notify('{NOTIFY_CHANNEL}', '{res}'); \
+                           RETURN NULL; \
+                         END $bloomgate$"
+                    ),
+                    format!(
+                        "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {table} \
+                         FOR EACH ROW EXECUTE FUNCTION {func}()",
+                        q(b, &names[0])
+                    ),
+                ]
+            }
+        }
+    }
+
+    /// The statements that drop trigger `name` from `table` (and, on
+    /// PostgreSQL, its function).
+    #[must_use]
+    pub fn capture_drop_ddl(&self, table: &str, name: &str) -> Vec<String> {
+        let b = self.backend;
+        match b {
+            Backend::Postgres => vec![
+                format!("DROP TRIGGER IF EXISTS {} ON {}", q(b, name), q(b, table)),
+                format!("DROP FUNCTION IF EXISTS {}()", q(b, &format!("{name}_fn"))),
+            ],
+            _ => vec![format!("DROP TRIGGER IF EXISTS {}", q(b, name))],
+        }
+    }
+
+    /// The outbox table as triggers name it: schema-qualified on
+    /// PostgreSQL (a writer's `search_path` need not find it; the
+    /// function's is pinned).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn outbox_for_triggers(&self) -> Result<String, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Ok("bloomgate_changes".into());
+        }
+        let row = sqlx::query("SELECT CAST(current_schema() AS TEXT)")
+            .fetch_one(&self.pool)
+            .within(&self.bg_limit, "capture schema")
+            .await
+            .map_err(err("capture schema"))?;
+        let schema: String = row.try_get(0).map_err(err("capture schema"))?;
+        Ok(format!("{}.bloomgate_changes", q(self.backend, &schema)))
+    }
+
+    /// The `bloomgate_` triggers on `table`.
+    async fn our_triggers(&self, table: &str) -> Result<Vec<String>, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite => format!(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
+                self.ph(1)
+            ),
+            Backend::MySql => format!(
+                "SELECT CAST(TRIGGER_NAME AS CHAR) FROM information_schema.TRIGGERS \
+                 WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = {}",
+                self.ph(1)
+            ),
+            Backend::Postgres => format!(
+                "SELECT CAST(tgname AS TEXT) FROM pg_trigger \
+                 WHERE tgrelid = to_regclass({}) AND NOT tgisinternal",
+                self.ph(1)
+            ),
+        };
+        let arg = match self.backend {
+            Backend::Postgres => q(self.backend, table),
+            _ => table.to_owned(),
+        };
+        let rows = sqlx::query(&sql)
+            .bind(arg)
+            .fetch_all(&self.pool)
+            .within(&self.bg_limit, "capture check")
+            .await
+            .map_err(err("capture check"))?;
+        let mut names = Vec::new();
+        for r in rows {
+            let name: String = r.try_get(0).map_err(err("capture check"))?;
+            if name.starts_with("bloomgate_") {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    /// Which of `t`'s triggers exist, and which stale ones.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn capture_state(&self, t: &CaptureTarget) -> Result<CaptureState, StoreError> {
+        let wanted = t.trigger_names(self.backend);
+        let (current, stale) = self
+            .our_triggers(&t.table)
+            .await?
+            .into_iter()
+            .partition(|n| wanted.contains(n));
+        Ok(CaptureState {
+            current,
+            stale,
+            wanted: wanted.len(),
+        })
+    }
+
+    /// Whether this connection's user may create triggers on `table`, as
+    /// far as the catalogue says (PostgreSQL's `has_table_privilege`,
+    /// MySQL's `information_schema` privilege views; SQLite: always).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn may_create_triggers(&self, table: &str) -> Result<bool, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite => return Ok(true),
+            Backend::Postgres => format!(
+                "SELECT CASE WHEN has_table_privilege({}, 'TRIGGER') THEN 1 ELSE 0 END",
+                self.ph(1)
+            ),
+            Backend::MySql => format!(
+                "SELECT COUNT(*) FROM (\
+                 SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
+                 UNION ALL SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES \
+                   WHERE TABLE_SCHEMA = DATABASE() \
+                 UNION ALL SELECT PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES \
+                   WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {}) p \
+                 WHERE PRIVILEGE_TYPE = 'TRIGGER'",
+                self.ph(1)
+            ),
+        };
+        let arg = match self.backend {
+            Backend::Postgres => q(self.backend, table),
+            _ => table.to_owned(),
+        };
+        let row = sqlx::query(&sql)
+            .bind(arg)
+            .fetch_one(&self.pool)
+            .within(&self.bg_limit, "capture privilege")
+            .await
+            .map_err(err("capture privilege"))?;
+        let n: i64 = row.try_get(0).map_err(err("capture privilege"))?;
+        Ok(n > 0)
+    }
+
+    /// Installs `t`'s current triggers, dropping stale ones first (each
+    /// named in a log line); nothing when they are current. On a failure
+    /// the triggers this call created are dropped again, so the table is
+    /// left as it was found (stale ones stay dropped: they were
+    /// superseded either way). Returns whether anything changed.
+    ///
+    /// # Errors
+    /// [`StoreError`] from the first statement that failed.
+    pub async fn install_capture(&self, t: &CaptureTarget) -> Result<bool, StoreError> {
+        let state = self.capture_state(t).await?;
+        if state.is_current() {
+            return Ok(false);
+        }
+        for name in &state.stale {
+            tracing::info!(table = %t.table, trigger = %name, "replacing an older capture trigger");
+            self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
+        }
+        // Current ones that exist are dropped too: created again below in
+        // one go, so a half-installed set cannot stay half.
+        for name in &state.current {
+            self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
+        }
+        let outbox = self.outbox_for_triggers().await?;
+        if let Err(e) = self.run_ddl(&self.capture_ddl(t, &outbox)).await {
+            for name in t.trigger_names(self.backend) {
+                let _ = self.run_ddl(&self.capture_drop_ddl(&t.table, &name)).await;
+            }
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Drops every `bloomgate_` trigger on `t`'s table; returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn remove_capture(&self, t: &CaptureTarget) -> Result<usize, StoreError> {
+        let names = self.our_triggers(&t.table).await?;
+        for name in &names {
+            self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
+        }
+        Ok(names.len())
+    }
+
+    async fn run_ddl(&self, statements: &[String]) -> Result<(), StoreError> {
+        for s in statements {
+            sqlx::raw_sql(s)
+                .execute(&self.pool)
+                .within(&self.bg_limit, "capture install")
+                .await
+                .map_err(err("capture install"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_change_with_what_they_record() {
+        let t = CaptureTarget {
+            resource: "users".into(),
+            table: "users".into(),
+            key: "id".into(),
+        };
+        let mut other = t.clone();
+        other.key = "login".into();
+        let a = t.trigger_names(Backend::MySql);
+        assert_eq!(a.len(), 3);
+        assert!(
+            a[0].starts_with("bloomgate_v1_") && a[0].ends_with("_i"),
+            "{a:?}"
+        );
+        assert_ne!(a, other.trigger_names(Backend::MySql));
+        assert_eq!(t.trigger_names(Backend::Postgres).len(), 1);
+        // MySQL's identifier limit is 64 characters.
+        assert!(a.iter().all(|n| n.len() <= 64));
+    }
+}

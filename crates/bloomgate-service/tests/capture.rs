@@ -1,0 +1,468 @@
+//! Change capture by triggers (issue 31): writes that another program
+//! makes (the test's own SQL connection, never the service) reach every
+//! instance, on SQLite, MariaDB and PostgreSQL; a transaction held open
+//! past `sql.outbox_gap_ms`; a service without the TRIGGER privilege; the
+//! PostgreSQL doorbell; the idle cost.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use bloomgate_service::config::Capture;
+use bloomgate_service::Config;
+use common::{eventually, sql_pool, TestServer};
+use sqlx::Row;
+
+async fn exec(pool: &sqlx::AnyPool, sql: &str) {
+    sqlx::query(sql)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// A `users` table of 20 rows, `u000001`…
+async fn users_table(pool: &sqlx::AnyPool) {
+    exec(
+        pool,
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL, seq BIGINT NOT NULL)",
+    )
+    .await;
+    let rows: Vec<String> = (1..=20)
+        .map(|i| format!("('u{i:06}', 'user {i}', {i})"))
+        .collect();
+    exec(
+        pool,
+        &format!("INSERT INTO users VALUES {}", rows.join(", ")),
+    )
+    .await;
+}
+
+/// The SKUs and `users`, both captured by triggers.
+fn captured(url: &str, redis: Option<&str>, prefix: &str) -> Config {
+    let mut c = common::config(url, redis, prefix);
+    c.cache.capture = Capture::Triggers;
+    let mut users = common::users_resource("users");
+    users.capture = Capture::Triggers;
+    c.resources = vec![users];
+    c
+}
+
+async fn status(s: &TestServer, path: &str) -> u16 {
+    s.get(path).await.0
+}
+
+/// Waits until every server answers `path` with `want`; how long it took.
+async fn on_every(servers: &[&TestServer], path: &str, want: u16, secs: u64) -> Duration {
+    let started = Instant::now();
+    for s in servers {
+        eventually(
+            secs,
+            &format!("{path} answers {want} on {}", s.base),
+            || async { status(s, path).await == want },
+        )
+        .await;
+    }
+    started.elapsed()
+}
+
+async fn entries(pool: &sqlx::AnyPool, resource: &str, key: &str) -> i64 {
+    let q = format!(
+        "SELECT COUNT(*) FROM bloomgate_changes WHERE resource = '{resource}' AND item_key = '{key}'"
+    );
+    sqlx::query(&q)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get::<i64, _>(0)
+}
+
+/// Inserts, updates, deletes, a rollback and a key change made with plain
+/// SQL reach both instances with no `keys` or `invalidate` call.
+async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
+    let w = sql_pool(url).await;
+    users_table(&w).await;
+    if let Some(r) = redis {
+        common::redis_clear(r, &format!("bgtest:capture-{label}:")).await;
+    }
+    let c = captured(url, redis, &format!("capture-{label}"));
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    for s in both {
+        // Cached in L1 (and Redis) before the writes.
+        for k in ["u000001", "u000002", "u000004"] {
+            assert_eq!(
+                status(s, &format!("/api/users/{k}")).await,
+                200,
+                "{label} {k}"
+            );
+        }
+        assert_eq!(status(s, "/api/users/u900001").await, 404);
+    }
+
+    exec(&w, "INSERT INTO users VALUES ('u900001', 'new', 100)").await;
+    let took = on_every(&both, "/api/users/u900001", 200, 10).await;
+    eprintln!("{label}: another program's insert answered 200 on both after {took:?}");
+
+    exec(&w, "UPDATE users SET name = 'renamed' WHERE id = 'u000001'").await;
+    for s in both {
+        eventually(10, "the update is served", || async {
+            s.get("/api/users/u000001").await.1["name"] == "renamed"
+        })
+        .await;
+    }
+
+    exec(&w, "DELETE FROM users WHERE id = 'u000002'").await;
+    on_every(&both, "/api/users/u000002", 404, 10).await;
+
+    // A rolled-back insert leaves no entry and no effect.
+    let mut tx = w.begin().await.unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u900002', 'gone', 101)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(entries(&w, "users", "u900002").await, 0, "{label}");
+
+    // A change of key: the old one goes, the new one comes.
+    exec(&w, "UPDATE users SET id = 'u900003' WHERE id = 'u000004'").await;
+    on_every(&both, "/api/users/u900003", 200, 10).await;
+    on_every(&both, "/api/users/u000004", 404, 10).await;
+    for s in both {
+        assert_eq!(status(s, "/api/users/u900002").await, 404, "{label}");
+        let deleted = s.state.resources[0].gate().stats().deleted_since_build;
+        assert!(deleted >= 2, "{label}: deletes counted: {deleted}");
+    }
+
+    // The SKU table too; and the service's own write is recorded once.
+    exec(
+        &w,
+        "INSERT INTO skus (id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at) \
+         VALUES (777, 'made elsewhere', 100, 50, 5, 0, 0, 0)",
+    )
+    .await;
+    on_every(&both, "/api/seckill/777", 200, 10).await;
+    assert_eq!(a.create(778, "ours").await, 201);
+    assert_eq!(
+        entries(&w, "skus", "778").await,
+        1,
+        "{label}: one entry per own write"
+    );
+    on_every(&[&b], "/api/seckill/778", 200, 10).await;
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn others_writes_reach_every_instance_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    others_writes(&common::sqlite_url(&dir), None, "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn others_writes_reach_every_instance_mariadb() {
+    let (Some(url), Some(redis)) = (
+        common::mysql_database("capture").await,
+        common::redis_url().await,
+    ) else {
+        return;
+    };
+    others_writes(&url, Some(&redis), "mariadb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn others_writes_reach_every_instance_postgres() {
+    let (Some(url), Some(redis)) = (
+        common::postgres_database("capture").await,
+        common::redis_url().await,
+    ) else {
+        return;
+    };
+    others_writes(&url, Some(&redis), "postgres").await;
+}
+
+/// A transaction that stays open three times `sql.outbox_gap_ms` (its
+/// number given up as a gap by both followers) commits a row: both
+/// instances find it.
+async fn long_transaction(url: &str, label: &str) {
+    let w = sql_pool(url).await;
+    users_table(&w).await;
+    let mut c = captured(url, None, &format!("capture-long-{label}"));
+    c.sql.outbox_gap_ms = 300;
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    let mut held = w.begin().await.unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u800001', 'slow', 1)")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    // A later number commits first: the held one is a gap.
+    exec(&w, "INSERT INTO users VALUES ('u800002', 'quick', 2)").await;
+    on_every(&both, "/api/users/u800002", 200, 10).await;
+    for s in both {
+        eventually(10, "the gap given up", || async {
+            s.state.outbox.counters.gaps_expired.load(Relaxed) >= 1
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    held.commit().await.unwrap();
+    let took = on_every(&both, "/api/users/u800001", 200, 15).await;
+    eprintln!("{label}: a commit 3x outbox_gap_ms late answered 200 on both after {took:?}");
+    for s in both {
+        assert!(s.state.outbox.counters.late_applied.load(Relaxed) >= 1);
+    }
+    // Recorded again under a new number, for snapshots and epochs whose
+    // watermark passed the old one.
+    assert!(entries(&w, "users", "u800001").await >= 2, "{label}");
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_after_the_gap_expired_reaches_every_instance_mariadb() {
+    let Some(url) = common::mysql_database("capture_long").await else {
+        return;
+    };
+    long_transaction(&url, "mariadb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_after_the_gap_expired_reaches_every_instance_postgres() {
+    let Some(url) = common::postgres_database("capture_long").await else {
+        return;
+    };
+    long_transaction(&url, "postgres").await;
+}
+
+/// `url` with the user (and password) replaced.
+fn as_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+    format!("{scheme}://{user}@{host}")
+}
+
+/// Tables whose name starts with `bloomgate` in `url`'s database.
+async fn bloomgate_tables(pool: &sqlx::AnyPool, postgres: bool) -> i64 {
+    let q = if postgres {
+        "SELECT COUNT(*) FROM pg_tables WHERE tablename LIKE 'bloomgate%'"
+    } else {
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'bloomgate%'"
+    };
+    sqlx::query(q)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get::<i64, _>(0)
+}
+
+/// A service user without the TRIGGER privilege: with no triggers the
+/// start is refused, naming the key, and nothing is written; once a
+/// privileged user installed them, it starts and captures.
+async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
+    let user = "bg_capture_np";
+    let admin = sql_pool(admin_url).await;
+    users_table(&admin).await;
+    let db = admin_url.rsplit('/').next().unwrap().to_owned();
+    let service_url = if postgres {
+        for s in [
+            format!("DROP ROLE IF EXISTS {user}"),
+            format!("CREATE ROLE {user} LOGIN"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON users TO {user}"),
+            format!("GRANT USAGE, CREATE ON SCHEMA public TO {user}"),
+        ] {
+            exec(&admin, &s).await;
+        }
+        as_user(admin_url, user)
+    } else {
+        for s in [
+            format!("DROP USER IF EXISTS '{user}'@'%'"),
+            format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'np'"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX, ALTER ON {db}.* TO '{user}'@'%'"),
+        ] {
+            exec(&admin, &s).await;
+        }
+        as_user(admin_url, &format!("{user}:np"))
+    };
+    let mut c = common::config(&service_url, None, &format!("capture-np-{postgres}"));
+    let mut users = common::users_resource("users");
+    users.capture = Capture::Triggers;
+    c.resources = vec![users];
+    let refused = bloomgate_service::AppState::connect(&c)
+        .await
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "resources[0].capture",
+        "TRIGGER",
+        "bloomgate capture show",
+        "--resource users",
+    ] {
+        assert!(refused.contains(part), "{part:?} in: {refused}");
+    }
+    assert_eq!(
+        bloomgate_tables(&admin, postgres).await,
+        0,
+        "the database untouched"
+    );
+
+    // The DBA installs them with their own rights (what `bloomgate
+    // capture install` calls), and grants the service the outbox.
+    let dba = bloomgate_service::store::SkuStore::connect(admin_url)
+        .await
+        .unwrap();
+    let target = bloomgate_service::store::CaptureTarget {
+        resource: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+    };
+    assert!(dba.install_capture(&target).await.unwrap(), "installed");
+    assert!(!dba.install_capture(&target).await.unwrap(), "idempotent");
+    dba.close().await;
+    if postgres {
+        exec(
+            &admin,
+            &format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"),
+        )
+        .await;
+        exec(
+            &admin,
+            &format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {user}"),
+        )
+        .await;
+    }
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    exec(&admin, "INSERT INTO users VALUES ('u700001', 'seen', 1)").await;
+    on_every(&[&a, &b], "/api/users/u700001", 200, 10).await;
+    a.stop().await;
+    b.stop().await;
+    if postgres {
+        admin.close().await;
+        let root = sql_pool(common::POSTGRES_ADMIN_URL).await;
+        exec(&root, &format!("DROP DATABASE {db} WITH (FORCE)")).await;
+        exec(&root, &format!("DROP ROLE {user}")).await;
+        root.close().await;
+    } else {
+        exec(&admin, &format!("DROP USER '{user}'@'%'")).await;
+        admin.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_without_the_trigger_privilege_mariadb() {
+    let Some(url) = common::mysql_database("capture_np").await else {
+        return;
+    };
+    without_trigger_privilege(&url, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_without_the_trigger_privilege_postgres() {
+    let Some(url) = common::postgres_database("capture_np").await else {
+        return;
+    };
+    without_trigger_privilege(&url, true).await;
+}
+
+/// PostgreSQL without Redis: the triggers' `NOTIFY` wakes every
+/// instance at once (the idle poll is one second), and a listener whose
+/// connection is killed catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_notify_propagates_without_redis() {
+    let Some(url) = common::postgres_database("capture_notify").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-notify");
+    c.sql.outbox_idle_poll_ms = 5_000;
+    c.sql.out_of_step_ms = 20_000;
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    for s in both {
+        eventually(5, "the listener answers", || async {
+            s.state.outbox.doorbell_healthy()
+        })
+        .await;
+    }
+    let mut took = Vec::new();
+    for i in 0..20 {
+        exec(
+            &w,
+            &format!("INSERT INTO users VALUES ('u6{i:05}', 'n', {i})"),
+        )
+        .await;
+        took.push(on_every(&both, &format!("/api/users/u6{i:05}"), 200, 10).await);
+    }
+    took.sort();
+    eprintln!(
+        "NOTIFY propagation over 20 inserts: p50 {:?}, max {:?}",
+        took[10], took[19]
+    );
+    // Well under the 5 s idle poll: the notification did it.
+    assert!(took[19] < Duration::from_millis(2_500), "{took:?}");
+
+    let db = url.rsplit('/').next().unwrap();
+    let killed: i64 = sqlx::query(&format!(
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = '{db}' AND query LIKE 'LISTEN%'"
+    ))
+    .fetch_one(&w)
+    .await
+    .unwrap()
+    .get(0);
+    assert!(killed >= 2, "both listeners' connections: {killed}");
+    exec(&w, "INSERT INTO users VALUES ('u699999', 'after', 1)").await;
+    let took = on_every(&both, "/api/users/u699999", 200, 10).await;
+    eprintln!("after pg_terminate_backend: {took:?}");
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+/// The statements an idle instance sends per second: at most one while
+/// the Redis doorbell answers; ten (`outbox_poll_ms`) without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_statements_with_and_without_the_doorbell() {
+    let (Some(url), Some(redis)) = (
+        common::mysql_database("capture_idle").await,
+        common::redis_url().await,
+    ) else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut rates = Vec::new();
+    for redis in [Some(redis.as_str()), None] {
+        let s = TestServer::start(captured(&url, redis, "capture-idle"), 0).await;
+        if redis.is_some() {
+            eventually(5, "the doorbell answers", || async {
+                s.state.outbox.doorbell_healthy()
+            })
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let counters = &s.state.reader.store.counters;
+        let before = counters.background.load(Relaxed);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rate = (counters.background.load(Relaxed) - before) as f64 / 5.0;
+        eprintln!(
+            "idle SQL statements per second, redis {}: {rate}",
+            redis.is_some()
+        );
+        rates.push(rate);
+        s.stop().await;
+    }
+    assert!(rates[0] <= 1.2, "doorbell healthy: {rates:?}");
+    assert!(
+        rates[1] >= 5.0,
+        "doorbell broken: polls every outbox_poll_ms: {rates:?}"
+    );
+    w.close().await;
+}
