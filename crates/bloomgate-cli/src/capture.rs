@@ -96,6 +96,13 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
     let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
         .await
         .context("database_url")?;
+    // A configured table reaches the DDL only after the catalogue
+    // accepted its name and key column, as at start-up.
+    for (i, rc) in config.resources.iter().enumerate() {
+        if targets.iter().any(|c| c.name == rc.name) {
+            bloomgate_service::table::SqlTable::open(&store, rc, i).await??;
+        }
+    }
     match a.action {
         Action::Show => {
             let outbox = store.outbox_for_triggers().await?;

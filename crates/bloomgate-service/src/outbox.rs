@@ -25,6 +25,20 @@
 //! one, which comes after the late transaction took its own). At most
 //! [`MAX_GAPS`] numbers are tracked; a jump past that asks for a rebuild.
 //!
+//! **Late commits.** Another program's transaction, whose entry a capture
+//! trigger wrote, may stay open longer than any wait, and nobody re-records
+//! it. So a given-up number is not forgotten: it joins the follower's late
+//! set ([`MAX_LATE`] at most), looked for every 5 s until
+//! `sql.outbox_retention_secs`. Found, it is applied and recorded again
+//! under a new number. Nothing positioned past the old number misses it:
+//! every follower that ran past it has it in its own late set; a snapshot
+//! or epoch whose watermark passed it was either copied after the new
+//! entry was applied (the filter has the key) or is replayed from a
+//! watermark below the new entry (the replay has it); a follower that
+//! starts later starts below the new entry. An entry trimmed before it is
+//! found (a transaction open longer than the retention) reaches the
+//! filter at its next rebuild only.
+//!
 //! **Positions.** A new follower starts at the largest seq whose entry is
 //! older than twice `sql.outbox_gap_ms` (ages by the database's clock,
 //! which every instance shares) (every smaller number was taken

@@ -146,10 +146,8 @@ pub struct SkuStore {
     /// The instance's shutdown signal (its own when used alone): late
     /// entries recorded again are tracked by it.
     background: crate::tasks::Background,
-    /// `cache.capture = "triggers"`: the SKU table's triggers record its
-    /// writes, so the service's own are one statement with no entry of
-    /// their own.
-    sku_captured: bool,
+    /// `cache.capture`: triggers record SKU writes (one statement each).
+    pub(crate) sku_captured: bool,
 }
 
 impl SkuStore {
@@ -179,8 +177,7 @@ impl SkuStore {
         self
     }
 
-    /// Whether the SKU table's triggers record its writes (see
-    /// [`CaptureTarget`]); set before the store is cloned.
+    /// Whether triggers record SKU writes; set before cloning the store.
     #[must_use]
     pub const fn with_sku_capture(mut self, captured: bool) -> Self {
         self.sku_captured = captured;

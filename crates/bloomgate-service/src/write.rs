@@ -98,7 +98,10 @@ pub async fn delete(state: &AppState, id: i64) -> Result<(), AppError> {
     // The plain filter cannot forget the id; it keeps answering "maybe",
     // which costs one cached lookup. Enough deletes trigger a rebuild.
     // The gate's worker runs it; nobody waits for the answer.
-    if state.reader.gate.note_delete(state.rebuild_after_deletes) {
+    // Captured: the trigger's entry counts it, on every instance.
+    if !state.reader.store.sku_captured
+        && state.reader.gate.note_delete(state.rebuild_after_deletes)
+    {
         drop(state.reader.gate.request_rebuild());
     }
     Ok(())

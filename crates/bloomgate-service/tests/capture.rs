@@ -239,6 +239,39 @@ async fn a_commit_after_the_gap_expired_reaches_every_instance_postgres() {
     long_transaction(&url, "postgres").await;
 }
 
+/// A transaction open across the only instance's restart commits after
+/// it: the restarted instance finds the row, although its start position
+/// is past the transaction's number (the numbers missing before the start
+/// position are looked for too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_across_a_restart_is_found() {
+    let Some(url) = common::mysql_database("capture_restart").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-restart");
+    c.sql.outbox_gap_ms = 300;
+    let a = TestServer::start(c.clone(), 0).await;
+    let mut held = w.begin().await.unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u500001', 'slow', 1)")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    exec(&w, "INSERT INTO users VALUES ('u500002', 'quick', 2)").await;
+    on_every(&[&a], "/api/users/u500002", 200, 10).await;
+    a.stop().await;
+    // Older than twice the gap wait: the next start position is past it.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let a = TestServer::start(c, 0).await;
+    assert_eq!(status(&a, "/api/users/u500001").await, 404);
+    held.commit().await.unwrap();
+    let took = on_every(&[&a], "/api/users/u500001", 200, 15).await;
+    eprintln!("a commit across a restart answered 200 after {took:?}");
+    a.stop().await;
+    w.close().await;
+}
+
 /// `url` with the user (and password) replaced.
 fn as_user(url: &str, user: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap();

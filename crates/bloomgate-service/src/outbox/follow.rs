@@ -34,6 +34,9 @@ impl Outbox {
             let mut first = true;
             let mut check_trim = true;
             let _guard = Gate::follow(&reader.gate);
+            if let Err(e) = outbox.seed_late(from).await {
+                tracing::warn!(error = %e, "change outbox: the numbers missing before the start position were not read");
+            }
             while !Gate::only_followers_left(&reader.gate) {
                 if !std::mem::take(&mut first) {
                     tokio::select! {
@@ -42,10 +45,14 @@ impl Outbox {
                     }
                 }
                 outbox.before_poll.pass(0).await;
+                // A position is trimmed only past entries older than the
+                // retention, so only a follower that did not poll for that
+                // long can have lost one: checked at half of it, at most.
+                let every = TRIM_CHECK_EVERY.min(outbox.retention / 2);
                 let due = check_trim
                     || lock(&outbox.follow)
                         .trim_checked
-                        .is_none_or(|t| t.elapsed() >= TRIM_CHECK_EVERY);
+                        .is_none_or(|t| t.elapsed() >= every);
                 match outbox.poll_once(&reader, due).await {
                     Ok(()) => {
                         check_trim = false;
@@ -257,6 +264,39 @@ impl Outbox {
             }
         }
         self.late(reader).await
+    }
+
+    /// At start: the numbers missing among the [`MAX_LATE`] before `from`
+    /// join the late set, so a transaction open across this instance's
+    /// restart (its number given up by the previous process, or below the
+    /// start position) is still found when it commits.
+    async fn seed_late(&self, from: i64) -> Result<(), StoreError> {
+        let floor = (from - MAX_LATE as i64).max(self.trimmed_through().await?);
+        if floor >= from {
+            return Ok(());
+        }
+        let q = format!(
+            "SELECT seq FROM bloomgate_changes WHERE seq > {} AND seq <= {}",
+            self.store.ph(1),
+            self.store.ph(2)
+        );
+        let seen: std::collections::HashSet<i64> = sqlx::query(&q)
+            .bind(floor)
+            .bind(from)
+            .fetch_all(&self.store.pool)
+            .within(&self.store.bg_limit, self.bg("outbox read"))
+            .await
+            .map_err(err("outbox read"))?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(err("outbox read"))?;
+        let now = Instant::now();
+        let mut f = lock(&self.follow);
+        for seq in (floor + 1..=from).filter(|s| !seen.contains(s)) {
+            f.late.insert(seq, now);
+        }
+        Ok(())
     }
 
     /// Looks for the numbers given up as gaps, every [`LATE_EVERY`]: one

@@ -335,11 +335,12 @@ impl SkuStore {
         Ok(n > 0)
     }
 
-    /// Installs `t`'s current triggers, dropping stale ones first (each
-    /// named in a log line); nothing when they are current. On a failure
-    /// the triggers this call created are dropped again, so the table is
-    /// left as it was found (stale ones stay dropped: they were
-    /// superseded either way). Returns whether anything changed.
+    /// Installs `t`'s current triggers that are missing, then drops stale
+    /// ones (each named in a log line): the new set records before the old
+    /// one goes, so no write in between goes unrecorded (one recorded twice
+    /// is harmless). Nothing when they are current. On a failure the
+    /// triggers this call created are dropped again, so the table is left
+    /// as it was found. Returns whether anything changed.
     ///
     /// # Errors
     /// [`StoreError`] from the first statement that failed.
@@ -348,21 +349,32 @@ impl SkuStore {
         if state.is_current() {
             return Ok(false);
         }
+        let outbox = self.outbox_for_triggers().await?;
+        let names = t.trigger_names(self.backend);
+        let ddl = self.capture_ddl(t, &outbox);
+        // Per trigger, the statements that make it: one each, or on
+        // PostgreSQL the function and then the one trigger.
+        let pieces: Vec<(&String, &[String])> = if self.backend == Backend::Postgres {
+            vec![(&names[0], &ddl[..])]
+        } else {
+            names.iter().zip(ddl.chunks(1)).collect()
+        };
+        let mut created = Vec::new();
+        for (name, statements) in pieces {
+            if state.current.contains(name) {
+                continue;
+            }
+            if let Err(e) = self.run_ddl(statements).await {
+                for made in created {
+                    let _ = self.run_ddl(&self.capture_drop_ddl(&t.table, made)).await;
+                }
+                return Err(e);
+            }
+            created.push(name);
+        }
         for name in &state.stale {
             tracing::info!(table = %t.table, trigger = %name, "replacing an older capture trigger");
             self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
-        }
-        // Current ones that exist are dropped too: created again below in
-        // one go, so a half-installed set cannot stay half.
-        for name in &state.current {
-            self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
-        }
-        let outbox = self.outbox_for_triggers().await?;
-        if let Err(e) = self.run_ddl(&self.capture_ddl(t, &outbox)).await {
-            for name in t.trigger_names(self.backend) {
-                let _ = self.run_ddl(&self.capture_drop_ddl(&t.table, &name)).await;
-            }
-            return Err(e);
         }
         Ok(true)
     }
