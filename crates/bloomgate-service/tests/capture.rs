@@ -150,6 +150,19 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
         "{label}: one entry per own write"
     );
     on_every(&[&b], "/api/seckill/778", 200, 10).await;
+    assert_eq!(a.put_sku(778, "ours, renamed", 120).await.0, 200);
+    assert_eq!(
+        a.send(reqwest::Method::DELETE, "/api/skus/778", None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        entries(&w, "skus", "778").await,
+        3,
+        "{label}: create, update, delete"
+    );
+    on_every(&[&b], "/api/seckill/778", 404, 10).await;
     a.stop().await;
     b.stop().await;
     w.close().await;
@@ -269,6 +282,91 @@ async fn a_commit_across_a_restart_is_found() {
     let took = on_every(&[&a], "/api/users/u500001", 200, 15).await;
     eprintln!("a commit across a restart answered 200 after {took:?}");
     a.stop().await;
+    w.close().await;
+}
+
+/// Redis killed mid-run: another program's insert, update and delete
+/// still reach both instances, by polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_killed_writes_still_arrive_by_polling() {
+    let Some(url) = common::mysql_database("capture_redis_killed").await else {
+        return;
+    };
+    let mut redis = common::OwnServer::redis().await;
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let c = captured(&url, Some(&redis.url()), "capture-killed");
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    exec(&w, "INSERT INTO users VALUES ('u910001', 'before', 1)").await;
+    on_every(&both, "/api/users/u910001", 200, 10).await;
+    assert_eq!(status(&a, "/api/users/u000005").await, 200);
+    redis.stop().await;
+    exec(&w, "INSERT INTO users VALUES ('u910002', 'after', 2)").await;
+    exec(&w, "UPDATE users SET name = 'changed' WHERE id = 'u910001'").await;
+    exec(&w, "DELETE FROM users WHERE id = 'u000005'").await;
+    let took = on_every(&both, "/api/users/u910002", 200, 10).await;
+    eprintln!("Redis killed: another program's insert answered 200 on both after {took:?}");
+    on_every(&both, "/api/users/u000005", 404, 10).await;
+    for s in both {
+        eventually(10, "the update is served", || async {
+            s.get("/api/users/u910001").await.1["name"] == "changed"
+        })
+        .await;
+    }
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+/// One `INSERT … SELECT` of 100,000 rows by another program: every key is
+/// in both instances' filters; how long the followers took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_insert_of_100000_rows_reaches_every_instance() {
+    let Some(url) = common::mysql_database("capture_bulk").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    exec(&w, "CREATE TABLE digits (d INT NOT NULL)").await;
+    exec(
+        &w,
+        "INSERT INTO digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)",
+    )
+    .await;
+    let c = captured(&url, None, "capture-bulk");
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let started = Instant::now();
+    exec(
+        &w,
+        "INSERT INTO users (id, name, seq) \
+         SELECT CONCAT('b', LPAD(a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d, 6, '0')), 'bulk', 0 \
+         FROM digits a, digits b, digits c, digits e, digits f",
+    )
+    .await;
+    let committed = started.elapsed();
+    let keys: Vec<bloomgate_service::key::Key> = (0..100_000)
+        .map(|i| bloomgate_service::key::Key::Text(format!("b{i:06}")))
+        .collect();
+    for s in [&a, &b] {
+        let gate = s.state.resources[0].gate();
+        eventually(60, "every bulk key in the filter", || async {
+            gate.check_many(&keys)
+                .iter()
+                .all(|v| *v != bloomgate_service::gate::Verdict::Reject)
+        })
+        .await;
+    }
+    let caught_up = started.elapsed();
+    eprintln!(
+        "bulk INSERT of 100,000 rows: committed after {committed:?}, in both filters after {caught_up:?} ({:.0} entries/s after the commit)",
+        1e5 / (caught_up - committed).as_secs_f64().max(1e-3)
+    );
+    assert_eq!(status(&b, "/api/users/b099999").await, 200);
+    a.stop().await;
+    b.stop().await;
     w.close().await;
 }
 
