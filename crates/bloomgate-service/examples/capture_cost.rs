@@ -8,7 +8,8 @@
 //!    multi-row statements of 1,000 into each.
 //! 2. The service's own SKU create on a captured table (one statement,
 //!    the trigger records it) against a bare autocommit `INSERT` into an
-//!    identical table without triggers (`outbox_cost`'s comparison).
+//!    identical table without triggers (`outbox_cost`'s comparison). No
+//!    instance follows during 1 and 2 (each write would wake it).
 //! 3. Follower catch-up: 10^5 rows inserted by `INSERT … SELECT` into a
 //!    captured table; how long until two instances answer the last key,
 //!    and entries per second.
@@ -149,8 +150,17 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
     } else {
         ("?", "BIGINT")
     };
+    // No instance follows meanwhile: each write's doorbell would make
+    // every follower read the outbox on the same two cores (measured
+    // apart, in the propagation rows).
     let c = config(url, None, &format!("capture-cost-{label}"));
-    let inst = start(&c).await;
+    let store = bloomgate_service::store::SkuStore::connect(url)
+        .await
+        .unwrap()
+        .with_sku_capture(true);
+    for t in bloomgate_service::capture::targets(&c) {
+        store.install_capture(&t.target).await.unwrap();
+    }
     let pool = AnyPool::connect(&if url.starts_with("sqlite") {
         format!("{url}?mode=rwc")
     } else {
@@ -225,7 +235,6 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
     );
 
     // 2. The service's own create against a bare INSERT without triggers.
-    let store = &inst.state.reader.store;
     let (mut own, mut bare) = (Vec::new(), Vec::new());
     let cols =
         "id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at";
@@ -274,6 +283,7 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
     println!("| {label} | the service's SKU create (captured) ÷ bare INSERT | p50 {:.3} / {:.3} ms | p99 {:.3} / {:.3} ms | **{:.2}** (p50) |",
         ms(p_own), ms(p_bare), ms(q_own), ms(q_bare), p_own.as_secs_f64() / p_bare.as_secs_f64());
     pool.close().await;
+    store.close().await;
 }
 
 /// 3: a bulk `INSERT … SELECT` of 10^5 rows; until both answer the last.
