@@ -33,7 +33,9 @@ pub struct CaptureArgs {
     /// whose `capture` is `"triggers"`.
     #[arg(long)]
     resource: Option<String>,
-    /// Database URL to use instead of the configured one (a DBA's own).
+    /// Database URL to use instead of the configured one (a DBA's own;
+    /// `DATABASE_URL` in the environment keeps its password off the
+    /// command line).
     #[arg(long)]
     database_url: Option<String>,
 }
@@ -129,13 +131,23 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
                 println!(
                     "-- they write into {outbox}, which the service (or `capture install`) creates"
                 );
+                // MySQL's trigger bodies hold `;`: its client needs another
+                // delimiter around them.
+                let mysql = store.backend() == bloomgate_service::store::Backend::MySql;
+                let end = if mysql { "//" } else { ";" };
+                if mysql {
+                    println!("DELIMITER //");
+                }
                 for name in &state.stale {
                     for s in store.capture_drop_ddl(&c.target.table, name) {
-                        println!("{s};");
+                        println!("{s}{end}");
                     }
                 }
                 for s in store.capture_ddl(&c.target, &outbox) {
-                    println!("{s};");
+                    println!("{s}{end}");
+                }
+                if mysql {
+                    println!("DELIMITER ;");
                 }
             }
         }

@@ -35,14 +35,20 @@
 //! or epoch whose watermark passed it was either copied after the new
 //! entry was applied (the filter has the key) or is replayed from a
 //! watermark below the new entry (the replay has it); a follower that
-//! starts later starts below the new entry. An entry trimmed before it is
-//! found (a transaction open longer than the retention) reaches the
-//! filter at its next rebuild only.
+//! starts later starts below the new entry. Bounds, each reaching the
+//! filter at its next rebuild only: an entry trimmed before it is found
+//! (a transaction open longer than the retention); a number past the
+//! [`MAX_LATE`] newest watched (the oldest go, counted as
+//! `late_abandoned`; a restart looks back as far); the numbers of a jump
+//! past [`MAX_GAPS`], which asks for a rebuild at once (a rebuild cannot
+//! see rows still uncommitted).
 //!
 //! **Positions.** A new follower starts at the largest seq whose entry is
 //! older than twice `sql.outbox_gap_ms` (ages by the database's clock,
 //! which every instance shares) (every smaller number was taken
-//! longer ago than any transaction stays open), and re-applies the newer
+//! longer ago than any of the service's transactions stays open; another
+//! program's, under capture, may stay open longer: see **Late commits**
+//! and `seed_late`), and re-applies the newer
 //! entries, which is harmless: applying an entry twice changes nothing.
 //! Snapshots and shared rebuilds record the watermark taken before their
 //! filter was copied or scanned, and whoever loads them replays the
@@ -229,7 +235,13 @@ impl Outbox {
         Self {
             store,
             poll: Duration::from_millis(c.outbox_poll_ms),
-            idle_poll: Duration::from_millis(c.outbox_idle_poll_ms.max(c.outbox_poll_ms)),
+            // At most a third of `out_of_step_ms`, so a quiet instance
+            // never falls out of step between two polls.
+            idle_poll: Duration::from_millis(
+                c.outbox_idle_poll_ms
+                    .min(c.out_of_step_ms / 3)
+                    .max(c.outbox_poll_ms),
+            ),
             doorbell_ok_ms: Arc::default(),
             gap_wait: Duration::from_millis(c.outbox_gap_ms),
             retention: Duration::from_secs(c.outbox_retention_secs),
@@ -435,7 +447,7 @@ impl Outbox {
     /// The entries among `seqs` that are visible now.
     async fn among(&self, seqs: &[i64]) -> Result<Vec<Entry>, StoreError> {
         let mut out = Vec::new();
-        for chunk in seqs.chunks(500) {
+        for chunk in seqs.chunks(1000) {
             let q = format!(
                 "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
                  WHERE seq IN ({})",

@@ -132,7 +132,7 @@ fn batch_loop<T: ?Sized, const CHEAP: bool>(
     if CHEAP {
         // The ring's stores and loads and a branch per key cost more than
         // a second load of the hash: with the ring, the batch ran 1.02-1.09x
-        // a hand-prefetched sbbf loop at 10^8 keys, without it 0.96-1.00x
+        // a hand-prefetched sbbf loop at 10^8 keys, without it 0.96-1.03x
         // (issue 32; `equal_work --ab`). 64 keys ahead did no better.
         let ahead = n.saturating_sub(BATCH);
         for i in 0..n.min(BATCH) {

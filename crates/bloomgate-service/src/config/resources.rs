@@ -281,6 +281,23 @@ pub fn validate_all(resources: &[ResourceConfig]) -> Result<(), ConfigError> {
                 format!("{:?} is also the name of resources[{first}]", r.name),
             ));
         }
+        // One set of capture triggers per table: a second would take the
+        // first's for stale and replace them.
+        let captured = |o: &ResourceConfig| o.capture == super::Capture::Triggers;
+        if captured(r) {
+            if let Some(first) = resources[..i]
+                .iter()
+                .position(|o| captured(o) && o.table == r.table)
+            {
+                return Err(invalid(
+                    ResourceConfig::key_of(i, "capture"),
+                    format!(
+                        "table {:?} is captured by resources[{first}] already: one captured resource per table",
+                        r.table
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -288,6 +305,26 @@ pub fn validate_all(resources: &[ResourceConfig]) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_captured_resource_per_table() {
+        let users: ResourceConfig = toml::from_str(
+            "name = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\ncapture = \"triggers\"",
+        )
+        .unwrap();
+        let mut again = users.clone();
+        again.name = "people".into();
+        assert!(validate_all(std::slice::from_ref(&users)).is_ok());
+        let err = validate_all(&[users.clone(), again.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("resources[1].capture"), "{err}");
+        again.capture = crate::config::Capture::None;
+        assert!(
+            validate_all(&[users, again]).is_ok(),
+            "one captured, one not"
+        );
+    }
 
     #[test]
     fn identifiers_are_plain() {

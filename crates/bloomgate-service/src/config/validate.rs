@@ -11,6 +11,18 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         resources::validate_all(&self.resources)?;
         let c = &self.cache;
+        if c.capture == super::Capture::Triggers {
+            if let Some(i) = self
+                .resources
+                .iter()
+                .position(|r| r.capture == super::Capture::Triggers && r.table == "skus")
+            {
+                return Err(invalid(
+                    &resources::ResourceConfig::key_of(i, "capture"),
+                    "table \"skus\" is captured by cache.capture already: one captured resource per table",
+                ));
+            }
+        }
         // Two filters never share a snapshot file (the later save would
         // replace the other's, and a restart would refuse or misread it).
         let mut paths: Vec<(String, std::path::PathBuf)> = c
@@ -165,6 +177,7 @@ impl Config {
             ("sql.queue_timeout_ms", self.sql.queue_timeout_ms),
             ("sql.slow_query_ms", self.sql.slow_query_ms),
             ("sql.outbox_poll_ms", self.sql.outbox_poll_ms),
+            ("sql.outbox_idle_poll_ms", self.sql.outbox_idle_poll_ms),
             ("sql.outbox_gap_ms", self.sql.outbox_gap_ms),
             ("sql.outbox_retention_secs", self.sql.outbox_retention_secs),
             ("sql.out_of_step_ms", self.sql.out_of_step_ms),

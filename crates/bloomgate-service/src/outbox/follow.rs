@@ -172,7 +172,10 @@ impl Outbox {
             {
                 let mut f = lock(&self.follow);
                 f.cursor = from;
-                f.gaps.clear();
+                // Still uncommitted ones may commit later: watched as late.
+                let now = Instant::now();
+                let open = std::mem::take(&mut f.gaps);
+                f.late.extend(open.into_keys().map(|g| (g, now)));
             }
             self.rebuild(reader, None);
         }
@@ -331,15 +334,8 @@ impl Outbox {
         }
         self.captured(&found, reader).await;
         self.share_creates(&found, reader).await;
-        {
-            let mut f = lock(&self.follow);
-            for e in &found {
-                f.late.remove(&e.seq);
-            }
-        }
-        self.counters
-            .late_applied
-            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        // Recorded again first, forgotten after: a failed re-record is
+        // found (and applied, harmlessly) again next time, and retried.
         for e in found
             .iter()
             .filter(|e| [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str()))
@@ -353,6 +349,15 @@ impl Outbox {
                 .record_many(&e.resource, std::slice::from_ref(&e.key), kind)
                 .await?;
         }
+        {
+            let mut f = lock(&self.follow);
+            for e in &found {
+                f.late.remove(&e.seq);
+            }
+        }
+        self.counters
+            .late_applied
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 

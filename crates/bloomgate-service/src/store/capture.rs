@@ -97,12 +97,33 @@ impl CaptureTarget {
     }
 }
 
-/// `name` quoted for `backend`.
+/// `name` quoted for `backend` (a quote inside doubled).
 fn q(backend: Backend, name: &str) -> String {
     match backend {
-        Backend::MySql => format!("`{name}`"),
-        _ => format!("\"{name}\""),
+        Backend::MySql => format!("`{}`", name.replace('`', "``")),
+        _ => format!("\"{}\"", name.replace('"', "\"\"")),
     }
+}
+
+/// Whether `name` is one of ours, as [`CaptureTarget::trigger_names`]
+/// makes them (`bloomgate_v<n>_<8 hex>`, then `_i`, `_u` or `_d`): only
+/// such names are ever dropped or put into a statement, whatever else the
+/// catalogue holds.
+fn is_ours(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("bloomgate_v") else {
+        return false;
+    };
+    let Some((version, rest)) = rest.split_once('_') else {
+        return false;
+    };
+    let (tag, op) = rest.split_at(rest.len().min(8));
+    !version.is_empty()
+        && version.bytes().all(|b| b.is_ascii_digit())
+        && tag.len() == 8
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && ["", "_i", "_u", "_d"].contains(&op)
 }
 
 impl SkuStore {
@@ -135,9 +156,9 @@ impl SkuStore {
                     format!(
                         "CREATE TRIGGER {} AFTER UPDATE ON {table} BEGIN \
                          INSERT INTO {cols} SELECT '{res}', {}, 'd', '{CAPTURED}', {now} \
-                         WHERE OLD.{key} IS NOT NEW.{key} AND {}; \
+                         WHERE OLD.{key} IS NOT NEW.{key} COLLATE BINARY AND {}; \
                          INSERT INTO {cols} SELECT '{res}', {}, \
-                         CASE WHEN OLD.{key} IS NEW.{key} THEN 'u' ELSE 'c' END, '{CAPTURED}', {now} \
+                         CASE WHEN OLD.{key} IS NEW.{key} COLLATE BINARY THEN 'u' ELSE 'c' END, '{CAPTURED}', {now} \
                          WHERE {}; END",
                         q(b, &names[1]), text("OLD"), fits("OLD"), text("NEW"), fits("NEW")
                     ),
@@ -156,35 +177,53 @@ impl SkuStore {
                 // Keys compare as bytes: a case-insensitive collation would
                 // call 'A' -> 'a' no change of key.
                 let same = format!("BINARY OLD.{key} <=> BINARY NEW.{key}");
+                // Plain `INSERT … VALUES` under `IF`: a trigger's
+                // `INSERT … SELECT` is a bulk insert to InnoDB (the AUTO-INC
+                // table lock, and numbers reserved but not used).
+                let put = |key: String, kind: String| {
+                    format!(
+                        "INSERT INTO {cols} VALUES ('{res}', {key}, {kind}, '{CAPTURED}', {now});"
+                    )
+                };
                 vec![
                     format!(
-                        "CREATE TRIGGER {} AFTER INSERT ON {table} FOR EACH ROW \
-                         INSERT INTO {cols} SELECT '{res}', {}, 'c', '{CAPTURED}', {now} FROM DUAL WHERE {}",
-                        q(b, &names[0]), text("NEW"), fits("NEW")
+                        "CREATE TRIGGER {} AFTER INSERT ON {table} FOR EACH ROW BEGIN \
+                         IF {} THEN {} END IF; END",
+                        q(b, &names[0]),
+                        fits("NEW"),
+                        put(text("NEW"), "'c'".into())
                     ),
                     format!(
-                        "CREATE TRIGGER {} AFTER UPDATE ON {table} FOR EACH ROW \
-                         INSERT INTO {cols} \
-                         SELECT '{res}', {}, 'd', '{CAPTURED}', {now} FROM DUAL WHERE NOT ({same}) AND {} \
-                         UNION ALL \
-                         SELECT '{res}', {}, IF({same}, 'u', 'c'), '{CAPTURED}', {now} FROM DUAL WHERE {}",
-                        q(b, &names[1]), text("OLD"), fits("OLD"), text("NEW"), fits("NEW")
+                        "CREATE TRIGGER {} AFTER UPDATE ON {table} FOR EACH ROW BEGIN \
+                         IF NOT ({same}) AND {} THEN {} END IF; \
+                         IF {} THEN {} END IF; END",
+                        q(b, &names[1]),
+                        fits("OLD"),
+                        put(text("OLD"), "'d'".into()),
+                        fits("NEW"),
+                        put(text("NEW"), format!("IF({same}, 'u', 'c')"))
                     ),
                     format!(
-                        "CREATE TRIGGER {} AFTER DELETE ON {table} FOR EACH ROW \
-                         INSERT INTO {cols} SELECT '{res}', {}, 'd', '{CAPTURED}', {now} FROM DUAL WHERE {}",
-                        q(b, &names[2]), text("OLD"), fits("OLD")
+                        "CREATE TRIGGER {} AFTER DELETE ON {table} FOR EACH ROW BEGIN \
+                         IF {} THEN {} END IF; END",
+                        q(b, &names[2]),
+                        fits("OLD"),
+                        put(text("OLD"), "'d'".into())
                     ),
                 ]
             }
             Backend::Postgres => {
                 let func = q(b, &format!("{}_fn", names[0]));
+                // Defence in depth beside the REVOKE below: the function
+                // records nothing for another table.
+                let table_lit = format!("'{}'", t.table.replace('\'', "''"));
                 vec![
                     format!(
                         "CREATE OR REPLACE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql \
                          SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bloomgate$ \
                          DECLARE o text; n text; \
                          BEGIN \
+                           IF TG_TABLE_NAME <> {table_lit} THEN RETURN NULL; END IF; \
                            IF TG_OP <> 'INSERT' THEN o := OLD.{key}::text; END IF; \
                            IF TG_OP <> 'DELETE' THEN n := NEW.{key}::text; END IF; \
                            IF o IS NOT NULL AND o IS DISTINCT FROM n AND octet_length(o) <= {max} THEN \
@@ -198,6 +237,9 @@ impl SkuStore {
                            RETURN NULL; \
                          END $bloomgate$"
                     ),
+                    // Only triggers call it (a role attaching it to a
+                    // table of its own would run its casts as the owner).
+                    format!("REVOKE EXECUTE ON FUNCTION {func}() FROM PUBLIC"),
                     format!(
                         "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {table} \
                          FOR EACH ROW EXECUTE FUNCTION {func}()",
@@ -272,7 +314,7 @@ impl SkuStore {
         let mut names = Vec::new();
         for r in rows {
             let name: String = r.try_get(0).map_err(err("capture check"))?;
-            if name.starts_with("bloomgate_") {
+            if is_ours(&name) {
                 names.push(name);
             }
         }
@@ -365,6 +407,22 @@ impl SkuStore {
                 continue;
             }
             if let Err(e) = self.run_ddl(statements).await {
+                // Another instance starting at the same time may have made
+                // it (or all of them) meanwhile.
+                if self
+                    .capture_state(t)
+                    .await
+                    .is_ok_and(|now| now.is_current())
+                {
+                    return Ok(false);
+                }
+                if self
+                    .capture_state(t)
+                    .await
+                    .is_ok_and(|now| now.current.contains(name))
+                {
+                    continue;
+                }
                 for made in created {
                     let _ = self.run_ddl(&self.capture_drop_ddl(&t.table, made)).await;
                 }
@@ -426,5 +484,20 @@ mod tests {
         assert_eq!(t.trigger_names(Backend::Postgres).len(), 1);
         // MySQL's identifier limit is 64 characters.
         assert!(a.iter().all(|n| n.len() <= 64));
+        for n in a.iter().chain(&t.trigger_names(Backend::Postgres)) {
+            assert!(is_ours(n), "{n}");
+        }
+        for n in [
+            "bloomgate_",
+            "bloomgate_v1_0000000g_i",
+            "bloomgate_v1_0123abcd_x",
+            "bloomgate_v_0123abcd_i",
+            "bloomgate_v1_0123ABCD_i",
+            "bloomgate_v1_0123abcd_i\"; DROP TABLE users; --",
+            "bloomgate_v1_0123abc",
+            "users_audit",
+        ] {
+            assert!(!is_ours(n), "{n}");
+        }
     }
 }
