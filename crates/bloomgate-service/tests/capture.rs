@@ -104,6 +104,9 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     exec(&w, "INSERT INTO users VALUES ('u900001', 'new', 100)").await;
     let took = on_every(&both, "/api/users/u900001", 200, 10).await;
     eprintln!("{label}: another program's insert answered 200 on both after {took:?}");
+    // A key beyond latin1 is recorded, and the writer's statement stands.
+    exec(&w, "INSERT INTO users VALUES ('ü😀1', 'emoji', 102)").await;
+    on_every(&both, "/api/users/%C3%BC%F0%9F%98%801", 200, 10).await;
 
     exec(&w, "UPDATE users SET name = 'renamed' WHERE id = 'u000001'").await;
     for s in both {

@@ -61,13 +61,14 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
             "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trimmed_through', 0)".into(),
         ),
         (5, index_ddl.into()),
-        // MySQL: keys of any character, compared as bytes (a server whose
-        // default is latin1 would make a capture trigger fail the
-        // writer's statement on an emoji key).
+        // MySQL: keys of any character (a server whose default is latin1
+        // would make a capture trigger fail the writer's statement on an
+        // emoji key). The default collation, not `utf8mb4_bin`: drivers
+        // read a `_bin` column as VARBINARY, not text.
         (
             6,
             match backend {
-                Backend::MySql => "ALTER TABLE bloomgate_changes CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+                Backend::MySql => "ALTER TABLE bloomgate_changes CONVERT TO CHARACTER SET utf8mb4",
                 _ => "SELECT 1",
             }
             .into(),
