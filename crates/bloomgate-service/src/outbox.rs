@@ -145,6 +145,8 @@ pub struct OutboxCounters {
     pub late_applied: AtomicU64,
     /// Given-up numbers no longer watched ([`MAX_LATE`] exceeded).
     pub late_abandoned: AtomicU64,
+    /// Checks that found a captured table's triggers missing or changed.
+    pub capture_lost: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -201,6 +203,9 @@ pub struct Outbox {
     /// What to do when another instance announces a resource's epoch
     /// (a shared rebuild), by resource name.
     built: Arc<Mutex<BTreeMap<String, BuiltHook>>>,
+    /// The tables whose capture triggers this instance relies on (checked
+    /// again at each trim, see `Outbox::recheck_capture`).
+    captured: Arc<Mutex<Vec<crate::store::CaptureTarget>>>,
     /// What to do with deletes the capture triggers recorded, by resource
     /// name (the SKUs' under `SKU_RESOURCE`): count them toward a rebuild.
     deleted: Arc<Mutex<BTreeMap<String, DeletedHook>>>,
@@ -255,6 +260,7 @@ impl Outbox {
             resources: Arc::default(),
             built: Arc::default(),
             deleted: Arc::default(),
+            captured: Arc::default(),
             background: crate::tasks::Background::new(),
         }
     }
@@ -283,6 +289,11 @@ impl Outbox {
     /// capture triggers recorded in each page this instance applies.
     pub fn on_captured_deletes(&self, name: &str, hook: DeletedHook) {
         lock(&self.deleted).insert(name.to_owned(), hook);
+    }
+
+    /// The capture targets to check again while running.
+    pub fn set_captured(&self, targets: Vec<crate::store::CaptureTarget>) {
+        *lock(&self.captured) = targets;
     }
 
     fn resource_readers(&self) -> Vec<ShieldedReader<SourceRows>> {

@@ -150,6 +150,7 @@ impl AppState {
         crate::capture::install_missing(&store, &captured).await?;
         let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
+        outbox.set_captured(captured.into_iter().map(|c| c.target).collect());
         let c = &config.cache;
         let target = crate::redis_link::RedisTarget::of(config);
         if let Some(target) = &target {

@@ -57,6 +57,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
             "gaps_expired": o.gaps_expired.load(Ordering::Relaxed),
             "late_applied": o.late_applied.load(Ordering::Relaxed),
             "late_abandoned": o.late_abandoned.load(Ordering::Relaxed),
+            "capture_lost": o.capture_lost.load(Ordering::Relaxed),
             "doorbell_healthy": state.outbox.doorbell_healthy(),
             "rebuilds": o.rebuilds.load(Ordering::Relaxed),
             "out_of_step": o.out_of_step.load(Ordering::Relaxed),

@@ -147,7 +147,7 @@ pub struct SkuStore {
     /// entries recorded again are tracked by it.
     background: crate::tasks::Background,
     /// `cache.capture`: triggers record SKU writes (one statement each).
-    pub(crate) sku_captured: bool,
+    pub(crate) sku_captured: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SkuStore {
@@ -179,8 +179,8 @@ impl SkuStore {
 
     /// Whether triggers record SKU writes; set before cloning the store.
     #[must_use]
-    pub const fn with_sku_capture(mut self, captured: bool) -> Self {
-        self.sku_captured = captured;
+    pub fn with_sku_capture(mut self, captured: bool) -> Self {
+        self.sku_captured = Arc::new(captured.into());
         self
     }
 
@@ -252,7 +252,7 @@ impl SkuStore {
             before_commit: Arc::default(),
             after_row: Arc::default(),
             background: crate::tasks::Background::new(),
-            sku_captured: false,
+            sku_captured: Arc::default(),
         };
         Ok(store)
     }

@@ -99,7 +99,11 @@ pub async fn delete(state: &AppState, id: i64) -> Result<(), AppError> {
     // which costs one cached lookup. Enough deletes trigger a rebuild.
     // The gate's worker runs it; nobody waits for the answer.
     // Captured: the trigger's entry counts it, on every instance.
-    if !state.reader.store.sku_captured
+    if !state
+        .reader
+        .store
+        .sku_captured
+        .load(std::sync::atomic::Ordering::Relaxed)
         && state.reader.gate.note_delete(state.rebuild_after_deletes)
     {
         drop(state.reader.gate.request_rebuild());

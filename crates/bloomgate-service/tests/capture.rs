@@ -373,6 +373,40 @@ async fn a_bulk_insert_of_100000_rows_reaches_every_instance() {
     w.close().await;
 }
 
+/// A DBA drops a capture trigger while the service runs: the next check
+/// (at each outbox trim; a retention of 1 s here) installs it again, and
+/// another program's insert is captured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_trigger_is_installed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-dropped");
+    c.sql.outbox_gap_ms = 200;
+    c.sql.outbox_retention_secs = 1;
+    let a = TestServer::start(c, 0).await;
+    let target = bloomgate_service::store::CaptureTarget {
+        resource: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+    };
+    let store = &a.state.reader.store;
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    let insert_trigger = &target.trigger_names(store.backend())[0];
+    exec(&w, &format!("DROP TRIGGER \"{insert_trigger}\"")).await;
+    assert!(!store.capture_state(&target).await.unwrap().is_current());
+    eventually(10, "the trigger installed again", || async {
+        store.capture_state(&target).await.unwrap().is_current()
+    })
+    .await;
+    assert!(a.state.outbox.counters.capture_lost.load(Relaxed) >= 1);
+    exec(&w, "INSERT INTO users VALUES ('u920001', 'after', 1)").await;
+    on_every(&[&a], "/api/users/u920001", 200, 10).await;
+    a.stop().await;
+    w.close().await;
+}
+
 /// `url` with the user (and password) replaced.
 fn as_user(url: &str, user: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap();

@@ -79,6 +79,7 @@ impl Outbox {
                     if let Err(e) = outbox.trim().await {
                         tracing::warn!(error = %e, "trimming the change outbox failed");
                     }
+                    outbox.recheck_capture().await;
                 }
             }
         });
@@ -114,6 +115,42 @@ impl Outbox {
                 }
             }
         });
+    }
+
+    /// Checks every captured table's triggers again (a DBA may have
+    /// dropped them, or another version replaced them): missing ones are
+    /// installed again where this connection may; where it may not, an
+    /// error is logged every check, and the SKU table's own writes record
+    /// their entries themselves again (in their transaction) until the
+    /// triggers are back, so the service's own writes are never lost.
+    async fn recheck_capture(&self) {
+        let targets = lock(&self.captured).clone();
+        for t in targets {
+            let current = match self.store.capture_state(&t).await {
+                Ok(state) => state.is_current(),
+                Err(e) => {
+                    tracing::debug!(table = %t.table, error = %e, "capture check failed");
+                    continue;
+                }
+            };
+            let ok = current
+                || {
+                    tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers missing or changed; installing them again");
+                    match self.store.install_capture(&t).await {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::error!(table = %t.table, resource = %t.resource, error = %e, "capture triggers missing and cannot be installed: writes by other programs are not recorded (bloomgate capture install)");
+                            false
+                        }
+                    }
+                };
+            self.counters
+                .capture_lost
+                .fetch_add(u64::from(!current), Ordering::Relaxed);
+            if t.resource == SKU_RESOURCE {
+                self.store.sku_captured.store(ok, Ordering::Relaxed);
+            }
+        }
     }
 
     /// In strict and redis modes, adds other instances' creates to the

@@ -22,7 +22,7 @@ impl SkuStore {
         kind: &'static str,
         before_commit: impl FnOnce() + Send,
     ) -> Result<u64, StoreError> {
-        if self.sku_captured {
+        if self.sku_captured.load(Ordering::Relaxed) {
             // The table's trigger writes the entry in this statement's own
             // transaction: one round trip. The filter learns the id first
             // (a create that then fails leaves a harmless "maybe").
