@@ -19,18 +19,8 @@ use reqwest::Method;
 
 const ROWS: i64 = 200;
 
-async fn pool(url: &str) -> sqlx::AnyPool {
-    sqlx::any::install_default_drivers();
-    let url = if url.starts_with("sqlite") {
-        format!("{url}?mode=rwc")
-    } else {
-        url.to_owned()
-    };
-    sqlx::AnyPool::connect(&url).await.unwrap()
-}
-
 async fn exec(url: &str, statements: &[String]) {
-    let pool = pool(url).await;
+    let pool = common::sql_pool(url).await;
     for s in statements {
         sqlx::query(s).execute(&pool).await.unwrap();
     }
@@ -607,7 +597,7 @@ async fn refuse_bad_configs(url: &str) {
         assert!(err.contains(key), "{key}: {err}");
     }
     // Untouched: the users rows are all there and no service table exists.
-    let pool = pool(url).await;
+    let pool = common::sql_pool(url).await;
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
         .fetch_one(&pool)
         .await
@@ -978,7 +968,7 @@ async fn keys_answers_503_and_records_nothing_when_redis_does_not_confirm() {
     let recorded = || {
         let (url, key) = (url.clone(), key.clone());
         async move {
-            let pool = pool(&url).await;
+            let pool = common::sql_pool(&url).await;
             let n: i64 = sqlx::query_scalar(&format!(
                 "SELECT COUNT(*) FROM bloomgate_changes WHERE item_key = '{key}'"
             ))
