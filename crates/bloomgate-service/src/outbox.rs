@@ -28,20 +28,22 @@
 //! **Late commits.** Another program's transaction, whose entry a capture
 //! trigger wrote, may stay open longer than any wait, and nobody re-records
 //! it. So a given-up number is not forgotten: it joins the follower's late
-//! set ([`MAX_LATE`] at most), looked for every 5 s until
-//! `sql.outbox_retention_secs`. Found, it is applied and recorded again
-//! under a new number. Nothing positioned past the old number misses it:
-//! every follower that ran past it has it in its own late set; a snapshot
-//! or epoch whose watermark passed it was either copied after the new
-//! entry was applied (the filter has the key) or is replayed from a
-//! watermark below the new entry (the replay has it); a follower that
-//! starts later starts below the new entry. Bounds, each reaching the
-//! filter at its next rebuild only: an entry trimmed before it is found
-//! (a transaction open longer than the retention); a number past the
-//! [`MAX_LATE`] newest watched (the oldest go, counted as
-//! `late_abandoned`; a restart looks back as far); the numbers of a jump
-//! past [`MAX_GAPS`], which asks for a rebuild at once (a rebuild cannot
-//! see rows still uncommitted).
+//! set (runs of numbers, [`MAX_LATE`] runs at most; `late`), looked for
+//! every 5 s until `sql.outbox_retention_secs`. So do the numbers of a
+//! jump past [`MAX_GAPS`] (one run, beside the rebuild it asks for: a
+//! rebuild cannot see rows still uncommitted) and, at start, those missing
+//! among the [`MAX_LATE`] before the start position. Found, an entry is
+//! applied and recorded again under a new number. Nothing positioned past
+//! the old number misses it: every follower that ran past it has it in
+//! its own late set; a snapshot or epoch whose watermark passed it was
+//! either copied after the new entry was applied (the filter has the key)
+//! or is replayed from a watermark below the new entry (the replay has
+//! it); a follower that starts later starts below the new entry. Bounds,
+//! each reaching the filter at its next rebuild only: an entry trimmed
+//! before it is found (a transaction open longer than the retention); a
+//! run past the [`MAX_LATE`] newest (the oldest go, counted as
+//! `late_abandoned`); a number given up by a process that restarted, more
+//! than [`MAX_LATE`] numbers before the new start position.
 //!
 //! **Positions.** A new follower starts at the largest seq whose entry is
 //! older than twice `sql.outbox_gap_ms` (ages by the database's clock,
@@ -85,13 +87,15 @@ use crate::store::{err, SkuStore, StoreError, Within, SKU_RESOURCE};
 use crate::sync::lock;
 
 mod follow;
+mod late;
 mod listen;
 
 /// Entries read per statement.
 const PAGE: usize = 1000;
 /// Open gaps tracked at most; a larger jump asks for a rebuild.
 pub const MAX_GAPS: usize = 100_000;
-/// Given-up numbers watched for a late commit at most (the oldest go).
+/// Runs of given-up numbers watched for a late commit at most (the
+/// oldest go).
 pub const MAX_LATE: usize = 10_000;
 /// How often given-up numbers are looked for.
 const LATE_EVERY: Duration = Duration::from_secs(5);
@@ -161,7 +165,7 @@ struct Follow {
     /// Numbers given up as gaps, still looked for every [`LATE_EVERY`]
     /// until `sql.outbox_retention_secs` after they were given up (a
     /// long transaction may still commit them), with when.
-    late: BTreeMap<i64, Instant>,
+    late: late::Late,
     /// When the late numbers were last looked for.
     late_read: Option<Instant>,
     /// When `trimmed_through` was last read.

@@ -212,7 +212,13 @@ impl Outbox {
                 // Still uncommitted ones may commit later: watched as late.
                 let now = Instant::now();
                 let open = std::mem::take(&mut f.gaps);
-                f.late.extend(open.into_keys().map(|g| (g, now)));
+                let mut dropped = 0;
+                for g in open.into_keys() {
+                    dropped += f.late.add(g, g, now);
+                }
+                self.counters
+                    .late_abandoned
+                    .fetch_add(dropped, Ordering::Relaxed);
             }
             self.rebuild(reader, None);
         }
@@ -238,7 +244,15 @@ impl Outbox {
                     let missing = e.seq - f.cursor - 1;
                     if missing > 0 {
                         if f.gaps.len() as i64 + missing > MAX_GAPS as i64 {
+                            // Too many to wait for one by one: a rebuild,
+                            // and the run watched as late (a rebuild cannot
+                            // see rows still uncommitted).
                             jumped = true;
+                            let (from, to) = (f.cursor + 1, e.seq - 1);
+                            let dropped = f.late.add(from, to, now);
+                            self.counters
+                                .late_abandoned
+                                .fetch_add(dropped, Ordering::Relaxed);
                         } else {
                             for g in f.cursor + 1..e.seq {
                                 f.gaps.insert(g, now);
@@ -294,13 +308,13 @@ impl Outbox {
                     .fetch_add(expired.len() as u64, Ordering::Relaxed);
                 // Given up, not forgotten: a transaction that stays open
                 // longer still commits its entry (see `late`).
+                let mut dropped = 0;
                 for seq in expired {
-                    f.late.insert(seq, reread_at);
+                    dropped += f.late.add(seq, seq, reread_at);
                 }
-                while f.late.len() > MAX_LATE {
-                    f.late.pop_first();
-                    self.counters.late_abandoned.fetch_add(1, Ordering::Relaxed);
-                }
+                self.counters
+                    .late_abandoned
+                    .fetch_add(dropped, Ordering::Relaxed);
             }
         }
         self.late(reader).await
@@ -334,7 +348,7 @@ impl Outbox {
         let now = Instant::now();
         let mut f = lock(&self.follow);
         for seq in (floor + 1..=from).filter(|s| !seen.contains(s)) {
-            f.late.insert(seq, now);
+            f.late.add(seq, seq, now);
         }
         Ok(())
     }
@@ -346,17 +360,16 @@ impl Outbox {
     /// that a snapshot or shared rebuild whose watermark passed the old
     /// number (and whoever replays from it) gets it too.
     async fn late(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
-        let due: Vec<i64> = {
+        let due: Vec<(i64, i64)> = {
             let mut f = lock(&self.follow);
             if f.late.is_empty() || f.late_read.is_some_and(|t| t.elapsed() < LATE_EVERY) {
                 return Ok(());
             }
             f.late_read = Some(Instant::now());
-            let keep = self.retention;
-            f.late.retain(|_, given_up| given_up.elapsed() < keep);
-            f.late.keys().copied().collect()
+            f.late.expire(self.retention);
+            f.late.ranges()
         };
-        let found = self.among(&due).await?;
+        let found = self.within_ranges(&due).await?;
         if found.is_empty() {
             return Ok(());
         }
@@ -389,7 +402,7 @@ impl Outbox {
         {
             let mut f = lock(&self.follow);
             for e in &found {
-                f.late.remove(&e.seq);
+                f.late.remove(e.seq);
             }
         }
         self.counters
