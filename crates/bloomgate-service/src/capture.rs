@@ -77,10 +77,10 @@ fn refusal(c: &Captured, backend: Backend, why: &str) -> ConfigError {
     }
 }
 
-/// Before the migrations: each resource table whose triggers are not
-/// current must be one this connection may create triggers on. (The SKU
-/// table may not exist yet; its triggers are checked by
-/// [`install_missing`].)
+/// Before the migrations: each table whose triggers are not current must
+/// be one this connection may create triggers on. (The SKU table before
+/// its first migration does not exist yet: its triggers are then checked
+/// by [`install_missing`] only.)
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the key; [`StoreError`] when the
@@ -89,12 +89,17 @@ pub async fn check_before_migrate(
     store: &SkuStore,
     captured: &[Captured],
 ) -> Result<Result<(), ConfigError>, StoreError> {
-    for c in captured.iter().filter(|c| c.name != SKU_RESOURCE) {
+    for c in captured {
         if store.capture_state(&c.target).await?.is_current() {
             continue;
         }
-        if !store.may_create_triggers(&c.target.table).await? {
-            return Ok(Err(refusal(c, store.backend(), "no privilege")));
+        let may = store.may_create_triggers(&c.target.table).await;
+        match may {
+            Ok(true) => {}
+            Ok(false) => return Ok(Err(refusal(c, store.backend(), "no privilege"))),
+            // The SKU table before its first migration.
+            Err(_) if c.name == SKU_RESOURCE => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(Ok(()))

@@ -133,6 +133,11 @@ impl Outbox {
                     continue;
                 }
             };
+            // Counted before the install, so whoever sees the triggers
+            // back sees the count too.
+            self.counters
+                .capture_lost
+                .fetch_add(u64::from(!current), Ordering::Relaxed);
             let ok = current
                 || {
                     tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers missing or changed; installing them again");
@@ -144,9 +149,6 @@ impl Outbox {
                         }
                     }
                 };
-            self.counters
-                .capture_lost
-                .fetch_add(u64::from(!current), Ordering::Relaxed);
             if t.resource == SKU_RESOURCE {
                 self.store.sku_captured.store(ok, Ordering::Relaxed);
             }
