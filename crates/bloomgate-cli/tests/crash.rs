@@ -4,9 +4,8 @@
 //! touching the machine's.
 //!
 //! * Redis stalled while instance A takes creates, then A killed with
-//!   SIGKILL before Redis answers: its change-log appends were only queued
-//!   in its memory, but the changes committed with the rows in SQL, so B
-//!   finds every create.
+//!   SIGKILL before Redis answers: its doorbell rings never went out, but
+//!   the changes committed with the rows in SQL, so B finds every create.
 //! * A killed with SIGKILL in the middle of a burst of writes, Redis
 //!   healthy: every create that answered, and every row that committed, is
 //!   found on B; a create that did not commit appears nowhere.

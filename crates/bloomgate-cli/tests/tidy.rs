@@ -607,24 +607,85 @@ fn no_source_file_is_longer_than_600_lines() {
     assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
 }
 
-/// The files under `src` outside `src/http.rs` and `src/http/` whose code
-/// (not comments) names axum.
-fn axum_outside_http(src: &Path) -> Vec<String> {
+/// The files under `src` that `within` picks (by their path relative to
+/// `src`) whose code (not comments) has one of `words` as a whole word.
+fn naming(src: &Path, within: impl Fn(&Path) -> bool, words: &[&str]) -> Vec<String> {
     rust_files(src)
         .into_iter()
-        .filter(|f| {
-            let rel = f.strip_prefix(src).unwrap();
-            !(rel.starts_with("http") || rel == Path::new("http.rs"))
-        })
+        .filter(|f| within(f.strip_prefix(src).unwrap()))
         .filter(|f| {
             read(f).lines().any(|line| {
                 let code = line.split("//").next().unwrap_or_default();
                 code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .any(|word| word == "axum")
+                    .any(|word| words.contains(&word))
             })
         })
         .map(|f| f.strip_prefix(src).unwrap().display().to_string())
         .collect()
+}
+
+/// The files under `src` outside `src/http.rs` and `src/http/` whose code
+/// (not comments) names axum.
+fn axum_outside_http(src: &Path) -> Vec<String> {
+    naming(
+        src,
+        |rel| !(rel.starts_with("http") || rel == Path::new("http.rs")),
+        &["axum"],
+    )
+}
+
+/// What naming a SQL dialect looks like: the driver, its pools and
+/// dialects, and statements.
+const SQL_WORDS: &[&str] = &[
+    "sqlx",
+    "Dialect",
+    "MySql",
+    "MySqlPool",
+    "Postgres",
+    "PgPool",
+    "Sqlite",
+    "SqlitePool",
+    "SELECT",
+    "INSERT",
+];
+
+/// The files of `src/resource.rs` and `src/resource/` whose code names a
+/// SQL dialect, a driver or a statement.
+fn sql_in_resource(src: &Path) -> Vec<String> {
+    naming(
+        src,
+        |rel| rel.starts_with("resource") || rel == Path::new("resource.rs"),
+        SQL_WORDS,
+    )
+}
+
+#[test]
+fn resource_knows_no_sql_dialect() {
+    let src = root().join("crates/bloomgate-service/src");
+    let found = sql_in_resource(&src);
+    assert!(
+        found.is_empty(),
+        "`resource` knows no SQL dialect (ARCHITECTURE.md's invariant): SQL lives in `store`; these name it: {found:?}"
+    );
+}
+
+#[test]
+fn sql_in_resource_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("resource")).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(src.join(name), text).unwrap();
+    write("resource.rs", "//! x\n// SELECT in a comment is fine\n");
+    write("resource/read.rs", "//! x\nuse sqlx::Row;\n");
+    write(
+        "resource/write.rs",
+        "//! x\nconst Q: &str = \"INSERT INTO t VALUES (1)\";\n",
+    );
+    write("resource/calls.rs", "//! x\npub fn selected() {}\n");
+    write("store.rs", "//! x\nuse sqlx::MySqlPool;\n");
+    let mut found = sql_in_resource(src);
+    found.sort();
+    assert_eq!(found, ["resource/read.rs", "resource/write.rs"]);
 }
 
 #[test]

@@ -232,12 +232,12 @@ pub enum Capture {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BloomMode {
-    /// The in-process replica alone, kept in step by the change log.
+    /// The in-process replica alone, kept in step by the change outbox.
     #[default]
     Local,
     /// The replica; a "no" is confirmed against the shared filter in
     /// Redis before a 404, so a SKU created through any instance is not
-    /// refused even before the change log reaches this one.
+    /// refused even before the outbox reaches this one.
     Strict,
     /// Every check goes to the shared filter in Redis (one `GETRANGE`);
     /// the replica is not asked. How go-zero and Redisson gate reads:
@@ -307,8 +307,7 @@ pub struct CacheConfig {
     /// Longest wait between retries of a failed start-up build, milliseconds.
     pub bloom_retry_max_ms: u64,
     /// Where to keep the filter snapshot for restarts without a SQL scan
-    /// (needs `redis_url` or `redis_cluster`: the change log replays what
-    /// came after it).
+    /// (the change outbox replays what came after it).
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
     /// Seconds between snapshots (also written after each rebuild and at
     /// shutdown).
@@ -337,7 +336,7 @@ pub struct CacheConfig {
     pub redis_prefix: String,
     /// Longest time one Redis command may take, milliseconds.
     pub redis_timeout_ms: u64,
-    /// Entries kept in the change log stream shared by instances (about).
+    /// Entries kept in the doorbell stream shared by instances (about).
     pub change_log_max_len: u64,
     /// Consecutive Redis failures (errors or timeouts) that open the breaker.
     pub redis_breaker_failures: u32,

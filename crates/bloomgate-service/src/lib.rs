@@ -156,8 +156,6 @@ pub async fn prepare(
         .metrics
         .spawn_upkeep(Duration::from_secs(5), &state.background);
     let mut restored = false;
-    // The change log's last entry before the start-up scan.
-    let mut start_position = None;
     // Where the outbox follower starts: before the scan (or the snapshot's
     // or epoch's own position), so every create after it is followed.
     let outbox = &state.outbox;
@@ -171,58 +169,47 @@ pub async fn prepare(
     // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
     // a snapshot or an epoch covers those up to its own position.
     let mut covered = outbox.max_seq().await.unwrap_or(0);
-    if let Some(changes) = &state.changes {
-        // A marker: every position this instance follows from or saves in
-        // a snapshot is at or after it, so it always names an entry whose
-        // presence proves the stream was not lost or trimmed since.
-        if let Err(e) = changes.mark().await {
-            tracing::warn!(error = %e, "change log: cannot append the start marker");
-        }
-        let mut from = None;
-        if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
-            match persist.restore(&state.reader.gate).await {
-                Ok((last, at, c)) => {
-                    restored = true;
-                    from = Some(last);
-                    outbox_from = at;
-                    covered = c;
-                }
-                Err(why) => tracing::warn!(%why, "filter snapshot not used; building from SQL"),
+    if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
+        match persist
+            .restore(
+                &state.reader.gate,
+                crate::store::SKU_RESOURCE,
+                crate::key::KeyType::Int,
+            )
+            .await
+        {
+            Ok((at, c)) => {
+                restored = true;
+                outbox_from = at;
+                covered = c;
             }
+            Err(why) => tracing::warn!(%why, "filter snapshot not used; building from SQL"),
         }
+    }
+    if let Some(changes) = &state.changes {
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && c.bloom_enabled && !seeded {
             match changes.adopt_latest(&state.reader.gate, c.bloom_fpp).await {
-                Ok((last, at, c)) => {
+                Ok((at, c)) => {
                     restored = true;
-                    from = Some(last);
                     outbox_from = at;
                     covered = c;
                 }
                 Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
             }
         }
-        // Otherwise note the log's end before the first scan, and follow
-        // from there.
-        let from = match from {
-            Some(f) => f,
-            None => match changes.last_id().await {
-                Ok(id) => id,
-                Err(e) => {
-                    tracing::warn!(error = %e, "change log unreadable at start; following from its beginning");
-                    "0-0".to_string()
-                }
-            },
-        };
-        if restored {
-            // Not scanned: rows written behind the log's back are looked
-            // for in the background, never before readiness.
-            state.reader.gate.verify_rows();
-        } else {
-            start_position = Some(from.clone());
-        }
+        // The doorbell, from the stream's end.
+        let from = changes.last_id().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its beginning");
+            "0-0".to_string()
+        });
         changes.spawn_follower(from, &state.reader);
+    }
+    if restored {
+        // Not scanned: rows written behind the outbox's back are looked
+        // for in the background, never before readiness.
+        state.reader.gate.verify_rows();
     }
     // A resource restored from its snapshot is complete up to the
     // snapshot's outbox position: the follower starts at or before it, so
@@ -294,12 +281,12 @@ pub async fn prepare(
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
         );
-        let share = state.changes.clone().zip(start_position);
+        let share = state.changes.clone();
         return Ok(Some(state.background.spawn(async move {
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.
-            if let Some((log, at)) = share {
-                log.publish_first(&gate, &at, (outbox_from, covered), seeded)
+            if let Some(log) = share {
+                log.publish_first(&gate, (outbox_from, covered), seeded)
                     .await;
             }
         })));

@@ -1,34 +1,28 @@
 //! Restart without a cold window: the published filter is written to a
 //! snapshot file (the filter library's format, written to a temporary file
 //! and renamed) after each rebuild, every `cache.bloom_snapshot_every_secs`
-//! and at shutdown, beside a small JSON file naming the change-log entry it
-//! is complete up to. At start the instance loads it (the library verifies
-//! its checksum), replays the ids created after that entry from the change
-//! log, and serves at once; it scans SQL only when the snapshot is missing,
-//! does not verify, was made for another layout or rate, or names an entry
-//! the change log no longer holds (trimmed, or lost with a Redis restart).
-//! Rows written behind the log's back (as `bloomgate seed` does) are found
-//! afterwards, by the gate's background row check ([`Gate::verify_rows`]):
-//! no full count stands between a restart and readiness.
+//! and at shutdown, beside a small JSON file naming the change-outbox
+//! position it is complete up to. At start the instance loads it (the
+//! library verifies its checksum), replays the keys created after that
+//! position from the outbox, and serves at once; it scans SQL only when
+//! the snapshot is missing, does not verify, was made for another layout
+//! or rate, or names a position the outbox was trimmed past (or one
+//! beyond its end: another database). Rows written behind the outbox's
+//! back (as `bloomgate seed` does) are found afterwards, by the gate's
+//! background row check ([`Gate::verify_rows`]): no full count stands
+//! between a restart and readiness.
 //!
-//! Why the snapshot plus the replay holds every SKU: the positions saved
-//! are the last change-log entry and the change-outbox watermark the
-//! followers had applied *before* the filter was copied, and the filter
-//! only grows; the outbox follower applies every create up to its
-//! watermark (its own too) before the watermark moves. So every id created
-//! up to the position is in the file, and every id created after it is in
-//! the replay, which reads the outbox in SQL (complete by construction)
-//! as well as the Redis log.
-//! Without a change log (no Redis) nothing could be replayed, so the
-//! configuration refuses a SKU snapshot path without `redis_url` or
-//! `redis_cluster`.
-//!
-//! Every other resource keeps a snapshot the same way
-//! ([`Persist::for_resource`], [`Persist::restore_resource`]), positioned
-//! in the outbox alone: its creates are recorded there only (`keys`, the
-//! owned writes), so the same argument holds with no Redis at all. The
-//! follower then starts at or before the snapshot's position, so an entry
-//! that commits late (a long transaction) is applied by it, with its gap
+//! Why the snapshot plus the replay holds every key: the position saved
+//! is the outbox watermark the follower had applied *before* the filter
+//! was copied, and the filter only grows; the follower applies every
+//! create up to its watermark (its own too) before the watermark moves.
+//! So every key created up to the position is in the file, and every key
+//! created after it is in the replay (the outbox is complete: an owned
+//! write commits its entry with its row, a captured table's triggers
+//! write theirs in the writer's transaction, `keys` records before it
+//! answers). Redis plays no part, so a snapshot needs none. The follower
+//! then starts at or before the snapshot's position, so an entry that
+//! commits late (a long transaction) is applied by it, with its gap
 //! handling, even when the replay did not see it.
 
 use std::io::Write;
@@ -38,7 +32,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::changes::ChangeLog;
 use crate::config::BloomLayout;
 use crate::filter::decode;
 use crate::gate::{Gate, GateFilter};
@@ -53,8 +46,6 @@ const VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct Meta {
     version: u32,
-    /// The change-log entry the snapshot is complete up to.
-    position: String,
     /// The outbox watermark the snapshot is complete up to (absent in
     /// files written before the outbox: such a file is not used).
     #[serde(default)]
@@ -78,9 +69,6 @@ pub struct Persist {
     path: PathBuf,
     layout: BloomLayout,
     fpp: f64,
-    /// The Redis change log the SKU snapshot is positioned in (`None` for
-    /// a resource's, positioned in the outbox alone).
-    changes: Option<ChangeLog>,
     outbox: Outbox,
     /// How the filter's keys are hashed, as the file records it.
     kind: KeyKind,
@@ -125,26 +113,10 @@ fn hash_hex(bytes: &[u8]) -> String {
 }
 
 impl Persist {
-    /// Snapshots at `path` for filters of `layout` at `fpp`, positioned in
-    /// `changes`.
-    #[must_use]
-    pub fn new(
-        path: PathBuf,
-        layout: BloomLayout,
-        fpp: f64,
-        changes: ChangeLog,
-        outbox: Outbox,
-    ) -> Self {
-        Self {
-            changes: Some(changes),
-            ..Self::for_resource(path, layout, fpp, KeyType::Int, outbox)
-        }
-    }
-
-    /// Snapshots at `path` for a resource's filter of `layout` at `fpp`
+    /// Snapshots at `path` for a filter of `layout` at `fpp`
     /// whose keys are `key_type`, positioned in `outbox`.
     #[must_use]
-    pub fn for_resource(
+    pub fn new(
         path: PathBuf,
         layout: BloomLayout,
         fpp: f64,
@@ -155,7 +127,6 @@ impl Persist {
             path,
             layout,
             fpp,
-            changes: None,
             outbox,
             kind: crate::filter::key_kind(key_type),
         }
@@ -179,10 +150,6 @@ impl Persist {
         if gate.rebuild_is_owed() {
             return Ok(false);
         }
-        let position = self
-            .changes
-            .as_ref()
-            .map_or_else(String::new, ChangeLog::applied);
         let outbox = Some(self.outbox.watermark());
         let covered = self.outbox.rebuilds_covered();
         let Some(filter) = gate.published() else {
@@ -197,7 +164,6 @@ impl Persist {
             let bytes = &encoded.bytes;
             let meta = Meta {
                 version: VERSION,
-                position,
                 outbox,
                 covered,
                 capacity,
@@ -215,75 +181,19 @@ impl Persist {
         .map_err(std::io::Error::other)?
     }
 
-    /// Loads the snapshot, replays the creates after it (from the change
-    /// outbox in SQL, and from the Redis change log) and publishes the
-    /// result in `gate`. Returns the last change-log entry replayed and the
-    /// outbox position the snapshot is complete up to (where the followers
-    /// go on), or why the snapshot was not used.
-    ///
-    /// # Errors
-    /// A sentence for the log: the instance then scans SQL as usual.
-    pub async fn restore(&self, gate: &Gate) -> Result<(String, i64, i64), String> {
-        let changes = self
-            .changes
-            .as_ref()
-            .ok_or("this snapshot is a resource's: use restore_resource")?;
-        let (filter, meta) = self.load().await?;
-        let (created, last) = match changes.created_since(&meta.position).await {
-            Ok(Some(found)) => found,
-            Ok(None) => {
-                return Err(format!(
-                    "the change log no longer holds entry {} (older than the log retains, or Redis lost it)",
-                    meta.position
-                ))
-            }
-            Err(e) => return Err(format!("reading the change log: {e}")),
-        };
-        let outbox_at = meta
-            .outbox
-            .ok_or("the snapshot predates the change outbox (no outbox position)")?;
-        self.not_ahead(outbox_at).await?;
-        let from_sql = match self.outbox.created_after(outbox_at).await {
-            Ok(Some(ids)) => ids,
-            Ok(None) => {
-                return Err(format!(
-                    "the change outbox was trimmed past the snapshot's position {outbox_at}"
-                ))
-            }
-            Err(e) => return Err(format!("reading the change outbox: {e}")),
-        };
-        let mut created = created;
-        created.extend(from_sql);
-        created.sort_unstable();
-        created.dedup();
-        for &id in &created {
-            filter.insert(id);
-        }
-        if !gate.install(filter, meta.capacity) {
-            return Err("a filter was published meanwhile".into());
-        }
-        tracing::info!(
-            path = %self.path.display(),
-            position = %meta.position,
-            outbox = outbox_at,
-            replayed = created.len(),
-            "bloom filter restored from its snapshot; no SQL scan"
-        );
-        Ok((last, outbox_at, meta.covered))
-    }
-
-    /// A resource's [`Persist::restore`]: loads the snapshot, replays the
-    /// keys of `resource` created after its outbox position and publishes
-    /// it in `gate`. Returns the outbox position the snapshot is complete up to.
+    /// Loads the snapshot, replays the keys of `resource` created after
+    /// its outbox position and publishes it in `gate`. Returns the outbox
+    /// position the snapshot is complete up to and the rebuild requests
+    /// it covers.
     ///
     /// # Errors
     /// A sentence for the log: the resource then scans its source.
-    pub async fn restore_resource(
+    pub async fn restore(
         &self,
         gate: &Gate,
         resource: &str,
         key_type: KeyType,
-    ) -> Result<i64, String> {
+    ) -> Result<(i64, i64), String> {
         let (filter, meta) = self.load().await?;
         let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
         self.not_ahead(at).await?;
@@ -313,9 +223,9 @@ impl Persist {
             path = %self.path.display(),
             outbox = at,
             replayed = keys.len(),
-            "resource filter restored from its snapshot; no scan"
+            "filter restored from its snapshot; no scan"
         );
-        Ok(at)
+        Ok((at, meta.covered))
     }
 
     /// A snapshot positioned past the end of this database's outbox was

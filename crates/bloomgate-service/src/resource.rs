@@ -252,7 +252,7 @@ impl Resource {
                 .map(|p| crate::config::resources::derived_snapshot_path(p, name))
         });
         let persist = snapshot.map(|path| {
-            crate::persist::Persist::for_resource(
+            crate::persist::Persist::new(
                 path,
                 options.layout,
                 options.fpp,
@@ -323,7 +323,7 @@ impl Resource {
     }
 
     /// Publishes the filter from its snapshot, if one is configured and
-    /// can be trusted (see [`crate::persist::Persist::restore_resource`]).
+    /// can be trusted (see [`crate::persist::Persist::restore`]).
     /// Returns the outbox position it is complete up to; `None` when the
     /// filter must be built from the source.
     pub async fn restore(&self) -> Option<i64> {
@@ -335,10 +335,10 @@ impl Resource {
             return None;
         }
         match persist
-            .restore_resource(self.gate(), &self.name, self.key_type())
+            .restore(self.gate(), &self.name, self.key_type())
             .await
         {
-            Ok(at) => Some(at),
+            Ok((at, _)) => Some(at),
             Err(why) => {
                 tracing::warn!(resource = %self.name, %why, "resource snapshot not used; scanning its source");
                 None

@@ -5,7 +5,7 @@
 //! instance adds its creates to (after the SQL commit). A "no" from the
 //! in-process replica is confirmed here before a 404 (one `GETRANGE`). So
 //! an id is refused only when both say no: the replica holds everything
-//! in SQL at its build plus what the change log delivered, the shared
+//! in SQL at its build plus what the outbox delivered, the shared
 //! filter every create since it was filled. Any failure (timeout, Redis
 //! down, the bit string lost with a Redis restart) answers "maybe", never
 //! "no"; the SQL bulkhead bounds what then reaches the database. A lost

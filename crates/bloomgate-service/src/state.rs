@@ -248,16 +248,15 @@ impl AppState {
             http: config.http.clone(),
             metrics,
             target_fpr: c.bloom_fpp,
-            persist: match (&c.bloom_snapshot_path, &changes) {
-                (Some(path), Some(log)) => Some(crate::persist::Persist::new(
+            persist: c.bloom_snapshot_path.as_ref().map(|path| {
+                crate::persist::Persist::new(
                     path.clone(),
                     c.bloom_layout,
                     c.bloom_fpp,
-                    log.clone(),
+                    crate::key::KeyType::Int,
                     outbox.clone(),
-                )),
-                _ => None,
-            },
+                )
+            }),
             changes,
             outbox,
             resources: Vec::new(),

@@ -1,6 +1,6 @@
 //! One shutdown signal for every background loop of an instance: the
 //! gate's monitor and owed rebuilds, both change followers and the outbox
-//! watchdog, the change log's drain, the Redis tier's owed invalidations,
+//! watchdog, the Redis tier's owed invalidations,
 //! the snapshot saver, the metrics upkeep, a resource's build and watch.
 //! Each is spawned through [`Background::spawn`], which ends it when the
 //! signal is given; [`Background::stop`] gives it and waits for them

@@ -2,10 +2,10 @@
 //! or delete commits with its outbox entry (`store`), then, in this order,
 //! the filter (a create's id enters it inside the transaction), the shared
 //! filter (`strict`), the caches (Redis `DEL`, L1 through the shards), the
-//! Redis change log, and for a create `Gate::ensure` (an adopted filter
-//! swapped in meanwhile). It knows nothing of HTTP beyond `AppError`.
+//! doorbell (the other instances' outbox followers read the entry now),
+//! and for a create `Gate::ensure` (an adopted filter swapped in
+//! meanwhile). It knows nothing of HTTP beyond `AppError`.
 
-use crate::changes::ChangeKind;
 use crate::error::AppError;
 use crate::model::{now_secs, Sku, SkuInput};
 use crate::state::AppState;
@@ -61,11 +61,11 @@ pub async fn create(state: &AppState, input: SkuInput) -> Result<Sku, AppError> 
         }
     }
     state.reader.invalidate(&sku.id).await;
-    publish(state, sku.id, ChangeKind::Created).await;
-    // Again after the append (a no-op unless the filter was swapped for
-    // another instance's in between): an adopting instance replays the log
-    // up to some entry, so a create appended after that read must enter
-    // the adopted filter here.
+    ring(state).await;
+    // Again after the commit (a no-op unless the filter was swapped for
+    // another instance's in between): an adopting instance replays the
+    // outbox as its read found it, so a create committed after that read
+    // must enter the adopted filter here.
     state.reader.gate.ensure(sku.id);
     Ok(sku)
 }
@@ -80,7 +80,7 @@ pub async fn update(state: &AppState, id: i64, input: SkuInput) -> Result<Sku, A
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
     state.reader.invalidate(&id).await;
-    publish(state, id, ChangeKind::Updated).await;
+    ring(state).await;
     Ok(sku)
 }
 
@@ -94,7 +94,7 @@ pub async fn delete(state: &AppState, id: i64) -> Result<(), AppError> {
         return Err(AppError::NotFound(format!("sku {id} not found")));
     }
     state.reader.invalidate(&id).await;
-    publish(state, id, ChangeKind::Deleted).await;
+    ring(state).await;
     // The plain filter cannot forget the id; it keeps answering "maybe",
     // which costs one cached lookup. Enough deletes trigger a rebuild.
     // The gate's worker runs it; nobody waits for the answer.
@@ -111,9 +111,9 @@ pub async fn delete(state: &AppState, id: i64) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Tells the other instances about a committed write.
-async fn publish(state: &AppState, id: i64, kind: ChangeKind) {
+/// Rings the other instances' outbox followers: a write committed.
+async fn ring(state: &AppState) {
     if let Some(log) = &state.changes {
-        log.publish(id, kind).await;
+        log.ring().await;
     }
 }

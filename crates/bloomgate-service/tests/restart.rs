@@ -1,8 +1,9 @@
 //! Restart without a cold window (issue 8): an instance writes its filter
 //! snapshot at shutdown; started again it loads it, replays the ids created
-//! meanwhile (through another instance) from the change log, and is ready
-//! without scanning SQL. A snapshot that fails to verify, or whose position
-//! the change log no longer holds, leads to a SQL rebuild instead.
+//! meanwhile (through another instance) from the change outbox, and is
+//! ready without scanning SQL, with Redis or without, and also when Redis
+//! lost its doorbell stream. A snapshot that fails to verify leads to
+//! another instance's epoch, or a SQL rebuild, instead.
 
 mod common;
 
@@ -62,7 +63,7 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
         snap.is_file() && meta_file(&snap).is_file(),
         "saved at shutdown"
     );
-    // While A is down, B creates a SKU: only the change log tells A.
+    // While A is down, B creates a SKU: only the outbox tells A.
     create(&b, 6000).await;
 
     let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
@@ -124,9 +125,9 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
     }
     a.stop().await;
 
-    // The change log lost (a Redis restart without persistence): the
-    // snapshot's position and the stored filter's are gone, so neither is
-    // trusted: a SQL scan.
+    // The doorbell stream lost (a Redis restart without persistence): the
+    // snapshot is positioned in the outbox, which holds every create, so
+    // it is still used, with no scan.
     assert!(
         std::fs::read(&snap).unwrap() != bytes,
         "the adopted filter's snapshot replaced it"
@@ -137,27 +138,54 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    create(&b, 8000).await;
     let a = TestServer::start(config(&db, &redis, &snap), 1000).await;
     let stats = a.stats().await;
     assert_eq!(
         counter(&stats, &["bloom", "snapshot_restores"]),
-        0,
+        1,
         "{stats}"
     );
-    assert_eq!(counter(&stats, &["sql", "id_scans"]), 1);
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 0, "{stats}");
+    for id in [1, 1000, 5000, 6000, 7000, 8000] {
+        assert_ne!(a.state.reader.gate.check(id), Verdict::Reject, "id {id}");
+    }
     a.stop().await;
     b.stop().await;
 }
 
-#[test]
-fn a_snapshot_path_without_redis_is_refused() {
-    let mut c = bloomgate_service::Config::default();
-    c.cache.bloom_snapshot_path = Some("filter.bgf".into());
-    let e = c.validate().unwrap_err().to_string();
-    assert!(
-        e.contains("cache.bloom_snapshot_path") && e.contains("redis_url"),
-        "{e}"
+/// No Redis at all: two instances on one SQLite database. The snapshot
+/// and the outbox are enough: A restarts without a scan and holds what B
+/// created while it was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_needs_no_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let snap = dir.path().join("a.bgf");
+    let mut c = common::config(&db, None, "restart-alone");
+    c.cache.bloom_snapshot_path = Some(snap.clone());
+    c.validate().unwrap();
+    let mut other = c.clone();
+    other.cache.bloom_snapshot_path = Some(dir.path().join("b.bgf"));
+    let a = TestServer::start(c.clone(), 500).await;
+    let b = TestServer::start(other, 0).await;
+    create(&a, 5000).await;
+    a.stop().await;
+    create(&b, 6000).await;
+    let a = TestServer::start(c, 0).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(&stats, &["bloom", "snapshot_restores"]),
+        1,
+        "{stats}"
     );
+    assert_eq!(counter(&stats, &["sql", "id_scans"]), 0, "{stats}");
+    for id in (1..=500).chain([5000, 6000]) {
+        assert_ne!(a.state.reader.gate.check(id), Verdict::Reject, "id {id}");
+    }
+    assert_eq!(a.get("/api/seckill/900000000").await.0, 404);
+    a.stop().await;
+    b.stop().await;
 }
 
 /// SKUs written to SQL behind the service's back: by `bloomgate seed`

@@ -402,13 +402,13 @@ async fn values_leases_the_doorbell_and_strict_mode_work_over_tls() {
     assert_eq!(counter(&sb, &["redis", "hits"]), 1, "{sb}");
     assert_eq!(counter(&sb, &["sql", "found"]), 0, "{sb}");
 
-    // The doorbell: a create through A reaches B's filter through the
-    // change log; strict mode never lets B refuse it meanwhile.
+    // The doorbell: a create through A rings B, whose outbox follower
+    // reads it; strict mode never lets B refuse it meanwhile.
     assert_eq!(a.create(5000, "rung").await, 201);
     for _ in 0..50 {
         assert_eq!(b.get("/api/seckill/5000").await.0, 200, "never 404");
     }
-    eventually(5, "B hears the create through the change log", || async {
+    eventually(5, "B hears the ring", || async {
         counter(&b.stats().await, &["changes", "applied"]) >= 1
     })
     .await;

@@ -78,18 +78,13 @@ impl ChangeLog {
     }
 
     /// Publishes `gate`'s filter, just rebuilt from a scan that started
-    /// after entry `at`, as a new epoch for the other instances. On any
+    /// after the outbox position `outbox.0`, as a new epoch for the other instances. On any
     /// failure they are asked to rebuild from SQL instead.
     ///
     /// # Errors
     /// Why the filter was not shared (already logged).
-    pub async fn publish_built(
-        &self,
-        gate: &Gate,
-        at: &str,
-        outbox: (i64, i64),
-    ) -> Result<u64, String> {
-        let result = self.publish_epoch(gate, at, outbox, true).await;
+    pub async fn publish_built(&self, gate: &Gate, outbox: (i64, i64)) -> Result<u64, String> {
+        let result = self.publish_epoch(gate, outbox, true).await;
         match &result {
             Ok(epoch) => {
                 self.counters.rebuilds_led.fetch_add(1, Ordering::Relaxed);
@@ -105,13 +100,14 @@ impl ChangeLog {
         result
     }
 
-    /// After a start-up build from a scan that began after entry `at`:
+    /// After a start-up build from a scan that began after the outbox
+    /// position `outbox.0`:
     /// stores the filter as a new epoch if Redis holds none, or always
     /// when `replace` (this instance seeded the database: an epoch left
     /// from before describes other data), so the next instances to start
     /// adopt it instead of scanning SQL. Not announced: running instances
     /// keep their filters.
-    pub async fn publish_first(&self, gate: &Gate, at: &str, outbox: (i64, i64), replace: bool) {
+    pub async fn publish_first(&self, gate: &Gate, outbox: (i64, i64), replace: bool) {
         let mut conn = self.conn.clone();
         let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
             .arg(crate::wire::epoch_counter_key(&self.prefix))
@@ -120,7 +116,7 @@ impl ChangeLog {
         if !replace && !matches!(exists, Ok(false)) {
             return;
         }
-        match self.publish_epoch(gate, at, outbox, false).await {
+        match self.publish_epoch(gate, outbox, false).await {
             Ok(epoch) => {
                 self.epoch.send_replace(epoch);
                 tracing::info!(
@@ -134,12 +130,12 @@ impl ChangeLog {
 
     /// At start: adopts the newest epoch (made for this layout and rate)
     /// instead of scanning SQL, replaying the creates since its scan
-    /// began. Returns the last change-log entry replayed and the outbox
-    /// position the epoch is complete up to.
+    /// began from the outbox. Returns the outbox position the epoch is
+    /// complete up to and the rebuild requests it covers.
     ///
     /// # Errors
     /// Why not (the caller scans SQL).
-    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<(String, i64, i64), String> {
+    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<(i64, i64), String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(crate::wire::epoch_counter_key(&self.prefix))
@@ -160,7 +156,7 @@ impl ChangeLog {
                 .cloned()
                 .ok_or_else(|| format!("epoch {epoch} has no {name}"))
         };
-        let (at, capacity) = (field("at")?, field("capacity")?);
+        let capacity = field("capacity")?;
         let outbox_at: i64 = field("outbox")?
             .parse()
             .map_err(|_| format!("epoch {epoch} has a bad outbox position"))?;
@@ -171,8 +167,8 @@ impl ChangeLog {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        let (replayed, last) = self
-            .load_epoch(gate, epoch, &at, Some(outbox_at), capacity)
+        let replayed = self
+            .load_epoch(gate, epoch, Some(outbox_at), capacity)
             .await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
@@ -180,7 +176,7 @@ impl ChangeLog {
             replayed,
             "filter adopted from Redis at start; no SQL scan"
         );
-        Ok((last, outbox_at, covered))
+        Ok((outbox_at, covered))
     }
 
     /// `outbox`: the outbox watermark before the filter's scan (replays
@@ -189,7 +185,6 @@ impl ChangeLog {
     async fn publish_epoch(
         &self,
         gate: &Gate,
-        at: &str,
         outbox: (i64, i64),
         announce: bool,
     ) -> Result<u64, String> {
@@ -203,7 +198,6 @@ impl ChangeLog {
                 &counter,
                 bytes,
                 &[
-                    ("at", at.to_string()),
                     ("outbox", outbox_at.to_string()),
                     ("covered", covered.to_string()),
                     ("capacity", gate.capacity().to_string()),
@@ -218,7 +212,6 @@ impl ChangeLog {
         self.append(&[
             ("kind", crate::wire::kind::BUILT.into()),
             ("epoch", epoch.to_string()),
-            ("at", at.to_string()),
             ("outbox", outbox_at.to_string()),
             ("covered", covered.to_string()),
             ("capacity", gate.capacity().to_string()),
@@ -322,18 +315,17 @@ impl ChangeLog {
     }
 
     /// Adopts another instance's epoch: load, verify, replay the creates
-    /// since `at`, swap in. Falls back to a rebuild from SQL.
+    /// since its outbox position, swap in. Falls back to a rebuild from SQL.
     pub(super) async fn adopt(
         &self,
         gate: &Arc<Gate>,
         epoch: u64,
-        at: &str,
         outbox_at: Option<i64>,
         covered: Option<i64>,
         capacity: u64,
     ) {
-        match self.load_epoch(gate, epoch, at, outbox_at, capacity).await {
-            Ok((replayed, _)) => {
+        match self.load_epoch(gate, epoch, outbox_at, capacity).await {
+            Ok(replayed) => {
                 if let Some(c) = covered {
                     self.outbox.cover(c);
                 }
@@ -359,10 +351,9 @@ impl ChangeLog {
         &self,
         gate: &Gate,
         epoch: u64,
-        at: &str,
         outbox_at: Option<i64>,
         capacity: u64,
-    ) -> Result<(usize, String), String> {
+    ) -> Result<usize, String> {
         let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
         let filter = tokio::task::spawn_blocking(move || {
@@ -378,21 +369,7 @@ impl ChangeLog {
         let filter = gate
             .begin_adopt(filter)
             .ok_or("a rebuild runs here; its filter is as new")?;
-        let replay = self.created_since(at).await;
-        let (mut created, last) = match replay {
-            Ok(Some(found)) => found,
-            Ok(None) => {
-                gate.abandon_adopt(&filter);
-                return Err("the change log no longer holds the rebuild's start".into());
-            }
-            Err(e) => {
-                gate.abandon_adopt(&filter);
-                return Err(e.to_string());
-            }
-        };
-        // The outbox in SQL holds every create after the scan began, also
-        // those the Redis log never got (a writer that died with its
-        // appends queued).
+        // The outbox in SQL holds every create after the scan began.
         let from_sql = match outbox_at {
             Some(from) => self.outbox.created_after(from).await,
             None => {
@@ -400,8 +377,8 @@ impl ChangeLog {
                 return Err("the epoch predates the change outbox".into());
             }
         };
-        match from_sql {
-            Ok(Some(ids)) => created.extend(ids),
+        let mut created = match from_sql {
+            Ok(Some(ids)) => ids,
             Ok(None) => {
                 gate.abandon_adopt(&filter);
                 return Err("the change outbox was trimmed past the rebuild's start".into());
@@ -410,7 +387,7 @@ impl ChangeLog {
                 gate.abandon_adopt(&filter);
                 return Err(e.to_string());
             }
-        }
+        };
         created.sort_unstable();
         created.dedup();
         for &id in &created {
@@ -419,7 +396,7 @@ impl ChangeLog {
         if !gate.finish_adopt(&filter, capacity) {
             return Err("a rebuild took over; its filter is as new".into());
         }
-        Ok((created.len(), last))
+        Ok(created.len())
     }
 
     /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).

@@ -1,18 +1,16 @@
-//! The change log's follower: `XREAD BLOCK` on a connection of its own,
-//! applying other instances' entries (creates into the filter, every id
-//! out of L1, rebuild requests, epochs to adopt, doorbells for the outbox),
-//! and noticing a position the stream no longer holds.
+//! The doorbell's follower: `XREAD BLOCK` on a connection of its own,
+//! ringing the outbox follower for other instances' entries, adopting the
+//! epochs they announce, and ringing once more after an outage (what was
+//! rung meanwhile is in the outbox).
 
 use super::*;
 
 impl ChangeLog {
-    /// Follows the stream from entry `from`, applying other instances'
-    /// writes to `reader`, until nothing but the follower holds the
-    /// reader's gate (the service was dropped).
+    /// Follows the stream from entry `from`, until nothing but the
+    /// follower holds the reader's gate (the service was dropped).
     pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
         let log = self.clone();
         let reader = reader.clone();
-        log.set_applied(&from);
         self.background.spawn(async move {
             let mut last = from;
             let mut conn = None;
@@ -42,31 +40,28 @@ impl ChangeLog {
                     }
                 };
                 if resumed {
-                    // After an outage the stream must still hold `last`:
-                    // if it was trimmed past it, or lost with a Redis
-                    // restart, what was missed is unknown: rebuild, empty L1.
+                    // After an outage: rings may have been missed, so the
+                    // outbox follower reads SQL now. A position the stream
+                    // no longer holds (trimmed, or lost with a Redis
+                    // restart) goes on from its end: a lost ring is only
+                    // latency, the outbox holds every write.
                     match log.holds(c, &last).await {
                         Ok(true) => {}
                         Ok(false) => {
-                            // Go on from the stream's end as it is now, then
-                            // ask for the rebuild: its scan starts after
-                            // this, so it holds every create logged up to
-                            // the end (a commit precedes its entry).
                             let Ok(end) = log.newest(c).await else {
                                 conn = None;
                                 continue;
                             };
                             log.counters.gaps.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(%last, %end, "change log no longer holds this instance's position (trimmed or lost): rebuilding the filter");
+                            tracing::info!(%last, %end, "the doorbell stream no longer holds this instance's position: going on from its end");
                             last = end;
-                            drop(reader.gate.request_rebuild());
-                            reader.invalidate_all_local();
                         }
                         Err(_) => {
                             conn = None;
                             continue;
                         }
                     }
+                    log.outbox.ring();
                     resumed = false;
                 }
                 let read: redis::RedisResult<Option<StreamReadReply>> = redis::cmd("XREAD")
@@ -89,27 +84,23 @@ impl ChangeLog {
                                 continue;
                             }
                             let kind = entry.get::<String>("kind");
-                            match (kind.as_deref(), entry.get::<i64>("id")) {
+                            match kind.as_deref() {
                                 // An operator's rebuild through another instance.
-                                (Some(kind::BUILT), _) => {
+                                Some(kind::BUILT) => {
                                     log.counters
                                         .rebuilds_requested
                                         .fetch_add(1, Ordering::Relaxed);
                                     let epoch = entry.get::<u64>("epoch");
-                                    let at = entry.get::<String>("at");
                                     let outbox_at = entry.get::<i64>("outbox");
                                     let covered = entry.get::<i64>("covered");
                                     let capacity = entry.get::<u64>("capacity");
-                                    if let (Some(epoch), Some(at), Some(capacity)) =
-                                        (epoch, at, capacity)
-                                    {
+                                    if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
                                         // Inline: the follower applies nothing
                                         // else until the swap, and the replay
                                         // covers what came before it.
                                         log.adopt(
                                             &reader.gate,
                                             epoch,
-                                            &at,
                                             outbox_at,
                                             covered,
                                             capacity,
@@ -122,30 +113,15 @@ impl ChangeLog {
                                         drop(reader.gate.request_rebuild());
                                     }
                                 }
-                                // A resource's entries are in the outbox.
-                                (Some(kind::RING), _) => log.outbox.ring(),
-                                // Another instance dropped queued entries.
-                                (Some(kind::REBUILD), _) => {
-                                    log.counters.gaps.fetch_add(1, Ordering::Relaxed);
-                                    tracing::warn!("another instance lost change-log entries: rebuilding the filter");
-                                    drop(reader.gate.request_rebuild());
-                                    reader.invalidate_all_local();
-                                }
-                                (Some(kind), Some(id)) => {
-                                    // The doorbell: the outbox follower
-                                    // reads SQL now.
+                                // A ring, or an entry of an older version
+                                // (a write, a rebuild request): every
+                                // write is in the outbox.
+                                _ => {
                                     log.outbox.ring();
-                                    if kind == crate::wire::kind::CREATED {
-                                        reader.gate.learn(id);
-                                    }
-                                    reader.invalidate_local(&id);
                                     log.counters.applied.fetch_add(1, Ordering::Relaxed);
                                 }
-                                // Markers, and anything unknown.
-                                _ => {}
                             }
                         }
-                        log.set_applied(&last);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "change log: read failed; reconnecting");

@@ -86,12 +86,6 @@ impl Config {
                 "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
-        if c.bloom_snapshot_path.is_some() && !self.uses_redis() {
-            return Err(invalid(
-                "cache.bloom_snapshot_path",
-                "needs redis_url or redis_cluster: the snapshot records its position in the Redis change log as well as in the outbox",
-            ));
-        }
         if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
             return Err(invalid(
                 "cache.bloom_fpp",

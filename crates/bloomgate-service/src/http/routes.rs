@@ -252,9 +252,10 @@ pub async fn warm(
 
 /// A warm's rebuild, as it was started.
 enum WarmRebuild {
-    /// This instance rebuilds; with a change log it shares the result
-    /// (`at`: the stream's last entry before the scan).
-    Build(crate::gate::RebuildTicket, Option<(String, (i64, i64))>),
+    /// This instance rebuilds; with Redis it shares the result (the
+    /// outbox watermark before the scan and the rebuild requests it
+    /// covers).
+    Build(crate::gate::RebuildTicket, Option<(i64, i64)>),
     /// Another instance holds the shared-rebuild lock: adopt its epoch,
     /// newer than this one.
     Adopt(u64),
@@ -272,19 +273,20 @@ async fn start_rebuild(state: &AppState) -> WarmRebuild {
             log.counters.rebuilds_joined.fetch_add(1, Ordering::Relaxed);
             return WarmRebuild::Adopt(log.epoch());
         }
-        // Redis is not answering: rebuild here (the others are asked
-        // when it answers again, through the queue).
+        // Redis is not answering: rebuild here; the others keep their
+        // filters (complete through the outbox, stale only by deletes).
         None => return WarmRebuild::Build(gate.request_rebuild(), None),
     }
     // The position first, then the request: the scan starts after both,
-    // so the ids created after `at` are the only ones it may miss, and
-    // the adopting instances replay exactly those.
+    // so the ids created after the watermark are the only ones it may
+    // miss, and the adopting instances replay exactly those.
     let watermark = state.outbox.watermark();
-    let covered = state.outbox.max_seq().await;
-    let at = match (log.last_id().await, covered) {
-        (Ok(at), Ok(covered)) => Some((at, (watermark, covered))),
-        _ => None,
-    };
+    let at = state
+        .outbox
+        .max_seq()
+        .await
+        .ok()
+        .map(|covered| (watermark, covered));
     // The rebuild runs in the gate's worker: if this client goes away, it
     // still completes and is published.
     WarmRebuild::Build(gate.request_rebuild(), at)
@@ -300,11 +302,8 @@ async fn finish_rebuild(
             let mut epoch = None;
             if let Some(log) = &state.changes {
                 match (&report, at) {
-                    (Ok(_), Some((at, outbox_at))) => {
-                        epoch = log
-                            .publish_built(&state.reader.gate, &at, outbox_at)
-                            .await
-                            .ok();
+                    (Ok(_), Some(outbox_at)) => {
+                        epoch = log.publish_built(&state.reader.gate, outbox_at).await.ok();
                     }
                     // Could not note the position, or the build failed:
                     // every instance rebuilds from SQL by itself.
