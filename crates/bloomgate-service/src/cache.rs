@@ -230,8 +230,9 @@ impl RedisTier {
         bg: &crate::tasks::Background,
     ) -> redis::RedisResult<Self> {
         let timeout = Duration::from_millis(c.redis_timeout_ms);
+        // Every command of the tier runs under the guard's timeout.
         let conn = target
-            .connect(timeout.max(Duration::from_millis(200)), timeout)
+            .connect_guarded(timeout.max(Duration::from_millis(200)))
             .await?;
         let watch = BreakerWatch::default();
         let policy = failsafe::failure_policy::consecutive_failures(
@@ -326,6 +327,36 @@ impl RedisTier {
         &self,
         id: impl std::fmt::Display,
     ) -> Result<RedisLookup<T>, CacheError> {
+        self.lookup_with(id, |raw| serde_json::from_slice(&raw))
+            .await
+    }
+
+    /// [`RedisTier::lookup`], the value kept as the answer's JSON: a hit
+    /// is not encoded again (what this tier writes is the row's own
+    /// encoding; a value another writer formatted differently is the same
+    /// JSON, and one that does not decode as the row is deleted).
+    ///
+    /// # Errors
+    /// [`CacheError`] (counted).
+    pub async fn lookup_cached<T: serde::de::DeserializeOwned>(
+        &self,
+        id: impl std::fmt::Display,
+    ) -> Result<RedisLookup<Arc<Cached<T>>>, CacheError> {
+        self.lookup_with(id, |raw| {
+            let row = serde_json::from_slice(&raw)?;
+            Ok(Arc::new(Cached {
+                row,
+                json: raw.into(),
+            }))
+        })
+        .await
+    }
+
+    async fn lookup_with<T>(
+        &self,
+        id: impl std::fmt::Display,
+        decode: impl FnOnce(Vec<u8>) -> serde_json::Result<T>,
+    ) -> Result<RedisLookup<T>, CacheError> {
         let key = self.key(id);
         if self.guard.owed.contains(&key) {
             return Ok(RedisLookup::Miss(None));
@@ -335,7 +366,7 @@ impl RedisTier {
         // script run. Only a key that holds nothing takes the script, which
         // leases it unless a value arrived in between.
         let mut lease = None;
-        let mut raw: Option<String> = self
+        let mut raw: Option<Vec<u8>> = self
             .guarded(redis::cmd("GET").arg(&key).query_async(&mut conn))
             .await?;
         if raw.is_none() {
@@ -351,12 +382,12 @@ impl RedisTier {
                 .await?;
             lease = Some(new);
         }
-        let out = match raw.as_deref() {
+        let out = match raw {
             None => RedisLookup::Miss(lease),
-            Some(NIL_SENTINEL) => RedisLookup::Nil,
-            Some(v) if v.starts_with(LEASE_PREFIX) => RedisLookup::Miss(None),
-            Some(json) => match serde_json::from_str(json) {
-                Ok(sku) => RedisLookup::Hit(sku),
+            Some(v) if v == NIL_SENTINEL.as_bytes() => RedisLookup::Nil,
+            Some(v) if v.starts_with(LEASE_PREFIX.as_bytes()) => RedisLookup::Miss(None),
+            Some(json) => match decode(json) {
+                Ok(row) => RedisLookup::Hit(row),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "undecodable cache value; deleting it");
                     let _: Result<(), CacheError> = self

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// A seckill SKU, as stored in SQL, cached as JSON and returned by the API.
 /// Prices are integer cents; times are Unix seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Sku {
     /// Positive 64-bit id.
     pub id: i64,

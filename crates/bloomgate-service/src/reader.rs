@@ -244,6 +244,12 @@ impl Bulkhead {
 /// Where a load's answer arrives (`None` until it does).
 type Answer<T> = watch::Receiver<Option<LoadResult<T>>>;
 
+/// A read's part in an id's load: run it, or wait for its answer.
+enum Join<T: 'static> {
+    Run(Inline<LoadResult<T>>),
+    Wait(Answer<T>),
+}
+
 #[derive(Debug)]
 struct Flight<T> {
     number: u64,
@@ -317,35 +323,37 @@ impl<R: Rows> Clone for ShieldedReader<R> {
 
 /// A load, run in the future of the read that started it: no task to
 /// spawn, schedule and wake in the usual case (`perf`: the task's spawn,
-/// scheduling and wake-up were about 4% of a Redis hit's CPU). If that read
-/// goes away first (its client left, or the request timed out), dropping
-/// this spawns the rest of the load as a task of its own, so the readers
-/// that joined it, and the caches, still get its answer.
-struct Inline(Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>);
+/// scheduling and wake-up were about 4% of a Redis hit's CPU), and its
+/// answer handed straight to that read. If that read goes away first (its
+/// client left, or the request timed out), dropping this spawns the rest
+/// of the load as a task of its own, so the readers that joined it, and
+/// the caches, still get its answer.
+struct Inline<T: 'static>(Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>);
 
-impl std::future::Future for Inline {
-    type Output = ();
+impl<T: 'static> std::future::Future for Inline<T> {
+    type Output = Option<T>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if let Some(load) = self.0.as_mut() {
-            std::task::ready!(load.as_mut().poll(cx));
-            self.0 = None;
-        }
-        std::task::Poll::Ready(())
+    ) -> std::task::Poll<Option<T>> {
+        let Some(load) = self.0.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let out = std::task::ready!(load.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(Some(out))
     }
 }
 
-impl Drop for Inline {
+impl<T: 'static> Drop for Inline<T> {
     fn drop(&mut self) {
         if let Some(load) = self.0.take() {
             // Dropped outside a runtime, or while the runtime shuts down
             // (which cancels the spawned task at once), the load ends
             // unfinished: its readers get "the load stopped", a 503.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                drop(runtime.spawn(load));
+                drop(runtime.spawn(async move { drop(load.await) }));
             }
         }
     }
@@ -420,13 +428,12 @@ impl<R: Rows> ShieldedReader<R> {
             return Ok(answer);
         }
         self.l1_counters.misses.incr();
-        let (mut answer, load) = self.join_or_start(id);
-        if let Some(load) = load {
-            load.await;
-        }
-        let entry = match answer.wait_for(Option::is_some).await {
-            Ok(v) => v.clone(),
-            Err(_) => None,
+        let entry = match self.join_or_start(id) {
+            Join::Run(load) => load.await,
+            Join::Wait(mut answer) => match answer.wait_for(Option::is_some).await {
+                Ok(v) => v.clone(),
+                Err(_) => None,
+            },
         };
         match entry {
             Some(Ok((Entry::Found(sku), from))) => Ok(Lookup::Found(sku, from)),
@@ -443,25 +450,21 @@ impl<R: Rows> ShieldedReader<R> {
     /// Joins the id's load in flight, or starts one for the caller to run
     /// ([`Inline`]: spawned as a task of its own if the caller goes away,
     /// so a client that leaves does not cancel it).
-    fn join_or_start(&self, id: R::Key) -> (Answer<R::Row>, Option<Inline>) {
+    fn join_or_start(&self, id: R::Key) -> Join<R::Row> {
         let mut shard = lock(self.shard(&id));
         if let Some(f) = shard.flights.get(&id) {
-            return (f.answer.clone(), None);
+            return Join::Wait(f.answer.clone());
         }
         let (tx, rx) = watch::channel(None);
         shard.next_flight += 1;
         let number = shard.next_flight;
         let writes = shard.writes;
-        shard.flights.insert(
-            id.clone(),
-            Flight {
-                number,
-                answer: rx.clone(),
-            },
-        );
+        shard
+            .flights
+            .insert(id.clone(), Flight { number, answer: rx });
         drop(shard);
         let reader = self.clone();
-        let load = Inline(Some(Box::pin(async move {
+        Join::Run(Inline(Some(Box::pin(async move {
             // A load that panics (a `Source` of the user's, say) answers
             // its readers "the load stopped" (a 503) instead of unwinding
             // through the request that runs it.
@@ -474,9 +477,13 @@ impl<R: Rows> ShieldedReader<R> {
                 shard.flights.remove(&id);
             }
             drop(shard);
-            tx.send_replace(Some(result));
-        })));
-        (rx, Some(load))
+            // The flight is out of the map: no reader joins any more, so
+            // with none waiting the answer goes to the starter alone.
+            if tx.receiver_count() > 0 {
+                tx.send_replace(Some(result.clone()));
+            }
+            result
+        }))))
     }
 
     /// Reads Redis, then SQL; writes back under the lease; caches in L1 if
@@ -511,10 +518,10 @@ impl<R: Rows> ShieldedReader<R> {
     async fn fetch(&self, id: &R::Key) -> Result<Fetched<R::Row>, LoadError> {
         let mut lease = None;
         if let Some(redis) = &self.redis {
-            match redis.lookup(id).await {
-                Ok(RedisLookup::Hit(sku)) => {
+            match redis.lookup_cached(id).await {
+                Ok(RedisLookup::Hit(cached)) => {
                     return Ok(Fetched {
-                        entry: Entry::Found(Cached::new(sku)),
+                        entry: Entry::Found(cached),
                         from: Source::Redis,
                         lease: None,
                     })

@@ -117,25 +117,46 @@ impl RedisTarget {
     /// # Errors
     /// A bad URL, an unreadable TLS file, or no node reachable.
     pub async fn connect(&self, connect: Duration, response: Duration) -> RedisResult<Conn> {
+        self.connect_with(connect, Some(response)).await
+    }
+
+    /// [`RedisTarget::connect`] for a caller that bounds every command
+    /// itself (the cache tier's guard): no second timer per command.
+    ///
+    /// # Errors
+    /// A bad URL, an unreadable TLS file, or no node reachable.
+    pub async fn connect_guarded(&self, connect: Duration) -> RedisResult<Conn> {
+        self.connect_with(connect, None).await
+    }
+
+    async fn connect_with(
+        &self,
+        connect: Duration,
+        response: Option<Duration>,
+    ) -> RedisResult<Conn> {
         match &self.nodes {
             RedisNodes::Server(url) => {
                 let client = self.tls.client(url).map_err(tls_error)?;
-                let config = redis::aio::ConnectionManagerConfig::new()
+                let mut config = redis::aio::ConnectionManagerConfig::new()
                     .set_connection_timeout(connect)
-                    .set_response_timeout(response)
                     .set_number_of_retries(1);
+                if let Some(response) = response {
+                    config = config.set_response_timeout(response);
+                }
                 let conn = redis::aio::ConnectionManager::new_with_config(client, config).await?;
                 Ok(Conn::Single(conn))
             }
             RedisNodes::Cluster(nodes) => {
-                let client = self
+                let mut builder = self
                     .tls
                     .cluster(nodes.clone())
                     .map_err(tls_error)?
                     .connection_timeout(connect)
-                    .response_timeout(response)
-                    .retries(1)
-                    .build()?;
+                    .retries(1);
+                if let Some(response) = response {
+                    builder = builder.response_timeout(response);
+                }
+                let client = builder.build()?;
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
         }

@@ -166,6 +166,61 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
     server.stop().await;
 }
 
+/// A Redis hit answers the value's own JSON, not encoded again; a value
+/// that does not decode as the row (a field this version does not know)
+/// is deleted, never served.
+#[tokio::test]
+async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
+    use bloomgate_service::cache::RedisLookup;
+    use bloomgate_service::model::Sku;
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = sqlite_server(&dir, Some(&redis), "rawjson", 10, |_| {}).await;
+    let tier = server.state.reader.redis.clone().unwrap();
+    let mut conn = common::redis_conn(&redis).await;
+    let sku = bloomgate_service::model::catalogue_sku(5);
+    let written = serde_json::to_string(&sku).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(tier.key(5))
+        .arg(&written)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let RedisLookup::Hit(hit) = tier.lookup_cached::<Sku>(5).await.unwrap() else {
+        panic!("a hit");
+    };
+    assert_eq!(hit.row, sku);
+    assert_eq!(&hit.json[..], written.as_bytes());
+    let text = |path: &'static str| {
+        let (client, url) = (server.client.clone(), server.url(path));
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, body) = text("/api/seckill/5").await;
+    assert_eq!((status, body.as_str()), (200, written.as_str()));
+    // A foreign value: a field the row does not have.
+    let foreign = written.replacen('{', r#"{"admin_note":"x","#, 1);
+    let _: () = redis::cmd("SET")
+        .arg(tier.key(6))
+        .arg(&foreign)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(
+        tier.lookup_cached::<Sku>(6).await.unwrap(),
+        RedisLookup::Miss(None)
+    ));
+    assert_eq!(tier.raw(6).await.unwrap(), None, "deleted");
+    let (status, body) = text("/api/seckill/6").await;
+    assert_eq!(status, 200);
+    assert!(!body.contains("admin_note"), "{body}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn warmed_ttls_are_jittered_within_ten_percent() {
     let Some(redis) = common::redis_url().await else {
