@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use bloomgate_service::capture::Captured;
+use bloomgate_service::feed::capture::Captured;
 use bloomgate_service::store::{CaptureTarget, SkuStore};
 
 /// What to do with the triggers.
@@ -43,7 +43,7 @@ pub struct CaptureArgs {
 /// The tables `a` names.
 fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result<Vec<Captured>> {
     let Some(name) = &a.resource else {
-        let all = bloomgate_service::capture::targets(config);
+        let all = bloomgate_service::feed::capture::targets(config);
         if all.is_empty() {
             bail!("no table has capture = \"triggers\" in the configuration; name one with --resource");
         }
@@ -102,7 +102,7 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
     // accepted its name and key column, as at start-up.
     for (i, rc) in config.resources.iter().enumerate() {
         if targets.iter().any(|c| c.name == rc.name) {
-            bloomgate_service::table::SqlTable::open(&store, rc, i).await??;
+            bloomgate_service::store::table::SqlTable::open(&store, rc, i).await??;
         }
     }
     match a.action {

@@ -592,6 +592,89 @@ fn config_is_a_leaf() {
     assert!(outside.is_empty(), "config imports: {outside:?}");
 }
 
+/// The service crate's leaves (ARCHITECTURE.md): the vocabulary every
+/// layer may use. A leaf names only leaves.
+const LEAVES: &[&str] = &[
+    "config",
+    "filter",
+    "key",
+    "metrics",
+    "model",
+    "paths",
+    "pause",
+    "redis_link",
+    "sync",
+    "tasks",
+    "wire",
+];
+
+/// Fewer than this many non-leaf top-level modules named by one
+/// top-level module (with its children).
+const MAX_FAN_OUT: usize = 10;
+
+/// `top-level module → the other top-level modules it (or a child) names`.
+fn top_level_graph(
+    graph: &std::collections::BTreeMap<String, BTreeSet<String>>,
+) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut out: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for (m, to) in graph {
+        let from = top(m);
+        let names = out.entry(from.clone()).or_default();
+        names.extend(to.iter().map(|t| top(t)).filter(|t| *t != from));
+    }
+    out
+}
+
+/// The top-level modules that name `MAX_FAN_OUT` or more non-leaf
+/// siblings, and the leaves that name a non-leaf, as sentences.
+fn fan_out_faults(top: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut faults = Vec::new();
+    for (m, to) in top {
+        let heavy: Vec<&String> = to
+            .iter()
+            .filter(|t| !LEAVES.contains(&t.as_str()))
+            .collect();
+        if LEAVES.contains(&m.as_str()) && !heavy.is_empty() {
+            faults.push(format!("the leaf `{m}` names {heavy:?}"));
+        } else if heavy.len() >= MAX_FAN_OUT {
+            faults.push(format!("`{m}` names {} siblings: {heavy:?}", heavy.len()));
+        }
+    }
+    faults
+}
+
+/// No module imports ten siblings (issue 30): each top-level module of the
+/// service names fewer than ten that are not leaves, and the leaves name
+/// only leaves.
+#[test]
+fn no_module_names_ten_siblings() {
+    let src = root().join("crates/bloomgate-service/src");
+    let top = top_level_graph(&module_graph(&src));
+    assert!(top.len() > 15, "the graph was read: {top:?}");
+    for leaf in LEAVES {
+        assert!(top.contains_key(*leaf), "`{leaf}` is a module");
+    }
+    let faults = fan_out_faults(&top);
+    assert!(faults.is_empty(), "{faults:?}");
+}
+
+#[test]
+fn a_wide_module_and_a_leaf_that_is_not_are_found() {
+    let mut g = std::collections::BTreeMap::new();
+    let wide: BTreeSet<String> = (0..MAX_FAN_OUT).map(|i| format!("m{i}::x")).collect();
+    g.insert("hub::child".to_string(), wide);
+    g.insert("key".to_string(), BTreeSet::from(["gate".to_string()]));
+    g.insert(
+        "narrow".to_string(),
+        LEAVES.iter().map(|l| (*l).to_string()).collect(),
+    );
+    let faults = fan_out_faults(&top_level_graph(&g));
+    assert_eq!(faults.len(), 2, "{faults:?}");
+    assert!(faults[0].starts_with("`hub` names 10"), "{faults:?}");
+    assert!(faults[1].starts_with("the leaf `key`"), "{faults:?}");
+}
+
 /// The most lines a source file of any crate may have (issues 19 and 30).
 const MAX_LINES: usize = 600;
 

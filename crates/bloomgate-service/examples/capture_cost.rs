@@ -158,7 +158,7 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
         .await
         .unwrap()
         .with_sku_capture(true);
-    for t in bloomgate_service::capture::targets(&c) {
+    for t in bloomgate_service::feed::capture::targets(&c) {
         store.install_capture(&t.target).await.unwrap();
     }
     let pool = AnyPool::connect(&if url.starts_with("sqlite") {

@@ -27,7 +27,7 @@ mod l1;
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
-use guard::{BreakerWatch, Doubling, Guard, Owed};
+use guard::{deliver_owed, BreakerWatch, Doubling, Guard, Owed};
 pub use l1::L1;
 
 /// The Redis value that marks an id confirmed missing in SQL.
@@ -581,37 +581,5 @@ impl RedisTier {
         let mut conn = self.conn.clone();
         self.guarded(redis::cmd("DBSIZE").query_async(&mut conn))
             .await
-    }
-}
-
-/// Delivers owed invalidations (`DEL`s that failed) every 100 ms while
-/// there are any, until the tier is dropped.
-async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounters>) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let Some(guard) = guard.upgrade() else {
-            return;
-        };
-        let owed = guard.owed.snapshot(1000);
-        if owed.is_empty() {
-            continue;
-        }
-        // Read every reply (no `ignore()`), so success means Redis ran
-        // every DEL, not only that the pipeline was written.
-        let dels = owed
-            .iter()
-            .map(|(key, _)| {
-                let mut cmd = redis::cmd("DEL");
-                cmd.arg(key);
-                cmd
-            })
-            .collect();
-        let sent: Result<Vec<i64>, CacheError> =
-            guard.run(&counters, query_each(&conn, dels)).await;
-        counters.owed_rounds.fetch_add(1, Ordering::Relaxed);
-        if sent.is_ok() {
-            guard.owed.settle(&owed);
-            tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");
-        }
     }
 }

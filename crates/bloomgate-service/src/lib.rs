@@ -8,36 +8,30 @@
 #![deny(missing_docs)]
 
 pub mod cache;
-pub mod capture;
-pub mod changes;
 pub mod config;
 pub mod error;
+pub mod feed;
 pub mod filter;
 pub mod gate;
 pub mod http;
 pub mod key;
 pub mod metrics;
 pub mod model;
-pub mod outbox;
 pub mod paths;
 #[doc(hidden)]
 pub mod pause;
-pub mod persist;
 pub mod reader;
-pub mod ready;
 pub mod redis_link;
 pub mod resource;
-pub mod shared;
+pub mod share;
 pub mod skus;
 pub mod source;
 pub mod state;
 pub mod stats;
 pub mod store;
 pub mod sync;
-pub mod table;
 pub mod tasks;
 pub mod wire;
-pub mod write;
 
 use std::future::Future;
 use std::sync::Arc;

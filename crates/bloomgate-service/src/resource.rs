@@ -19,8 +19,8 @@ use crate::gate::{Gate, GateConfig};
 use crate::key::{Key, KeyType};
 use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
 use crate::source::{DynSource, Row, ScanOf};
+use crate::store::table::SqlTable;
 use crate::store::SkuStore;
-use crate::table::SqlTable;
 
 mod calls;
 mod epochs;
@@ -87,9 +87,9 @@ pub struct Shared {
     /// The instance's SQL bulkhead.
     pub bulkhead: Bulkhead,
     /// The Redis change log (its doorbell).
-    pub changes: Option<crate::changes::ChangeLog>,
+    pub changes: Option<crate::feed::doorbell::ChangeLog>,
     /// The outbox follower, which applies other instances' entries.
-    pub outbox: crate::outbox::Outbox,
+    pub outbox: crate::feed::outbox::Outbox,
     /// Where Redis is, for a resource's shared filter (`strict`, `redis`).
     pub target: Option<crate::redis_link::RedisTarget>,
     /// L1 sizes and the filter switches.
@@ -142,17 +142,17 @@ pub struct Resource {
     /// Call counters.
     pub counters: CallCounters,
     /// The filter's snapshot, when one is configured.
-    pub persist: Option<crate::persist::Persist>,
+    pub persist: Option<crate::share::snapshot::Persist>,
     /// Its shared rebuilds.
     pub epochs: EpochCounters,
     /// The key of its epoch counter in Redis (with Redis).
     epoch_counter: Option<String>,
     /// The outbox (replays after a snapshot or an epoch).
-    outbox: crate::outbox::Outbox,
+    outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
     rebuild_after_deletes: u64,
     store: SkuStore,
-    changes: Option<crate::changes::ChangeLog>,
+    changes: Option<crate::feed::doorbell::ChangeLog>,
     background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
     watch_every_ms: AtomicU64,
@@ -169,7 +169,7 @@ impl Resource {
         source: Arc<dyn DynSource>,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Result<Arc<Self>, crate::shared::SharedError> {
+    ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         Self::assemble(name, source, None, options, shared).await
     }
 
@@ -183,7 +183,7 @@ impl Resource {
         table: SqlTable,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Result<Arc<Self>, crate::shared::SharedError> {
+    ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         Self::assemble(name, Arc::new(table.clone()), Some(table), options, shared).await
     }
 
@@ -193,7 +193,7 @@ impl Resource {
         table: Option<SqlTable>,
         options: &ResourceOptions,
         shared: &Shared,
-    ) -> Result<Arc<Self>, crate::shared::SharedError> {
+    ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
         let gate = Gate::new(
             GateConfig {
@@ -231,7 +231,7 @@ impl Resource {
                 crate::wire::resource_filter_namespace(name)
             );
             reader.shared = Some(
-                crate::shared::SharedFilter::connect(
+                crate::share::redis_filter::SharedFilter::connect(
                     target,
                     &prefix,
                     options.expected,
@@ -252,7 +252,7 @@ impl Resource {
                 .map(|p| crate::config::resources::derived_snapshot_path(p, name))
         });
         let persist = snapshot.map(|path| {
-            crate::persist::Persist::new(
+            crate::share::snapshot::Persist::new(
                 path,
                 options.layout,
                 options.fpp,
@@ -290,7 +290,7 @@ impl Resource {
         let weak = Arc::downgrade(&r);
         shared.outbox.on_captured_deletes(
             name,
-            crate::outbox::DeletedHook(Arc::new(move |n| {
+            crate::feed::outbox::DeletedHook(Arc::new(move |n| {
                 let Some(r) = weak.upgrade() else { return };
                 let mut due = false;
                 for _ in 0..n {
@@ -323,7 +323,7 @@ impl Resource {
     }
 
     /// Publishes the filter from its snapshot, if one is configured and
-    /// can be trusted (see [`crate::persist::Persist::restore`]).
+    /// can be trusted (see [`crate::share::snapshot::Persist::restore`]).
     /// Returns the outbox position it is complete up to; `None` when the
     /// filter must be built from the source.
     pub async fn restore(&self) -> Option<i64> {

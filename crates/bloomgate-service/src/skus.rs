@@ -12,6 +12,8 @@ use crate::reader::BatchRow;
 use crate::state::AppState;
 use crate::store::SKU_RESOURCE;
 
+pub mod write;
+
 /// Most ids in one call (a resource's `max_batch_keys` default).
 pub const MAX_BATCH_KEYS: usize = 1000;
 

@@ -2,7 +2,7 @@
 //! (a JSON object, or missing), batch loads, key scans in key order and a
 //! row count. A Rust user implements it with `async fn` for a source of
 //! their own; the service holds it as a [`DynSource`] (boxed futures,
-//! object-safe), which [`crate::table::SqlTable`], the SQL one,
+//! object-safe), which [`crate::store::table::SqlTable`], the SQL one,
 //! implements directly. [`KeyScan`] is the part of it
 //! the gate rebuilds from, which the SKU store implements too.
 
@@ -111,7 +111,7 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
 
 /// [`Source`] as the service holds it, behind `Arc<dyn DynSource>`: the
 /// same methods returning boxed futures. Every [`Source`] is one; the
-/// service's own [`crate::table::SqlTable`] implements it directly.
+/// service's own [`crate::store::table::SqlTable`] implements it directly.
 pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
     /// [`Source::key_type`].
     fn key_type(&self) -> KeyType;

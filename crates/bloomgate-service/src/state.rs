@@ -21,15 +21,15 @@ pub struct AppState {
     /// Body limit, rate limit, shutdown grace.
     pub http: crate::config::HttpConfig,
     /// The change log shared with other instances (with Redis).
-    pub changes: Option<crate::changes::ChangeLog>,
+    pub changes: Option<crate::feed::doorbell::ChangeLog>,
     /// This instance's metrics (request counters, histograms, exporter).
     pub metrics: Arc<crate::metrics::ServiceMetrics>,
     /// `cache.bloom_fpp`, the false-positive target.
     pub target_fpr: f64,
     /// The filter snapshot, when `cache.bloom_snapshot_path` is set.
-    pub persist: Option<crate::persist::Persist>,
+    pub persist: Option<crate::share::snapshot::Persist>,
     /// The change outbox in SQL, which every instance follows.
-    pub outbox: crate::outbox::Outbox,
+    pub outbox: crate::feed::outbox::Outbox,
     /// Sources guarded beside the SKUs, in configuration order.
     pub resources: Vec<Arc<crate::resource::Resource>>,
     /// The SKU table's key API calls ([`crate::skus`]).
@@ -69,7 +69,7 @@ pub enum StartError {
     },
     /// The shared filter (strict mode) could not be opened.
     #[error(transparent)]
-    Shared(#[from] crate::shared::SharedError),
+    Shared(#[from] crate::share::redis_filter::SharedError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -142,13 +142,16 @@ impl AppState {
         // bad one stops the start with the database as it was.
         let mut tables = Vec::with_capacity(config.resources.len());
         for (i, rc) in config.resources.iter().enumerate() {
-            tables.push((rc, crate::table::SqlTable::open(&store, rc, i).await??));
+            tables.push((
+                rc,
+                crate::store::table::SqlTable::open(&store, rc, i).await??,
+            ));
         }
-        let captured = crate::capture::targets(config);
-        crate::capture::check_before_migrate(&store, &captured).await??;
+        let captured = crate::feed::capture::targets(config);
+        crate::feed::capture::check_before_migrate(&store, &captured).await??;
         store.migrate().await?;
-        crate::capture::install_missing(&store, &captured).await?;
-        let outbox = crate::outbox::Outbox::new(store.clone(), &config.sql)
+        crate::feed::capture::install_missing(&store, &captured).await?;
+        let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         outbox.set_captured(captured.into_iter().map(|c| c.target).collect());
         let c = &config.cache;
@@ -169,7 +172,7 @@ impl AppState {
             Some(target) => (
                 Some(RedisTier::connect(target, c, &background).await?),
                 Some(
-                    crate::changes::ChangeLog::connect(
+                    crate::feed::doorbell::ChangeLog::connect(
                         target,
                         &c.redis_prefix,
                         c.change_log_max_len,
@@ -214,7 +217,7 @@ impl AppState {
         );
         outbox.on_captured_deletes(
             crate::store::SKU_RESOURCE,
-            crate::outbox::DeletedHook(Arc::new(move |n| {
+            crate::feed::outbox::DeletedHook(Arc::new(move |n| {
                 let Some(gate) = weak.upgrade() else { return };
                 let mut due = false;
                 for _ in 0..n {
@@ -228,7 +231,7 @@ impl AppState {
         reader.shared_only = c.bloom_mode == crate::config::BloomMode::Redis;
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (c.bloom_mode, &target) {
             reader.shared = Some(
-                crate::shared::SharedFilter::connect(
+                crate::share::redis_filter::SharedFilter::connect(
                     target,
                     &c.redis_prefix,
                     c.bloom_expected,
@@ -249,7 +252,7 @@ impl AppState {
             metrics,
             target_fpr: c.bloom_fpp,
             persist: c.bloom_snapshot_path.as_ref().map(|path| {
-                crate::persist::Persist::new(
+                crate::share::snapshot::Persist::new(
                     path.clone(),
                     c.bloom_layout,
                     c.bloom_fpp,
@@ -274,7 +277,7 @@ impl AppState {
         mut self,
         tables: Vec<(
             &crate::config::resources::ResourceConfig,
-            crate::table::SqlTable,
+            crate::store::table::SqlTable,
         )>,
     ) -> Result<Self, StartError> {
         for (rc, table) in tables {

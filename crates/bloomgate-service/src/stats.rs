@@ -13,6 +13,8 @@ use crate::metrics::ServiceMetrics;
 use crate::paths::SECKILL_ROUTE;
 use crate::state::AppState;
 
+pub mod ready;
+
 /// The `/api/cache/stats` body: seed 000's `bloom` keys first, then every
 /// level; then `resources`, every guarded table in one shape, the SKU
 /// table first as `skus`.

@@ -20,6 +20,7 @@ mod many;
 mod migrations;
 mod recorded;
 mod scan;
+pub mod table;
 
 pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
 pub(crate) use limits::{StatementLimit, Within};
@@ -126,12 +127,12 @@ pub struct SkuStore {
     /// The driver's own pool for key scans (MySQL and PostgreSQL), opened
     /// lazily: rows decoded without `Any`'s conversion.
     scan_pool: scan::ScanPool,
-    /// PostgreSQL's `LISTEN` connection (see `crate::outbox`).
+    /// PostgreSQL's `LISTEN` connection (see `crate::feed::outbox`).
     pub(crate) listen_pool: scan::ListenPool,
     /// This process's name in the outbox's `origin` column.
     origin: Arc<str>,
     /// A write that takes longer than this between recording its change
-    /// and committing records it again (see `crate::outbox`).
+    /// and committing records it again (see `crate::feed::outbox`).
     pub(crate) rerecord_after: Duration,
     /// Query counters, shared by clones.
     pub counters: Arc<StoreCounters>,

@@ -290,7 +290,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
     }
     exec(url, &ddl).await;
     let s = TestServer::start(common::config(url, None, "scale-readers"), 0).await;
-    let table = bloomgate_service::table::SqlTable::open(
+    let table = bloomgate_service::store::table::SqlTable::open(
         &s.state.reader.store,
         &common::users_resource("users"),
         0,
@@ -372,7 +372,7 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
             vec![Key::Text("a".into()), Key::Text("b".into())],
         ),
     ] {
-        let table = bloomgate_service::table::SqlTable::open(store, &config, 0)
+        let table = bloomgate_service::store::table::SqlTable::open(store, &config, 0)
             .await
             .unwrap()
             .unwrap();

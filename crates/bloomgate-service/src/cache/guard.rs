@@ -195,6 +195,38 @@ impl Guard {
     }
 }
 
+/// Delivers owed invalidations (`DEL`s that failed) every 100 ms while
+/// there are any, until the tier is dropped.
+pub(super) async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<RedisCounters>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(guard) = guard.upgrade() else {
+            return;
+        };
+        let owed = guard.owed.snapshot(1000);
+        if owed.is_empty() {
+            continue;
+        }
+        // Read every reply (no `ignore()`), so success means Redis ran
+        // every DEL, not only that the pipeline was written.
+        let dels = owed
+            .iter()
+            .map(|(key, _)| {
+                let mut cmd = redis::cmd("DEL");
+                cmd.arg(key);
+                cmd
+            })
+            .collect();
+        let sent: Result<Vec<i64>, CacheError> =
+            guard.run(&counters, query_each(&conn, dels)).await;
+        counters.owed_rounds.fetch_add(1, Ordering::Relaxed);
+        if sent.is_ok() {
+            guard.owed.settle(&owed);
+            tracing::info!(delivered = owed.len(), "owed redis invalidations delivered");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Owed;

@@ -51,7 +51,7 @@ pub async fn ping() -> impl IntoResponse {
     )
 )]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let (ready, body) = crate::ready::readiness(&state);
+    let (ready, body) = crate::stats::ready::readiness(&state);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -357,7 +357,7 @@ pub async fn create_sku(
     authorize(state.admin_token.as_deref(), &headers, "/api/skus")?;
     let input: SkuInput = json_body(&headers, &body)?;
     input.validate().map_err(AppError::BadRequest)?;
-    let sku = crate::write::create(&state, input).await?;
+    let sku = crate::skus::write::create(&state, input).await?;
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
@@ -390,7 +390,7 @@ pub async fn update_sku(
             "id in the body differs from the path".into(),
         ));
     }
-    let sku = crate::write::update(&state, id, input).await?;
+    let sku = crate::skus::write::update(&state, id, input).await?;
     Ok(Json(sku))
 }
 
@@ -412,6 +412,6 @@ pub async fn delete_sku(
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
-    crate::write::delete(&state, id).await?;
+    crate::skus::write::delete(&state, id).await?;
     Ok(Json(json!({ "deleted": id })))
 }

@@ -52,7 +52,7 @@ impl EpochCounters {
 impl Resource {
     /// The change log and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
-    pub(super) fn epoch_store(&self) -> Option<(&crate::changes::ChangeLog, &str)> {
+    pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::ChangeLog, &str)> {
         if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
             return None;
         }
@@ -238,7 +238,7 @@ impl Resource {
         let weak = Arc::downgrade(self);
         self.outbox.on_built(
             &self.name,
-            crate::outbox::BuiltHook(Arc::new(move |epoch| {
+            crate::feed::outbox::BuiltHook(Arc::new(move |epoch| {
                 let Some(r) = weak.upgrade() else { return };
                 let bg = r.background.clone();
                 bg.track(async move {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::Resource;
 use crate::key::Key;
-use crate::table::WatchValue;
+use crate::store::table::WatchValue;
 
 /// Rows read per watch statement.
 const WATCH_PAGE: usize = 10_000;

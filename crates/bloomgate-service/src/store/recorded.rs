@@ -13,7 +13,7 @@ impl SkuStore {
     /// transaction that took longer than `rerecord_after` between taking
     /// its outbox sequence number and committing records the change again
     /// in a short transaction of its own, so a follower that gave that
-    /// number up as a gap (see `crate::outbox`) still sees it.
+    /// number up as a gap (see `crate::feed::outbox`) still sees it.
     pub(super) async fn write_recorded<'q>(
         &self,
         write: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
@@ -96,7 +96,7 @@ impl SkuStore {
         kind: &'static str,
     ) -> Result<(), StoreError> {
         // PostgreSQL: the same statement notifies the listeners (on
-        // commit; see `crate::outbox`'s listener), no extra round trip.
+        // commit; see `crate::feed::outbox`'s listener), no extra round trip.
         let q = if self.backend == Backend::Postgres {
             format!(
                 "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) \

@@ -86,7 +86,7 @@ pub struct ChangeLog {
     epoch: Arc<watch::Sender<u64>>,
     /// The change outbox in SQL: replays read it, and every entry here
     /// rings its follower.
-    outbox: crate::outbox::Outbox,
+    outbox: crate::feed::outbox::Outbox,
     /// Counters, shared by clones.
     pub counters: Arc<ChangeCounters>,
     /// The instance's shutdown signal.
@@ -113,7 +113,7 @@ impl ChangeLog {
         max_len: u64,
         timeout: Duration,
         segment_bytes: u64,
-        outbox: crate::outbox::Outbox,
+        outbox: crate::feed::outbox::Outbox,
     ) -> redis::RedisResult<Self> {
         let conn = target
             .connect(timeout.max(Duration::from_millis(200)), timeout)

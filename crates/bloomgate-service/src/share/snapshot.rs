@@ -33,10 +33,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::BloomLayout;
+use crate::feed::outbox::Outbox;
 use crate::filter::decode;
 use crate::gate::{Gate, GateFilter};
 use crate::key::{Key, KeyType};
-use crate::outbox::Outbox;
 use bloomgate_filter::KeyKind;
 
 /// The metadata file's format version.

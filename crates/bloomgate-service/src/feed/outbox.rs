@@ -4,7 +4,7 @@
 //! that committed has its entry, and one that rolled back (a writer killed
 //! mid-write) has none. Every instance follows the table: it adds the ids
 //! other instances created to its filter and drops updated or deleted ids
-//! from its L1. The Redis stream (`crate::changes`) is only the doorbell
+//! from its L1. The Redis stream (`crate::feed::doorbell`) is only the doorbell
 //! that makes this immediate (and the epochs' announcer); without Redis the follower reads
 //! the table every `sql.outbox_poll_ms`. Nothing an instance must learn
 //! lives only in Redis or in another process's memory.
