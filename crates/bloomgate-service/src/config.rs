@@ -137,7 +137,7 @@ pub struct SqlConfig {
     /// propagation while Redis is away.
     pub outbox_poll_ms: u64,
     /// How often an instance reads the change outbox while a doorbell is
-    /// healthy (the Redis change log's reads answer, or PostgreSQL's
+    /// healthy (the Redis doorbell stream's reads answer, or PostgreSQL's
     /// `LISTEN`), milliseconds: writes the doorbell does not announce
     /// (another program's, recorded by capture triggers on MySQL or
     /// SQLite) arrive within this.

@@ -193,10 +193,11 @@ pub async fn prepare(
                 Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
             }
         }
-        // The doorbell, from the stream's end.
+        // The doorbell, from the stream's end (read again by the follower
+        // once Redis answers, if it does not now).
         let from = changes.last_id().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its beginning");
-            "0-0".to_string()
+            tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its end once it answers");
+            "$".to_string()
         });
         changes.spawn_follower(from, &state.reader);
     }

@@ -231,7 +231,7 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_filter_last_rebuild_timestamp_seconds", Kind::Gauge, "Unix time the last successful rebuild finished."),
     ("bloomgate_filter_alarm", Kind::Gauge, "1 while the named capacity alarm is in force."),
     ("bloomgate_filter_alarms_total", Kind::Counter, "Capacity alarms raised (once per crossing)."),
-    ("bloomgate_changes_in_step", Kind::Gauge, "1 while this instance reads the change feed (SQL outbox or Redis log) within sql.out_of_step_ms; 0 while its filter's no is not trusted."),
+    ("bloomgate_changes_in_step", Kind::Gauge, "1 while this instance reads the change feed (the SQL outbox) within sql.out_of_step_ms; 0 while its filter's no is not trusted."),
     ("bloomgate_filter_unvouched_total", Kind::Counter, "Filter rejections passed on because the instance was out of step."),
     ("bloomgate_outbox_applied_total", Kind::Counter, "Change-outbox entries from other instances applied here."),
     ("bloomgate_outbox_poll_failures_total", Kind::Counter, "Failed reads of the change outbox."),

@@ -121,7 +121,10 @@ impl RedisTarget {
     }
 
     /// [`RedisTarget::connect`] for a caller that bounds every command
-    /// itself (the cache tier's guard): no second timer per command.
+    /// itself (the cache tier's guard): no second timer per command on a
+    /// single server. A cluster connection keeps `connect` as its
+    /// response timeout: it sends commands of its own (slot refreshes,
+    /// node checks) that no caller's timeout bounds.
     ///
     /// # Errors
     /// A bad URL, an unreadable TLS file, or no node reachable.
@@ -147,16 +150,15 @@ impl RedisTarget {
                 Ok(Conn::Single(conn))
             }
             RedisNodes::Cluster(nodes) => {
-                let mut builder = self
+                let builder = self
                     .tls
                     .cluster(nodes.clone())
                     .map_err(tls_error)?
                     .connection_timeout(connect)
                     .retries(1);
-                if let Some(response) = response {
-                    builder = builder.response_timeout(response);
-                }
-                let client = builder.build()?;
+                let client = builder
+                    .response_timeout(response.unwrap_or(connect))
+                    .build()?;
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
         }

@@ -86,7 +86,7 @@ pub struct Shared {
     pub redis: Option<RedisTier>,
     /// The instance's SQL bulkhead.
     pub bulkhead: Bulkhead,
-    /// The Redis change log (its doorbell).
+    /// The Redis doorbell stream.
     pub changes: Option<crate::feed::doorbell::ChangeLog>,
     /// The outbox follower, which applies other instances' entries.
     pub outbox: crate::feed::outbox::Outbox,

@@ -20,7 +20,7 @@ pub struct AppState {
     pub rebuild_after_deletes: u64,
     /// Body limit, rate limit, shutdown grace.
     pub http: crate::config::HttpConfig,
-    /// The change log shared with other instances (with Redis).
+    /// The doorbell stream shared with other instances (with Redis).
     pub changes: Option<crate::feed::doorbell::ChangeLog>,
     /// This instance's metrics (request counters, histograms, exporter).
     pub metrics: Arc<crate::metrics::ServiceMetrics>,

@@ -12,8 +12,8 @@
 //! plain tasks that end by themselves (cancelling one would leave its
 //! callers' tickets unanswered).
 //!
-//! After the signal the instance's parts are not restarted (a queue left
-//! draining, a rebuild left owed): an `AppState` that `run` returned from
+//! After the signal the instance's parts are not restarted (a rebuild
+//! left owed): an `AppState` that `run` returned from
 //! is not served again. A loop also ends when what it serves is dropped
 //! (its `Weak` no longer upgrades), so a part used alone stops too.
 

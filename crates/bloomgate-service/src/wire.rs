@@ -11,15 +11,14 @@ pub mod kind {
     pub const UPDATED: &str = "u";
     /// A row was deleted.
     pub const DELETED: &str = "d";
-    /// Rebuild: rows were written that no entry names (outbox), or an
-    /// instance dropped queued stream entries (stream).
+    /// Rebuild: rows were written that no entry names (outbox; on the
+    /// stream, only from older versions, read as a ring).
     pub const REBUILD: &str = "r";
     /// Stream only: a shared rebuild's epoch to adopt, or, without one, a
     /// rebuild every instance runs from SQL.
     pub const BUILT: &str = "b";
-    /// Stream only: an instance's start marker.
-    pub const MARK: &str = "m";
-    /// Stream only: the outbox holds new entries (a resource's call).
+    /// Stream only: the outbox holds new entries (any write; a SKU
+    /// create's ring also names it, `learn`).
     pub const RING: &str = "n";
 }
 

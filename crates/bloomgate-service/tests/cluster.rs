@@ -1,7 +1,7 @@
 //! The service on a Redis Cluster (issue 18, part 5): three instances on
 //! MariaDB and a three-master cluster of the test's own (never the
 //! machine's Redis), in `strict` mode so every Redis use goes through the
-//! cluster client: values and leases, the change log, the shared filter in
+//! cluster client: values and leases, the doorbell stream, the shared filter in
 //! segments, and the shared-rebuild epochs in segments. A node restarted
 //! empty loses what its slots held; no created SKU is refused with a 404.
 

@@ -106,3 +106,27 @@ async fn a_failed_ring_or_a_lost_stream_costs_latency_never_a_create() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A SKU create's ring names it: B adds it to its filter from the ring
+/// alone, while its outbox follower is parked (the outbox still vouches;
+/// the name only closes `local` mode's window sooner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_ring_names_the_id_for_the_other_filters() {
+    let redis = OwnServer::redis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let url = redis.url();
+    let a = TestServer::start(common::config(&db, Some(&url), "ring-hint"), 100).await;
+    let b = TestServer::start(common::config(&db, Some(&url), "ring-hint"), 100).await;
+    let parked = b.state.outbox.before_poll.arm(0);
+    parked.reached().await;
+    create(&a, 4242).await;
+    eventually(5, "B's filter learns 4242 from the ring", || async {
+        b.state.reader.gate.published().unwrap().contains(4242)
+    })
+    .await;
+    assert!(counter(&b.stats().await, &["changes", "applied"]) >= 1);
+    parked.resume();
+    a.stop().await;
+    b.stop().await;
+}

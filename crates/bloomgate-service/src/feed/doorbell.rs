@@ -44,7 +44,7 @@ use crate::reader::ShieldedReader;
 mod epochs;
 mod follow;
 
-/// Counters of the change log.
+/// Counters of the doorbell stream.
 #[derive(Debug, Default)]
 pub struct ChangeCounters {
     /// Entries appended by this instance (rings and announcements).
@@ -70,7 +70,7 @@ pub struct ChangeCounters {
     pub adopt_failures: AtomicU64,
 }
 
-/// The shared change log. Cheap to clone.
+/// The doorbell stream shared by the instances. Cheap to clone.
 #[derive(Clone)]
 pub struct ChangeLog {
     target: RedisTarget,
@@ -103,7 +103,7 @@ impl std::fmt::Debug for ChangeLog {
 }
 
 impl ChangeLog {
-    /// A change log under `{prefix}changes`, keeping about `max_len` entries.
+    /// The doorbell stream `{prefix}changes`, keeping about `max_len` entries.
     ///
     /// # Errors
     /// The client's error for a bad URL or an unreachable server.
@@ -134,7 +134,7 @@ impl ChangeLog {
         })
     }
 
-    /// Ends the follower and the queue's drain at `bg`'s signal.
+    /// Ends the follower at `bg`'s signal.
     #[must_use]
     pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
         self.background = bg;
@@ -169,12 +169,24 @@ impl ChangeLog {
     /// in the outbox). Best effort: without it they read the outbox
     /// within `sql.outbox_idle_poll_ms` anyway.
     pub async fn ring(&self) {
-        let fields = [("kind", kind::RING.into())];
-        let mut sent = self.append(&fields).await;
+        self.ring_with(&[("kind", kind::RING.into())]).await;
+    }
+
+    /// [`ChangeLog::ring`] for a SKU just created: the ring names it, and
+    /// each follower adds it to its filter (and drops a cached "not
+    /// found") before its outbox follower reads the entry: a hint, always
+    /// safe (a filter only grows), never the only copy.
+    pub async fn ring_created(&self, id: i64) {
+        self.ring_with(&[("kind", kind::RING.into()), ("learn", id.to_string())])
+            .await;
+    }
+
+    async fn ring_with(&self, fields: &[(&str, String)]) {
+        let mut sent = self.append(fields).await;
         // A connection Redis dropped (a restart) is replaced on its first
         // failure: one more try, unless Redis was merely slow.
         if sent.as_ref().is_err_and(|e| !e.is_timeout()) {
-            sent = self.append(&fields).await;
+            sent = self.append(fields).await;
         }
         if sent.is_ok() {
             self.counters.published.fetch_add(1, Ordering::Relaxed);

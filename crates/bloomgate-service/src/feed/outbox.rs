@@ -62,8 +62,8 @@
 //! what it missed, and rebuilds its filter and empties its L1.
 //!
 //! **Out of step.** An instance that has not read this table for
-//! `sql.out_of_step_ms` cannot vouch for its filter (the Redis log does not
-//! count: it is the incomplete feed): it empties L1 and the gate stops
+//! `sql.out_of_step_ms` cannot vouch for its filter (the doorbell stream
+//! does not count: it holds no change): it empties L1 and the gate stops
 //! turning a filter "no" into a 404 (see `Verdict::Unvouched`) until a read
 //! succeeds again, and stats, `/metrics` and a log line say so. The same
 //! holds while a rebuild this follower asked for because it may have
@@ -185,7 +185,7 @@ pub struct Outbox {
     poll: Duration,
     /// The poll interval while a doorbell is healthy.
     idle_poll: Duration,
-    /// When a doorbell (the Redis change log's blocking read, PostgreSQL's
+    /// When a doorbell (the Redis stream's blocking read, PostgreSQL's
     /// `LISTEN`) last answered, ms since the epoch.
     doorbell_ok_ms: Arc<AtomicU64>,
     gap_wait: Duration,
@@ -318,6 +318,15 @@ impl Outbox {
     /// `sql.outbox_idle_poll_ms` instead of `sql.outbox_poll_ms`.
     pub fn doorbell_ok(&self) {
         self.doorbell_ok_ms.store(now_millis(), Ordering::Relaxed);
+    }
+
+    /// A doorbell failed (its connection dropped): the follower polls at
+    /// `sql.outbox_poll_ms` from now, not after the 3 s a silent doorbell
+    /// is given, and reads the outbox at once for what the doorbell may
+    /// have missed. A doorbell that still answers marks it healthy again.
+    pub fn doorbell_lost(&self) {
+        self.doorbell_ok_ms.store(0, Ordering::Relaxed);
+        self.ring();
     }
 
     /// Whether a doorbell answered within the last 3 s (each answers at

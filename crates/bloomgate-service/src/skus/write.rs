@@ -61,7 +61,9 @@ pub async fn create(state: &AppState, input: SkuInput) -> Result<Sku, AppError> 
         }
     }
     state.reader.invalidate(&sku.id).await;
-    ring(state).await;
+    if let Some(log) = &state.changes {
+        log.ring_created(sku.id).await;
+    }
     // Again after the commit (a no-op unless the filter was swapped for
     // another instance's in between): an adopting instance replays the
     // outbox as its read found it, so a create committed after that read

@@ -39,6 +39,20 @@ impl ChangeLog {
                         }
                     }
                 };
+                // Started without the stream's end (Redis did not answer
+                // then): its end now, not its beginning, whose old
+                // announcements would be adopted again.
+                if last == "$" {
+                    match log.newest(c).await {
+                        Ok(end) => last = end,
+                        Err(_) => {
+                            conn = None;
+                            tokio::time::sleep(backoff).await;
+                            continue;
+                        }
+                    }
+                    log.outbox.ring();
+                }
                 if resumed {
                     // After an outage: rings may have been missed, so the
                     // outbox follower reads SQL now. A position the stream
@@ -95,9 +109,11 @@ impl ChangeLog {
                                     let covered = entry.get::<i64>("covered");
                                     let capacity = entry.get::<u64>("capacity");
                                     if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
-                                        // Inline: the follower applies nothing
-                                        // else until the swap, and the replay
-                                        // covers what came before it.
+                                        // Inline: this follower reads no other
+                                        // entry until the swap (the outbox
+                                        // follower goes on; its creates reach
+                                        // the adopted filter through the
+                                        // gate's building slot).
                                         log.adopt(
                                             &reader.gate,
                                             epoch,
@@ -117,6 +133,10 @@ impl ChangeLog {
                                 // (a write, a rebuild request): every
                                 // write is in the outbox.
                                 _ => {
+                                    if let Some(id) = entry.get::<i64>("learn") {
+                                        reader.gate.learn(id);
+                                        reader.invalidate_local(&id);
+                                    }
                                     log.outbox.ring();
                                     log.counters.applied.fetch_add(1, Ordering::Relaxed);
                                 }
@@ -125,6 +145,7 @@ impl ChangeLog {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "change log: read failed; reconnecting");
+                        log.outbox.doorbell_lost();
                         conn = None;
                         resumed = true;
                         tokio::time::sleep(backoff).await;

@@ -88,9 +88,8 @@ impl Outbox {
             let _guard = Gate::follow(&reader.gate);
             while !Gate::only_followers_left(&reader.gate) {
                 tokio::time::sleep(outbox.poll).await;
-                // Only the outbox is complete (the Redis log misses what a
-                // writer that died with its appends queued never sent), so
-                // only reading it vouches for the filter.
+                // Only the outbox is complete (the doorbell stream holds
+                // no change), so only reading it vouches for the filter.
                 let in_step = now_millis().saturating_sub(outbox.last_ok_ms())
                     <= outbox.out_of_step.as_millis() as u64;
                 for r in outbox.resource_readers() {

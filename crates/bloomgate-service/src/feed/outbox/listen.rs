@@ -59,10 +59,10 @@ impl Outbox {
                         }
                         // The connection was lost (and is made again by the
                         // next call): what was sent meanwhile is gone.
-                        Ok(Ok(None)) => outbox.ring(),
+                        Ok(Ok(None)) => outbox.doorbell_lost(),
                         Ok(Err(e)) => {
                             tracing::warn!(error = %e, "outbox LISTEN lost; reconnecting");
-                            outbox.ring();
+                            outbox.doorbell_lost();
                             break;
                         }
                     }
