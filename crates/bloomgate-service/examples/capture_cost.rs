@@ -501,7 +501,7 @@ async fn main() {
     let none = start(&config(&maria, None, "capture-idle-none")).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!(
-        "| MariaDB | Redis change log, healthy | {:.1} |",
+        "| MariaDB | Redis doorbell, healthy | {:.1} |",
         idle(&with_redis).await
     );
     println!(

@@ -1,6 +1,6 @@
 //! How the service reaches Redis: one server (`redis_url`) or a Redis
 //! Cluster (`redis_cluster`, a list of seed nodes). Every Redis use (the
-//! value tier and its leases, the change log and its doorbell, the shared
+//! value tier and its leases, the doorbell stream, the shared
 //! filter, the shared-rebuild epochs) connects through [`RedisTarget`] and
 //! talks over a [`Conn`], which routes each command by its key's hash slot
 //! on a cluster.

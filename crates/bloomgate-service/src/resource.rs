@@ -87,7 +87,7 @@ pub struct Shared {
     /// The instance's SQL bulkhead.
     pub bulkhead: Bulkhead,
     /// The Redis doorbell stream.
-    pub changes: Option<crate::feed::doorbell::ChangeLog>,
+    pub changes: Option<crate::feed::doorbell::Doorbell>,
     /// The outbox follower, which applies other instances' entries.
     pub outbox: crate::feed::outbox::Outbox,
     /// Where Redis is, for a resource's shared filter (`strict`, `redis`).
@@ -152,7 +152,7 @@ pub struct Resource {
     /// Deletes after which the filter is rebuilt.
     rebuild_after_deletes: u64,
     store: SkuStore,
-    changes: Option<crate::feed::doorbell::ChangeLog>,
+    changes: Option<crate::feed::doorbell::Doorbell>,
     background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
     watch_every_ms: AtomicU64,

@@ -21,7 +21,7 @@ pub struct AppState {
     /// Body limit, rate limit, shutdown grace.
     pub http: crate::config::HttpConfig,
     /// The doorbell stream shared with other instances (with Redis).
-    pub changes: Option<crate::feed::doorbell::ChangeLog>,
+    pub changes: Option<crate::feed::doorbell::Doorbell>,
     /// This instance's metrics (request counters, histograms, exporter).
     pub metrics: Arc<crate::metrics::ServiceMetrics>,
     /// `cache.bloom_fpp`, the false-positive target.
@@ -172,7 +172,7 @@ impl AppState {
             Some(target) => (
                 Some(RedisTier::connect(target, c, &background).await?),
                 Some(
-                    crate::feed::doorbell::ChangeLog::connect(
+                    crate::feed::doorbell::Doorbell::connect(
                         target,
                         &c.redis_prefix,
                         c.change_log_max_len,

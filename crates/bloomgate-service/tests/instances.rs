@@ -80,7 +80,7 @@ async fn writes_through_one_instance_reach_the_others_filters_and_caches() {
         percentile(delays.clone(), 0.99),
         percentile(delays, 1.0),
     );
-    // `until` bounds each wait (5 s: the change log stopped working); how
+    // `until` bounds each wait (5 s: the doorbell or the outbox stopped working); how
     // fast it is lies in the figures, not in a wall-clock assertion.
     eprintln!("create on A -> 200 on B and C: p50 {p50:?} p99 {p99:?} max {max:?} (100 samples)");
 
@@ -382,7 +382,7 @@ fn all_known(servers: &[&TestServer], ids: impl Iterator<Item = i64> + Clone) {
 }
 
 /// An instance started later adopts the first instance's filter from Redis
-/// (no SQL scan), unless SQL holds SKUs the epoch and the change log do
+/// (no SQL scan), unless SQL holds SKUs the epoch and the outbox do
 /// not account for (written behind the service's back, as `bloomgate seed`
 /// does): then it scans SQL, and finds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -102,7 +102,7 @@ async fn seed_000_scenarios_on_mariadb_and_redis() {
         "seed 000's order"
     );
     let keys = common::redis_keys(&mut redis, "bgtest:seed:").await;
-    // The warm's 1,000 SKUs (the change log's stream, and the rebuilt
+    // The warm's 1,000 SKUs (the doorbell stream, and the rebuilt
     // filter shared as epoch 1, with its metadata and counter, apart).
     assert!(
         keys.iter().any(|k| k.ends_with(":bloom:epoch:1:seg:0")),

@@ -1,7 +1,7 @@
 //! `cache.bloom_mode = "strict"` (issue 8): a "no" from the in-process
 //! replica is confirmed against the shared filter in Redis before a 404.
 //! A SKU that reached SQL and the shared filter but not this instance's
-//! replica (the change log has not delivered it) answers 200 in strict mode
+//! replica (the outbox has not delivered it) answers 200 in strict mode
 //! and 404 in local mode; instances configured with another filter shape
 //! are refused at start; a shared filter lost from Redis answers "maybe"
 //! until it is refilled.

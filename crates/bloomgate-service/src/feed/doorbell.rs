@@ -46,7 +46,7 @@ mod follow;
 
 /// Counters of the doorbell stream.
 #[derive(Debug, Default)]
-pub struct ChangeCounters {
+pub struct DoorbellCounters {
     /// Entries appended by this instance (rings and announcements).
     pub published: AtomicU64,
     /// Appends that failed (the outbox followers learn at their next poll).
@@ -72,7 +72,7 @@ pub struct ChangeCounters {
 
 /// The doorbell stream shared by the instances. Cheap to clone.
 #[derive(Clone)]
-pub struct ChangeLog {
+pub struct Doorbell {
     target: RedisTarget,
     conn: Conn,
     key: String,
@@ -88,21 +88,21 @@ pub struct ChangeLog {
     /// rings its follower.
     outbox: crate::feed::outbox::Outbox,
     /// Counters, shared by clones.
-    pub counters: Arc<ChangeCounters>,
+    pub counters: Arc<DoorbellCounters>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
 
-impl std::fmt::Debug for ChangeLog {
+impl std::fmt::Debug for Doorbell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChangeLog")
+        f.debug_struct("Doorbell")
             .field("key", &self.key)
             .field("instance", &self.instance)
             .finish_non_exhaustive()
     }
 }
 
-impl ChangeLog {
+impl Doorbell {
     /// The doorbell stream `{prefix}changes`, keeping about `max_len` entries.
     ///
     /// # Errors
@@ -160,7 +160,7 @@ impl ChangeLog {
             .unwrap_or_else(|_| {
                 Err(redis::RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "change log append timed out",
+                    "doorbell append timed out",
                 )))
             })
     }
@@ -172,7 +172,7 @@ impl ChangeLog {
         self.ring_with(&[("kind", kind::RING.into())]).await;
     }
 
-    /// [`ChangeLog::ring`] for a SKU just created: the ring names it, and
+    /// [`Doorbell::ring`] for a SKU just created: the ring names it, and
     /// each follower adds it to its filter (and drops a cached "not
     /// found") before its outbox follower reads the entry: a hint, always
     /// safe (a filter only grows), never the only copy.
@@ -208,7 +208,7 @@ impl ChangeLog {
                 .publish_failures
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                "change log: the rebuild request for the other instances was not appended"
+                "doorbell: the rebuild request for the other instances was not appended"
             );
         }
     }

@@ -50,9 +50,9 @@ impl EpochCounters {
 }
 
 impl Resource {
-    /// The change log and the epoch counter's key, when this resource
+    /// The doorbell and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
-    pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::ChangeLog, &str)> {
+    pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::Doorbell, &str)> {
         if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
             return None;
         }

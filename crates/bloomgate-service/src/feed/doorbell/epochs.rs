@@ -21,7 +21,7 @@ const EPOCH_TTL_SECS: u64 = 3600;
 /// The largest segment an epoch is stored in, bytes.
 pub const EPOCH_SEGMENT_MAX: u64 = 8 << 20;
 
-impl ChangeLog {
+impl Doorbell {
     /// A connection for moving whole filters: the shared one answers
     /// within `redis_timeout_ms`, too short for megabytes.
     async fn bulk_conn(&self) -> redis::RedisResult<Conn> {

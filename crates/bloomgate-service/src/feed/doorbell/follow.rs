@@ -5,7 +5,7 @@
 
 use super::*;
 
-impl ChangeLog {
+impl Doorbell {
     /// Follows the stream from entry `from`, until nothing but the
     /// follower holds the reader's gate (the service was dropped).
     pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
@@ -31,7 +31,7 @@ impl ChangeLog {
                         {
                             Ok(c) => conn.insert(c),
                             Err(e) => {
-                                tracing::warn!(error = %e, "change log: cannot connect; retrying");
+                                tracing::warn!(error = %e, "doorbell: cannot connect; retrying");
                                 tokio::time::sleep(backoff).await;
                                 backoff = (backoff * 2).min(Duration::from_secs(5));
                                 continue;
@@ -144,7 +144,7 @@ impl ChangeLog {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "change log: read failed; reconnecting");
+                        tracing::warn!(error = %e, "doorbell: read failed; reconnecting");
                         log.outbox.doorbell_lost();
                         conn = None;
                         resumed = true;
