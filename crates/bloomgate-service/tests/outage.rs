@@ -126,6 +126,25 @@ async fn a_create_ring_names_the_id_for_the_other_filters() {
     })
     .await;
     assert!(counter(&b.stats().await, &["changes", "applied"]) >= 1);
+    // An older version's entry in a rolling deploy (`c` with `id`) is
+    // learned the same way.
+    let mut conn = common::redis_conn(&url).await;
+    let _: String = redis::cmd("XADD")
+        .arg("bgtest:ring-hint:changes")
+        .arg("*")
+        .arg("id")
+        .arg(4343)
+        .arg("kind")
+        .arg("c")
+        .arg("from")
+        .arg("an-older-instance")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually(5, "B's filter learns 4343 from the older entry", || async {
+        b.state.reader.gate.published().unwrap().contains(4343)
+    })
+    .await;
     parked.resume();
     a.stop().await;
     b.stop().await;

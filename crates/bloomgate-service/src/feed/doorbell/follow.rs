@@ -133,7 +133,15 @@ impl Doorbell {
                                 // (a write, a rebuild request): every
                                 // write is in the outbox.
                                 _ => {
-                                    if let Some(id) = entry.get::<i64>("learn") {
+                                    // A create named: by this version's ring
+                                    // (`learn`), or by an older version's
+                                    // entry (`c` with `id`) in a rolling deploy.
+                                    let named = entry.get::<i64>("learn").or_else(|| {
+                                        (kind.as_deref() == Some(kind::CREATED))
+                                            .then(|| entry.get::<i64>("id"))
+                                            .flatten()
+                                    });
+                                    if let Some(id) = named {
                                         reader.gate.learn(id);
                                         reader.invalidate_local(&id);
                                     }
