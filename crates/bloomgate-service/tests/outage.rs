@@ -76,6 +76,12 @@ async fn a_failed_ring_or_a_lost_stream_costs_latency_never_a_create() {
     // outage is in the outbox: B finds its position gone, reads the outbox
     // and goes on, with no rebuild.
     redis.stop().await;
+    // A doorbell whose read fails says so at once: B polls at
+    // `outbox_poll_ms` from now, not after the 3 s a silent one is given.
+    eventually(1, "B knows its doorbell is gone", || async {
+        !b.state.outbox.doorbell_healthy()
+    })
+    .await;
     create(&a, 6000).await;
     redis.start().await;
     eventually(20, "B notices the lost stream", || async {

@@ -174,8 +174,9 @@ impl Doorbell {
 
     /// [`Doorbell::ring`] for a SKU just created: the ring names it, and
     /// each follower adds it to its filter (and drops a cached "not
-    /// found") before its outbox follower reads the entry: a hint, always
-    /// safe (a filter only grows), never the only copy.
+    /// found"), usually before its outbox follower has read the entry: a
+    /// hint, always safe for answers (a filter only grows), never the only
+    /// copy.
     pub async fn ring_created(&self, id: i64) {
         self.ring_with(&[("kind", kind::RING.into()), ("learn", id.to_string())])
             .await;

@@ -129,6 +129,14 @@ impl Resource {
             .parse()
             .map_err(|_| "bad outbox position")?;
         let capacity: u64 = field("capacity")?.parse().map_err(|_| "bad capacity")?;
+        // Made against another database under the same Redis prefix: what
+        // it lacks could not be replayed (at start and on an announcement).
+        let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
+        if at > max {
+            return Err(format!(
+                "epoch {epoch} is positioned at {at}, ahead of this database's outbox ({max})"
+            ));
+        }
         let bytes = log.read_epoch_in(counter, epoch).await?;
         let (layout, kind) = (gate.layout(), key_kind(self.key_type()));
         let filter = tokio::task::spawn_blocking(move || decode(layout, &bytes, kind))

@@ -167,15 +167,6 @@ impl Doorbell {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        // An epoch ahead of this database's outbox was made against another
-        // database (one recreated, or restored from a backup) under the
-        // same Redis prefix: what it lacks could not be replayed.
-        let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
-        if outbox_at > max {
-            return Err(format!(
-                "epoch {epoch} is positioned at {outbox_at}, ahead of this database's outbox ({max}): it was made against another database"
-            ));
-        }
         let replayed = self
             .load_epoch(gate, epoch, Some(outbox_at), capacity)
             .await?;
@@ -363,6 +354,18 @@ impl Doorbell {
         outbox_at: Option<i64>,
         capacity: u64,
     ) -> Result<usize, String> {
+        // An epoch ahead of this database's outbox was made against another
+        // database (one recreated, or restored from a backup) under the
+        // same Redis prefix: what it lacks could not be replayed. At start
+        // and when another instance announces one.
+        if let Some(at) = outbox_at {
+            let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
+            if at > max {
+                return Err(format!(
+                    "epoch {epoch} is positioned at {at}, ahead of this database's outbox ({max}): it was made against another database"
+                ));
+            }
+        }
         let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
         let filter = tokio::task::spawn_blocking(move || {

@@ -48,6 +48,7 @@ impl Doorbell {
                         Err(_) => {
                             conn = None;
                             tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
                             continue;
                         }
                     }
@@ -63,7 +64,11 @@ impl Doorbell {
                         Ok(true) => {}
                         Ok(false) => {
                             let Ok(end) = log.newest(c).await else {
+                                // Connected, but refused (Redis loading
+                                // its data, say): wait as after a failure.
                                 conn = None;
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(5));
                                 continue;
                             };
                             log.counters.gaps.fetch_add(1, Ordering::Relaxed);
@@ -72,6 +77,8 @@ impl Doorbell {
                         }
                         Err(_) => {
                             conn = None;
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
                             continue;
                         }
                     }
