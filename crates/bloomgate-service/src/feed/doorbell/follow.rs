@@ -32,8 +32,7 @@ impl Doorbell {
                             Ok(c) => conn.insert(c),
                             Err(e) => {
                                 tracing::warn!(error = %e, "doorbell: cannot connect; retrying");
-                                tokio::time::sleep(backoff).await;
-                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                                back_off(&mut backoff).await;
                                 continue;
                             }
                         }
@@ -47,8 +46,7 @@ impl Doorbell {
                         Ok(end) => last = end,
                         Err(_) => {
                             conn = None;
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                            back_off(&mut backoff).await;
                             continue;
                         }
                     }
@@ -67,8 +65,7 @@ impl Doorbell {
                                 // Connected, but refused (Redis loading
                                 // its data, say): wait as after a failure.
                                 conn = None;
-                                tokio::time::sleep(backoff).await;
-                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                                back_off(&mut backoff).await;
                                 continue;
                             };
                             log.counters.gaps.fetch_add(1, Ordering::Relaxed);
@@ -77,8 +74,7 @@ impl Doorbell {
                         }
                         Err(_) => {
                             conn = None;
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                            back_off(&mut backoff).await;
                             continue;
                         }
                     }
@@ -163,11 +159,17 @@ impl Doorbell {
                         log.outbox.doorbell_lost();
                         conn = None;
                         resumed = true;
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        back_off(&mut backoff).await;
                     }
                 }
             }
         });
     }
+}
+
+/// Waits `backoff`, then doubles it (at most 5 s): after a failed connect,
+/// command or read.
+async fn back_off(backoff: &mut Duration) {
+    tokio::time::sleep(*backoff).await;
+    *backoff = (*backoff * 2).min(Duration::from_secs(5));
 }
