@@ -24,7 +24,6 @@ pub mod reader;
 pub mod redis_link;
 pub mod resource;
 pub mod share;
-pub mod skus;
 pub mod source;
 pub mod state;
 pub mod stats;
@@ -60,18 +59,16 @@ pub async fn run(
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
     let background = state.background.clone();
     // Every filter's snapshot: the SKUs' and each resource's.
-    let persist: Vec<_> = state
-        .persist
-        .clone()
-        .map(|p| (p, Arc::clone(&state.reader.gate)))
-        .into_iter()
-        .chain(
-            state
-                .resources
-                .iter()
-                .filter_map(|r| Some((r.persist.clone()?, Arc::clone(r.gate())))),
-        )
-        .collect();
+    let persist: Vec<_> =
+        std::iter::once((state.skus.persist.clone(), Arc::clone(state.skus.gate())))
+            .chain(
+                state
+                    .resources
+                    .iter()
+                    .map(|r| (r.persist.clone(), Arc::clone(r.gate()))),
+            )
+            .filter_map(|(persist, gate)| Some((persist?, gate)))
+            .collect();
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
@@ -125,7 +122,7 @@ pub async fn prepare(
     state: &AppState,
     config: &Config,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
-    let store = &state.reader.store;
+    let store = &state.skus.reader.store;
     let mut seeded = false;
     // Emptiness by `LIMIT 1`: a count of a large table could outlast
     // any statement timeout.
@@ -141,7 +138,7 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
         // The shared filter was filled from SQL when it was opened, before
         // the seed: add the seeded ids (in redis mode it alone answers).
-        if let Some(shared) = &state.reader.shared {
+        if let Some(shared) = &state.skus.reader.shared {
             shared.fill().await;
         }
     }
@@ -163,10 +160,10 @@ pub async fn prepare(
     // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
     // a snapshot or an epoch covers those up to its own position.
     let mut covered = outbox.max_seq().await.unwrap_or(0);
-    if let (Some(persist), true) = (&state.persist, c.bloom_enabled) {
+    if let (Some(persist), true) = (&state.skus.persist, c.bloom_enabled) {
         match persist
             .restore(
-                &state.reader.gate,
+                &state.skus.reader.gate,
                 crate::store::SKU_RESOURCE,
                 crate::key::KeyType::Int,
             )
@@ -184,7 +181,10 @@ pub async fn prepare(
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && c.bloom_enabled && !seeded {
-            match changes.adopt_latest(&state.reader.gate, c.bloom_fpp).await {
+            match changes
+                .adopt_latest(&state.skus.reader.gate, c.bloom_fpp)
+                .await
+            {
                 Ok((at, c)) => {
                     restored = true;
                     outbox_from = at;
@@ -199,12 +199,12 @@ pub async fn prepare(
             tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its end once it answers");
             "$".to_string()
         });
-        changes.spawn_follower(from, &state.reader);
+        changes.spawn_follower(from, &state.skus.reader);
     }
     if restored {
         // Not scanned: rows written behind the outbox's back are looked
         // for in the background, never before readiness.
-        state.reader.gate.verify_rows();
+        state.skus.reader.gate.verify_rows();
     }
     // A resource restored from its snapshot is complete up to the
     // snapshot's outbox position: the follower starts at or before it, so
@@ -225,7 +225,7 @@ pub async fn prepare(
         }
         restored_resources.push(at.is_some());
     }
-    outbox.spawn_follower(outbox_from, covered, &state.reader);
+    outbox.spawn_follower(outbox_from, covered, &state.skus.reader);
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
     // They build at start whatever `bloom_build_on_start` says (it holds
@@ -242,6 +242,7 @@ pub async fn prepare(
                 restored,
                 Duration::from_secs(c.bloom_snapshot_every_secs),
             );
+            r.start_watch();
             if restored {
                 continue;
             }
@@ -257,21 +258,22 @@ pub async fn prepare(
             });
         }
     }
-    if let Some(persist) = &state.persist {
+    if let Some(persist) = &state.skus.persist {
         persist.spawn_saver(
-            &state.reader.gate,
+            &state.skus.reader.gate,
             Duration::from_secs(c.bloom_snapshot_every_secs),
             &state.background,
         );
     }
     if c.bloom_enabled {
         state
+            .skus
             .reader
             .gate
             .spawn_monitor(Duration::from_millis(c.bloom_monitor_ms));
     }
     if c.bloom_enabled && c.bloom_build_on_start && !restored {
-        let gate = Arc::clone(&state.reader.gate);
+        let gate = Arc::clone(&state.skus.reader.gate);
         let (min, max) = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
@@ -313,7 +315,7 @@ pub async fn serve(
             addr: config.listen,
             source,
         })?;
-    state.reader.store.close().await;
+    state.skus.reader.store.close().await;
     Ok(())
 }
 

@@ -1,12 +1,15 @@
-//! A resource: one guarded source beside the SKUs, with a funnel of its
-//! own (filter, L1, Redis under `{prefix}r:{name}:`, single flight, leases)
-//! over the instance's shared SQL bulkhead, and the calls for writes made
+//! A resource: one guarded table or source, with its funnel (filter, L1,
+//! Redis, single flight, leases) over the instance's shared SQL bulkhead,
+//! its snapshot and shared rebuilds, and the calls for writes made
 //! elsewhere: `keys` (add to every instance's filter), `invalidate` (drop
 //! from every instance's caches), `exists` (the filter alone) and `batch`
-//! reads. `keys` and `invalidate` are recorded in the SQL outbox under the
-//! resource's name before they answer, so every instance applies them
-//! (within milliseconds with the Redis doorbell, within
-//! `sql.outbox_poll_ms` without), as SKU writes are.
+//! reads. The SKU table is the default resource, `skus`
+//! ([`Resource<SkuStore>`]); every `[[resources]]` table and every
+//! [`crate::source::Source`] is a [`Resource`] over [`SourceRows`], under
+//! `{prefix}r:{name}:` in Redis. `keys` and `invalidate` are recorded in
+//! the SQL outbox under the resource's name before they answer, so every
+//! instance applies them (within milliseconds with the Redis doorbell,
+//! within `sql.outbox_poll_ms` without), as owned writes are.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,20 +19,27 @@ use crate::cache::{resource_namespace, RedisTier, L1};
 use crate::config::{BloomLayout, BloomMode, CacheConfig};
 use crate::error::AppError;
 use crate::gate::{Gate, GateConfig};
-use crate::key::{Key, KeyType};
+use crate::key::KeyType;
 use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
-use crate::source::{DynSource, Row, ScanOf};
+use crate::source::DynSource;
 use crate::store::table::SqlTable;
 use crate::store::SkuStore;
 
 mod calls;
 mod epochs;
+mod guarded;
 mod warm;
 mod watch;
+mod write;
 
 pub use calls::BatchAnswer;
 pub use epochs::EpochCounters;
+pub use guarded::Guarded;
 pub use warm::WarmReport;
+
+/// Most keys in one call, unless a resource's `max_batch_keys` says
+/// otherwise (the SKUs' limit).
+pub const MAX_BATCH_KEYS: usize = 1000;
 
 /// A resource's funnel.
 pub type ResourceReader = ShieldedReader<SourceRows>;
@@ -67,7 +77,7 @@ impl Default for ResourceOptions {
             expected: 100_000,
             fpp: 0.001,
             layout: BloomLayout::Blocked,
-            max_batch_keys: 1000,
+            max_batch_keys: MAX_BATCH_KEYS,
             snapshot_path: None,
             mode: None,
             auto_rebuild: None,
@@ -128,29 +138,34 @@ impl CallCounters {
     }
 }
 
-/// One guarded resource.
+/// One guarded resource: the SKU table ([`Resource<SkuStore>`], the
+/// default resource `skus`) or any other table or source (a
+/// [`Resource`] over [`SourceRows`]).
 #[derive(Debug)]
-pub struct Resource {
+pub struct Resource<R: Guarded = SourceRows> {
     /// Its name (routes, Redis namespace, outbox entries, labels).
     pub name: Arc<str>,
     /// The funnel.
-    pub reader: ResourceReader,
+    pub reader: ShieldedReader<R>,
     /// Most keys in one call.
     pub max_batch_keys: usize,
-    /// The SQL table, when the source is one (its counters and watch).
+    /// The SQL table, when the source is a configured one (its counters
+    /// and watch).
     pub table: Option<SqlTable>,
     /// Call counters.
     pub counters: CallCounters,
     /// The filter's snapshot, when one is configured.
     pub persist: Option<crate::share::snapshot::Persist>,
-    /// Its shared rebuilds.
+    /// Its shared rebuilds (a resource's own; the default resource's are
+    /// led through the doorbell: [`crate::feed::doorbell::Doorbell`]).
     pub epochs: EpochCounters,
-    /// The key of its epoch counter in Redis (with Redis).
+    /// The key of its epoch counter in Redis (with Redis; not the default
+    /// resource's).
     epoch_counter: Option<String>,
     /// The outbox (replays after a snapshot or an epoch).
     outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
-    rebuild_after_deletes: u64,
+    pub rebuild_after_deletes: u64,
     store: SkuStore,
     changes: Option<crate::feed::doorbell::Doorbell>,
     background: crate::tasks::Background,
@@ -158,7 +173,50 @@ pub struct Resource {
     watch_every_ms: AtomicU64,
 }
 
-impl Resource {
+impl Resource<SkuStore> {
+    /// The SKU table as the default resource `skus`, with the `[cache]`
+    /// settings: its Redis keys and shared filter under the bare prefix,
+    /// as seed 000 has them; its shared rebuilds led through the doorbell.
+    ///
+    /// # Errors
+    /// The shared filter of `strict` or `redis` mode could not be opened.
+    pub async fn skus(
+        shared: &Shared,
+        rebuild_seconds: ::metrics::Histogram,
+    ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
+        let c = &shared.cache;
+        let options = ResourceOptions {
+            expected: c.bloom_expected,
+            fpp: c.bloom_fpp,
+            layout: c.bloom_layout,
+            max_batch_keys: MAX_BATCH_KEYS,
+            snapshot_path: c.bloom_snapshot_path.clone(),
+            mode: Some(c.bloom_mode),
+            auto_rebuild: Some(c.bloom_auto_rebuild),
+            segment_bytes: Some(c.bloom_segment_bytes),
+            rebuild_after_deletes: Some(c.bloom_rebuild_after_deletes),
+        };
+        let place = Place {
+            cache_namespace: None,
+            filter_prefix: c.redis_prefix.clone(),
+            epoch_counter: None,
+        };
+        let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
+            .with_rebuild_histogram(rebuild_seconds);
+        Self::assemble(
+            crate::store::SKU_RESOURCE,
+            shared.store.clone(),
+            gate,
+            None,
+            &options,
+            &place,
+            shared,
+        )
+        .await
+    }
+}
+
+impl Resource<SourceRows> {
     /// A resource named `name` over `source`, registered with the outbox
     /// follower. Its filter is not built yet: see [`Resource::start`].
     ///
@@ -170,7 +228,7 @@ impl Resource {
         options: &ResourceOptions,
         shared: &Shared,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
-        Self::assemble(name, source, None, options, shared).await
+        Self::named(name, source, None, options, shared).await
     }
 
     /// [`Resource::new`] over a configured SQL table (which also gives it
@@ -184,10 +242,10 @@ impl Resource {
         options: &ResourceOptions,
         shared: &Shared,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
-        Self::assemble(name, Arc::new(table.clone()), Some(table), options, shared).await
+        Self::named(name, Arc::new(table.clone()), Some(table), options, shared).await
     }
 
-    async fn assemble(
+    async fn named(
         name: &str,
         source: Arc<dyn DynSource>,
         table: Option<SqlTable>,
@@ -195,57 +253,105 @@ impl Resource {
         shared: &Shared,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
-        let gate = Gate::new(
-            GateConfig {
-                enabled: c.bloom_enabled,
-                layout: options.layout,
-                expected: options.expected,
-                fpp: options.fpp,
-                auto_rebuild: options.auto_rebuild.unwrap_or(c.bloom_auto_rebuild),
-            },
-            Arc::new(ScanOf(Arc::clone(&source))),
-        )
-        .with_name(name)
-        .with_background(shared.background.clone());
+        let filter_prefix = format!(
+            "{}{}",
+            c.redis_prefix,
+            crate::wire::resource_filter_namespace(name)
+        );
+        let place = Place {
+            cache_namespace: Some(resource_namespace(name)),
+            epoch_counter: shared
+                .changes
+                .as_ref()
+                .map(|_| crate::wire::epoch_counter_key(&filter_prefix)),
+            filter_prefix,
+        };
+        let rows = SourceRows(source);
+        let gate = Gate::new(gate_config(c, options), rows.key_scan()).with_name(name);
+        Self::assemble(name, rows, gate, table, options, &place, shared).await
+    }
+
+    /// Reads the SQL table's watch column every `every` once started.
+    pub fn set_watch_every(&self, every: Duration) {
+        self.watch_every_ms
+            .store(every.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Starts the watch of the SQL table's watch column, if it has one.
+    pub fn start_watch(self: &Arc<Self>) {
+        let every = self.watch_every_ms.load(Ordering::Relaxed);
+        if every > 0 && self.table.is_some() {
+            self.background.spawn(watch::watch(
+                Arc::downgrade(self),
+                Duration::from_millis(every),
+            ));
+        }
+    }
+}
+
+/// Where a resource lives in Redis.
+struct Place {
+    /// Its cache keys' namespace (`None`: the bare prefix).
+    cache_namespace: Option<String>,
+    /// Its shared filter's prefix.
+    filter_prefix: String,
+    /// Its epoch counter (`None`: it shares no rebuilds of its own).
+    epoch_counter: Option<String>,
+}
+
+fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> GateConfig {
+    GateConfig {
+        enabled: c.bloom_enabled,
+        layout: options.layout,
+        expected: options.expected,
+        fpp: options.fpp,
+        auto_rebuild: options.auto_rebuild.unwrap_or(c.bloom_auto_rebuild),
+    }
+}
+
+impl<R: Guarded> Resource<R> {
+    async fn assemble(
+        name: &str,
+        rows: R,
+        gate: Gate,
+        table: Option<SqlTable>,
+        options: &ResourceOptions,
+        place: &Place,
+        shared: &Shared,
+    ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
+        let c = &shared.cache;
+        let gate = gate.with_background(shared.background.clone());
         let l1 = L1::new(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
             Duration::from_secs(c.l1_negative_ttl_secs),
         );
-        let redis = shared
-            .redis
-            .as_ref()
-            .map(|r| r.namespaced(&resource_namespace(name)));
-        let mut reader = ShieldedReader::new(
-            Arc::new(gate),
-            l1,
-            redis,
-            SourceRows(Arc::clone(&source)),
-            shared.bulkhead.clone(),
-        );
+        let redis = shared.redis.as_ref().map(|r| match &place.cache_namespace {
+            Some(ns) => r.namespaced(ns),
+            None => r.clone(),
+        });
+        let scan = rows.key_scan();
+        let key_type = rows.key_type();
+        let mut reader =
+            ShieldedReader::new(Arc::new(gate), l1, redis, rows, shared.bulkhead.clone());
         let mode = options.mode.unwrap_or(c.bloom_mode);
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {
-            let prefix = format!(
-                "{}{}",
-                c.redis_prefix,
-                crate::wire::resource_filter_namespace(name)
-            );
             reader.shared = Some(
                 crate::share::redis_filter::SharedFilter::connect(
                     target,
-                    &prefix,
+                    &place.filter_prefix,
                     options.expected,
                     options.fpp,
                     options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
                     Duration::from_millis(c.redis_timeout_ms),
-                    Arc::new(ScanOf(Arc::clone(&source))),
+                    scan,
                 )
                 .await?
                 .with_background(shared.background.clone()),
             );
             reader.shared_only = mode == BloomMode::Redis;
         }
-        shared.outbox.register(name, reader.clone());
+        R::follow(&shared.outbox, name, &reader);
         let snapshot = options.snapshot_path.clone().or_else(|| {
             c.bloom_snapshot_path
                 .as_ref()
@@ -256,20 +362,13 @@ impl Resource {
                 path,
                 options.layout,
                 options.fpp,
-                reader.store.0.key_type(),
+                key_type,
                 shared.outbox.clone(),
             )
         });
-        let epoch_counter = shared.changes.as_ref().map(|_| {
-            crate::wire::epoch_counter_key(&format!(
-                "{}{}",
-                c.redis_prefix,
-                crate::wire::resource_filter_namespace(name)
-            ))
-        });
         let r = Arc::new(Self {
             epochs: EpochCounters::default(),
-            epoch_counter,
+            epoch_counter: place.epoch_counter.clone(),
             outbox: shared.outbox.clone(),
             rebuild_after_deletes: options
                 .rebuild_after_deletes
@@ -287,6 +386,8 @@ impl Resource {
             watch_every_ms: AtomicU64::new(0),
         });
         r.follow_epochs();
+        // Deletes other programs' writes recorded (capture triggers) count
+        // as the calls' do (weakly held: the owners decide when it ends).
         let weak = Arc::downgrade(&r);
         shared.outbox.on_captured_deletes(
             name,
@@ -307,19 +408,20 @@ impl Resource {
     /// How keys are spelled.
     #[must_use]
     pub fn key_type(&self) -> KeyType {
-        self.reader.store.0.key_type()
+        self.reader.store.key_type()
+    }
+
+    /// Whether its shared rebuilds are led through the doorbell (the
+    /// default resource's: one leader scans, the others adopt its epoch)
+    /// rather than announced in the outbox (every other resource's).
+    fn leads_through_doorbell(&self) -> bool {
+        &*self.name == crate::store::SKU_RESOURCE && self.epoch_counter.is_none()
     }
 
     /// The filter.
     #[must_use]
     pub fn gate(&self) -> &Arc<Gate> {
         &self.reader.gate
-    }
-
-    /// Reads the SQL table's watch column every `every` once started.
-    pub fn set_watch_every(&self, every: Duration) {
-        self.watch_every_ms
-            .store(every.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Publishes the filter from its snapshot, if one is configured and
@@ -347,8 +449,8 @@ impl Resource {
     }
 
     /// Starts the filter build (retried until it succeeds; not when
-    /// `restored`), its monitor, the snapshot saver and the watch of a SQL
-    /// table's watch column, if set. Returns the build task.
+    /// `restored`), its monitor and the snapshot saver. Returns the build
+    /// task. (A SQL table's watch: [`Resource::start_watch`].)
     pub fn start(
         self: &Arc<Self>,
         retry: (Duration, Duration),
@@ -358,13 +460,6 @@ impl Resource {
     ) -> tokio::task::JoinHandle<()> {
         let gate = Arc::clone(self.gate());
         gate.spawn_monitor(monitor_every);
-        let every = self.watch_every_ms.load(Ordering::Relaxed);
-        if every > 0 && self.table.is_some() {
-            self.background.spawn(watch::watch(
-                Arc::downgrade(self),
-                Duration::from_millis(every),
-            ));
-        }
         if let Some(persist) = &self.persist {
             persist.spawn_saver(&gate, snapshot_every, &self.background);
         }
@@ -383,15 +478,22 @@ impl Resource {
     ///
     /// # Errors
     /// [`AppError::Unavailable`] or [`AppError::Overloaded`].
-    pub async fn get(&self, key: Key) -> Result<Lookup<Row>, AppError> {
+    pub async fn get(&self, key: R::Key) -> Result<Lookup<R::Row>, AppError> {
         self.reader.lookup(key).await
     }
 
     /// Figures for `/api/cache/stats` under `resources.<name>`.
     #[must_use]
     pub fn stats(&self) -> serde_json::Value {
+        self.stats_with(serde_json::to_value(self.reader.gate.stats()).unwrap_or_default())
+    }
+
+    /// [`Resource::stats`] with its filter's figures read already (the
+    /// default resource's are seed 000's flat `bloom` line too: one
+    /// reading for both).
+    #[must_use]
+    pub fn stats_with(&self, bloom: serde_json::Value) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let bloom = serde_json::to_value(self.reader.gate.stats()).unwrap_or_default();
         let mut v = self.reader.figures(self.key_type(), bloom);
         v["calls"] = self.counters.json();
         v["epochs"] = self.epochs.json();

@@ -3,37 +3,30 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{RedisTier, L1};
-use crate::config::{BloomMode, Config};
-use crate::gate::{Gate, GateConfig};
-use crate::reader::{Bulkhead, ShieldedReader};
+use crate::cache::RedisTier;
+use crate::config::Config;
+use crate::reader::Bulkhead;
+use crate::resource::Resource;
 use crate::store::{SkuStore, StoreError};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The read path (and through it the gate, caches and store).
-    pub reader: ShieldedReader,
+    /// The SKU table, the default resource `skus`: its funnel (and
+    /// through it the gate, caches and store), snapshot and key API.
+    pub skus: Arc<Resource<SkuStore>>,
     /// Admin bearer token, if configured.
     pub admin_token: Option<Arc<str>>,
-    /// Deletes that trigger a filter rebuild.
-    pub rebuild_after_deletes: u64,
     /// Body limit, rate limit, shutdown grace.
     pub http: crate::config::HttpConfig,
     /// The doorbell stream shared with other instances (with Redis).
     pub changes: Option<crate::feed::doorbell::Doorbell>,
     /// This instance's metrics (request counters, histograms, exporter).
     pub metrics: Arc<crate::metrics::ServiceMetrics>,
-    /// `cache.bloom_fpp`, the false-positive target.
-    pub target_fpr: f64,
-    /// The filter snapshot, when `cache.bloom_snapshot_path` is set.
-    pub persist: Option<crate::share::snapshot::Persist>,
     /// The change outbox in SQL, which every instance follows.
     pub outbox: crate::feed::outbox::Outbox,
-    /// Sources guarded beside the SKUs, in configuration order.
-    pub resources: Vec<Arc<crate::resource::Resource>>,
-    /// The SKU table's key API calls ([`crate::skus`]).
-    pub sku_calls: Arc<crate::resource::CallCounters>,
+    /// The resources beside the SKUs, in configuration order.
+    pub resources: Vec<Arc<Resource>>,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
     /// Where Redis is (a resource's shared filter connects there).
@@ -187,83 +180,29 @@ impl AppState {
             None => (None, None),
         };
         let metrics = Arc::new(crate::metrics::ServiceMetrics::new());
-        let gate = Gate::new(
-            GateConfig {
-                enabled: c.bloom_enabled,
-                layout: c.bloom_layout,
-                expected: c.bloom_expected,
-                fpp: c.bloom_fpp,
-                auto_rebuild: c.bloom_auto_rebuild,
-            },
-            Arc::new(store.clone()),
-        )
-        .with_rebuild_histogram(metrics.rebuild_histogram())
-        .with_background(background.clone());
-        let l1 = L1::new(
-            c.l1_capacity,
-            Duration::from_secs(c.l1_ttl_secs),
-            Duration::from_secs(c.l1_negative_ttl_secs),
-        );
         let bulkhead = Bulkhead::new(
             config.sql.max_concurrent_loads as usize,
             Duration::from_millis(config.sql.queue_timeout_ms),
         );
-        let mut reader = ShieldedReader::new(Arc::new(gate), l1, redis, store.clone(), bulkhead);
-        // Deletes the SKU table's triggers recorded count as the service's
-        // own do (weakly held: the gate's owners decide when it ends).
-        let (weak, threshold) = (
-            Arc::downgrade(&reader.gate),
-            c.bloom_rebuild_after_deletes.max(1),
-        );
-        outbox.on_captured_deletes(
-            crate::store::SKU_RESOURCE,
-            crate::feed::outbox::DeletedHook(Arc::new(move |n| {
-                let Some(gate) = weak.upgrade() else { return };
-                let mut due = false;
-                for _ in 0..n {
-                    due |= gate.note_delete(threshold);
-                }
-                if due {
-                    drop(gate.request_rebuild());
-                }
-            })),
-        );
-        reader.shared_only = c.bloom_mode == crate::config::BloomMode::Redis;
-        if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (c.bloom_mode, &target) {
-            reader.shared = Some(
-                crate::share::redis_filter::SharedFilter::connect(
-                    target,
-                    &c.redis_prefix,
-                    c.bloom_expected,
-                    c.bloom_fpp,
-                    c.bloom_segment_bytes,
-                    Duration::from_millis(c.redis_timeout_ms),
-                    Arc::new(store),
-                )
-                .await?
-                .with_background(background.clone()),
-            );
-        }
+        let shared = crate::resource::Shared {
+            store,
+            redis,
+            bulkhead,
+            changes: changes.clone(),
+            outbox: outbox.clone(),
+            target: target.clone(),
+            cache: c.clone(),
+            background: background.clone(),
+        };
+        let skus = Resource::skus(&shared, metrics.rebuild_histogram()).await?;
         Self {
-            reader,
+            skus,
             admin_token: config.admin_token.as_deref().map(Arc::from),
-            rebuild_after_deletes: c.bloom_rebuild_after_deletes.max(1),
             http: config.http.clone(),
             metrics,
-            target_fpr: c.bloom_fpp,
-            persist: c.bloom_snapshot_path.as_ref().map(|path| {
-                crate::share::snapshot::Persist::new(
-                    path.clone(),
-                    c.bloom_layout,
-                    c.bloom_fpp,
-                    crate::key::KeyType::Int,
-                    outbox.clone(),
-                )
-            }),
             changes,
             outbox,
             resources: Vec::new(),
-            sku_calls: Arc::default(),
             cache: c.clone(),
             background,
             redis_target: target,
@@ -292,9 +231,7 @@ impl AppState {
                 segment_bytes: rc.bloom_segment_bytes,
                 rebuild_after_deletes: rc.bloom_rebuild_after_deletes,
             };
-            let r =
-                crate::resource::Resource::from_table(&rc.name, table, &options, &self.shared())
-                    .await?;
+            let r = Resource::from_table(&rc.name, table, &options, &self.shared()).await?;
             if rc.watch_column.is_some() {
                 r.set_watch_every(Duration::from_millis(rc.watch_every_ms));
             }
@@ -307,9 +244,9 @@ impl AppState {
     #[must_use]
     pub fn shared(&self) -> crate::resource::Shared {
         crate::resource::Shared {
-            store: self.reader.store.clone(),
-            redis: self.reader.redis.clone(),
-            bulkhead: self.reader.bulkhead.clone(),
+            store: self.skus.reader.store.clone(),
+            redis: self.skus.reader.redis.clone(),
+            bulkhead: self.skus.reader.bulkhead.clone(),
             changes: self.changes.clone(),
             outbox: self.outbox.clone(),
             cache: self.cache.clone(),
@@ -350,7 +287,7 @@ impl AppState {
             }
             .into());
         }
-        let r = crate::resource::Resource::new(name, source, options, &self.shared()).await?;
+        let r = Resource::new(name, source, options, &self.shared()).await?;
         self.resources.push(r);
         Ok(self)
     }

@@ -19,7 +19,7 @@ pub mod ready;
 /// level; then `resources`, every guarded table in one shape, the SKU
 /// table first as `skus`.
 pub async fn json(state: &AppState) -> serde_json::Value {
-    let r = &state.reader;
+    let r = &state.skus.reader;
     let l1 = &r.l1_counters;
     let sql = &r.store.counters;
     let redis = match &r.redis {
@@ -128,21 +128,29 @@ pub async fn json(state: &AppState) -> serde_json::Value {
     body
 }
 
-/// The SKU table as the default resource `skus`, in the shape of
-/// [`crate::resource::Resource::stats`]: the same figures as the flat
-/// keys seed 000 prints, under the names every resource uses.
+/// The SKU table as the default resource `skus`: [`crate::resource::Resource::stats_with`] (the
+/// same figures as the flat keys seed 000 prints, under the names every
+/// resource uses), with its SQL counters and its shared rebuilds, which
+/// the doorbell leads.
 fn skus(state: &AppState, bloom: Value) -> Value {
-    let r = &state.reader;
-    let sql = &r.store.counters;
-    let mut v = r.figures(crate::key::KeyType::Int, bloom);
+    let sql = &state.skus.reader.store.counters;
+    let mut v = state.skus.stats_with(bloom);
     let queries = sql.queries.load(Ordering::Relaxed);
-    v["calls"] = state.sku_calls.json();
     v["sql"] = json!({
         "statements": queries,
         "loads": queries,
         "found": sql.found.load(Ordering::Relaxed),
         "missing": sql.missing.load(Ordering::Relaxed),
     });
+    if let Some(log) = &state.changes {
+        let c = &log.counters;
+        v["epochs"] = json!({
+            "published": c.rebuilds_led.load(Ordering::Relaxed),
+            "adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
+            "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
+            "held": log.epoch(),
+        });
+    }
     v
 }
 

@@ -399,7 +399,7 @@ async fn a_dropped_trigger_is_installed_again() {
         table: "users".into(),
         key: "id".into(),
     };
-    let store = &a.state.reader.store;
+    let store = &a.state.skus.reader.store;
     assert!(store.capture_state(&target).await.unwrap().is_current());
     let insert_trigger = &target.trigger_names(store.backend())[0];
     exec(&w, &format!("DROP TRIGGER \"{insert_trigger}\"")).await;
@@ -624,7 +624,7 @@ async fn idle_statements_with_and_without_the_doorbell() {
             .await;
         }
         tokio::time::sleep(Duration::from_millis(1_500)).await;
-        let counters = &s.state.reader.store.counters;
+        let counters = &s.state.skus.reader.store.counters;
         let before = counters.background.load(Relaxed);
         tokio::time::sleep(Duration::from_secs(5)).await;
         let rate = (counters.background.load(Relaxed) - before) as f64 / 5.0;

@@ -32,7 +32,7 @@ async fn entries(url: &str) -> Vec<(String, String, String)> {
 /// leaves exactly one entry, a refused one none.
 async fn writes_record_their_changes(url: &str, prefix: &str) {
     let a = TestServer::start(common::config(url, None, prefix), 10).await;
-    let origin = a.state.reader.store.origin().to_string();
+    let origin = a.state.skus.reader.store.origin().to_string();
     let before = entries(url).await.len();
     assert_eq!(a.create(500, "outbox").await, 201);
     assert_eq!(a.create(500, "outbox").await, 409, "a duplicate is refused");
@@ -129,7 +129,7 @@ async fn a_write_cut_before_its_commit_leaves_neither_row_nor_entry_on_any_backe
 async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
     let a = TestServer::start(common::config(url, None, prefix), 100).await;
     let b = TestServer::start(common::config(url, None, prefix), 0).await;
-    let pause = a.state.reader.store.before_commit.arm(1001);
+    let pause = a.state.skus.reader.store.before_commit.arm(1001);
     let (client, post) = (a.client.clone(), a.url("/api/skus"));
     let late = tokio::spawn(async move {
         client
@@ -159,7 +159,7 @@ async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
         stats["outbox"]
     );
     assert_eq!(
-        b.state.reader.gate.check(1001),
+        b.state.skus.reader.gate.check(1001),
         Verdict::Reject,
         "nothing uncommitted is known"
     );
@@ -268,7 +268,10 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
         sql as f64 <= 1.5 * expected,
         "{sql} SQL lookups for 20000 missing ids (expected {expected:.2})"
     );
-    assert!(b.state.reader.gate.in_step(), "SQL answers: B is in step");
+    assert!(
+        b.state.skus.reader.gate.in_step(),
+        "SQL answers: B is in step"
+    );
 
     // Redis back, empty: what B and C served before is never refused, on
     // any poll, while the creates made now reach them within the bound.
@@ -333,13 +336,13 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     redis.stop().await;
     assert_eq!(a.create(7777, "outbox").await, 201);
     assert!(
-        !b.state.reader.gate.published().unwrap().contains(7777),
+        !b.state.skus.reader.gate.published().unwrap().contains(7777),
         "B missed it"
     );
     db.stop().await;
     parked.resume();
     eventually(10, "B goes out of step", || async {
-        !b.state.reader.gate.in_step()
+        !b.state.skus.reader.gate.in_step()
     })
     .await;
     let (status, body) = b.get("/api/seckill/7777").await;
@@ -358,7 +361,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     // SQL back: B catches up from the outbox and gates again.
     db.start().await;
     eventually(20, "B back in step", || async {
-        b.state.reader.gate.in_step()
+        b.state.skus.reader.gate.in_step()
     })
     .await;
     eventually(10, "B learns the create it missed", || async {
@@ -368,7 +371,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     let (status, _) = b.get("/api/seckill/987654").await;
     assert_eq!(status, 404);
     assert_eq!(
-        b.state.reader.gate.check(987_654),
+        b.state.skus.reader.gate.check(987_654),
         Verdict::Reject,
         "the filter's no is a 404 again"
     );
@@ -428,7 +431,7 @@ async fn an_insert_while_an_adopted_filter_is_swapped_in_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
     let server =
         TestServer::start(common::config(&common::sqlite_url(&dir), None, "adopt"), 10).await;
-    let gate = std::sync::Arc::clone(&server.state.reader.gate);
+    let gate = std::sync::Arc::clone(&server.state.skus.reader.gate);
     let adopted = bloomgate_service::gate::GateFilter::with_fpr(
         bloomgate_service::config::BloomLayout::Blocked,
         1000,
@@ -478,7 +481,7 @@ async fn a_load_that_read_before_a_full_invalidation_does_not_refill_l1() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let server = TestServer::start(common::config(&url, None, "clear"), 10).await;
-    let reader = &server.state.reader;
+    let reader = &server.state.skus.reader;
     let pause = reader.after_read.arm(5);
     let (client, get) = (server.client.clone(), server.url("/api/seckill/5"));
     let load = tokio::spawn(async move { client.get(get).send().await.unwrap().status() });
@@ -537,7 +540,7 @@ async fn a_follower_whose_position_was_trimmed_rebuilds() {
         entries(&url).await.iter().all(|(key, _, _)| key != "3333")
     })
     .await;
-    assert_eq!(b.state.reader.gate.check(3333), Verdict::Reject);
+    assert_eq!(b.state.skus.reader.gate.check(3333), Verdict::Reject);
     parked.resume();
     eventually(10, "B rebuilds and admits 3333", || async {
         b.get("/api/seckill/3333").await.0 == 200

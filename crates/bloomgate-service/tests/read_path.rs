@@ -33,6 +33,7 @@ async fn concurrent_misses_share_one_sql_query() {
     let server = sqlite_server(&dir, Some(&redis), "flight", 1000, |_| {}).await;
     let before = server
         .state
+        .skus
         .reader
         .store
         .counters
@@ -43,6 +44,7 @@ async fn concurrent_misses_share_one_sql_query() {
     assert!(answers.iter().all(|(s, b)| *s == 200 && b["id"] == 777));
     let after = server
         .state
+        .skus
         .reader
         .store
         .counters
@@ -77,6 +79,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
     assert_eq!(
         server
             .state
+            .skus
             .reader
             .store
             .counters
@@ -98,13 +101,14 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
         counter(&server.stats().await, &["l1", "negative_hits"]),
         negative + 1
     );
-    server.state.reader.l1.invalidate(&5000);
+    server.state.skus.reader.l1.invalidate(&5000);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 0);
     assert_eq!(server.get("/api/seckill/5000").await.0, 404);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 1);
     assert_eq!(
         server
             .state
+            .skus
             .reader
             .store
             .counters
@@ -124,7 +128,7 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
     };
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, Some(&redis), "lease", 10, |_| {}).await;
-    let tier = server.state.reader.redis.clone().unwrap();
+    let tier = server.state.skus.reader.redis.clone().unwrap();
     let sku = bloomgate_service::model::catalogue_sku(3);
     // The first miss takes the lease; a second reader gets none.
     let RedisLookup::Miss(Some(lease)) = tier.lookup::<Sku>(3).await.unwrap() else {
@@ -178,7 +182,7 @@ async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
     };
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, Some(&redis), "rawjson", 10, |_| {}).await;
-    let tier = server.state.reader.redis.clone().unwrap();
+    let tier = server.state.skus.reader.redis.clone().unwrap();
     let mut conn = common::redis_conn(&redis).await;
     let sku = bloomgate_service::model::catalogue_sku(5);
     let written = serde_json::to_string(&sku).unwrap();
@@ -399,9 +403,9 @@ type RebuildTask = tokio::task::JoinHandle<
 
 /// Starts a filter rebuild in the background and returns once it is running.
 async fn start_rebuild(server: &TestServer) -> RebuildTask {
-    let gate = std::sync::Arc::clone(&server.state.reader.gate);
+    let gate = std::sync::Arc::clone(&server.state.skus.reader.gate);
     let rebuild = tokio::spawn(async move { gate.rebuild().await });
-    while !server.state.reader.gate.is_rebuilding() {
+    while !server.state.skus.reader.gate.is_rebuilding() {
         tokio::task::yield_now().await;
     }
     rebuild
@@ -411,7 +415,7 @@ async fn start_rebuild(server: &TestServer) -> RebuildTask {
 async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
-    let gate = &server.state.reader.gate;
+    let gate = &server.state.skus.reader.gate;
     // The rebuild holds after its SQL scan, before it publishes: every
     // create below runs while it is in progress, and none is in its scan.
     let pause = gate.after_scan.arm(0);
@@ -437,7 +441,7 @@ async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let report = rebuild.await.unwrap().unwrap();
     assert_eq!(report.added, 200_000, "the scan ran before the creates");
     // Every id created while the rebuild ran answers 200 from the new filter.
-    server.state.reader.l1.invalidate_all();
+    server.state.skus.reader.l1.invalidate_all();
     for id in &created {
         assert_eq!(
             server.get(&format!("/api/seckill/{id}")).await.0,
@@ -548,7 +552,7 @@ async fn the_largest_id_is_served_and_leaves_no_automatic_next_one() {
         body["message"].as_str().unwrap().contains("explicit id"),
         "{body}"
     );
-    assert_eq!(server.state.reader.store.count().await.unwrap(), 11);
+    assert_eq!(server.state.skus.reader.store.count().await.unwrap(), 11);
     // An explicit id still works.
     let (s, _) = server
         .send(

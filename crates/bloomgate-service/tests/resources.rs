@@ -163,7 +163,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let ua = users(&a, "users");
     let table = ua.table.as_ref().unwrap();
     let loads_before = table.counters.loads.load(Relaxed);
-    let sku_rejected_before = a.state.reader.gate.stats().rejected;
+    let sku_rejected_before = a.state.skus.reader.gate.stats().rejected;
     let before = ua.gate().stats();
     let mut rng = fastrand::Rng::with_seed(19);
     for _ in 0..300 {
@@ -176,7 +176,10 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     assert_eq!(loads, passed, "every SQL load is a filter pass");
     assert!(after.rejected - before.rejected >= 285, "{after:?}");
     assert!(passed <= 15, "300 keys at 1% let {passed} through");
-    assert_eq!(a.state.reader.gate.stats().rejected, sku_rejected_before);
+    assert_eq!(
+        a.state.skus.reader.gate.stats().rejected,
+        sku_rejected_before
+    );
     let stats = a.stats().await;
     assert!(counter(&stats, &["resources", "users", "bloom", "rejected"]) >= 285);
     assert_eq!(
@@ -1412,7 +1415,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
         .find(|&id| {
             [&a, &b]
                 .iter()
-                .all(|s| s.state.reader.gate.probe(id) == Verdict::Reject)
+                .all(|s| s.state.skus.reader.gate.probe(id) == Verdict::Reject)
         })
         .unwrap();
     let body = |ids: &[serde_json::Value]| serde_json::json!({ "keys": ids }).to_string();
@@ -1437,7 +1440,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     // A row another program inserted: refused until `keys`, then found on
     // both instances.
     let sku = bloomgate_service::model::catalogue_sku(absent);
-    assert!(a.state.reader.store.insert(&sku).await.unwrap());
+    assert!(a.state.skus.reader.store.insert(&sku).await.unwrap());
     let path = format!("/api/seckill/{absent}");
     assert_eq!(a.get(&path).await.0, 404);
     let (status, added) = call_ids(&a, "/api/skus/keys", &[serde_json::json!(absent)]).await;
@@ -1451,7 +1454,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     // `invalidate`.
     let mut changed = sku.clone();
     changed.stock = 4242;
-    assert!(a.state.reader.store.update(&changed).await.unwrap());
+    assert!(a.state.skus.reader.store.update(&changed).await.unwrap());
     assert_ne!(a.get(&path).await.1["stock"], 4242, "cached");
     let (status, _) = call_ids(&a, "/api/skus/invalidate", &[serde_json::json!(absent)]).await;
     assert_eq!(status, 200);
@@ -1461,7 +1464,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     })
     .await;
     // A delete behind the service's back, told as one.
-    assert!(a.state.reader.store.delete(absent).await.unwrap());
+    assert!(a.state.skus.reader.store.delete(absent).await.unwrap());
     let told = serde_json::json!({ "keys": [absent], "deleted": true }).to_string();
     let (status, answer) = a
         .send(Method::POST, "/api/skus/invalidate", Some(&told))
@@ -1491,6 +1494,40 @@ async fn the_skus_answer_keys_exists_and_batch() {
         );
     }
     assert_eq!(a.get("/api/skus/keys").await.0, 400);
+    // The default resource's warm, as every resource has one, with seed
+    // 000's body: the same answer as `/api/cache/warm`.
+    let (status, warm) = a
+        .send(
+            Method::POST,
+            "/api/skus/warm",
+            Some(r#"{"limit":50,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{warm}");
+    assert_eq!(
+        (warm["warmed"].as_u64(), warm["added"].as_u64()),
+        (Some(50), Some(100)),
+        "{warm}"
+    );
+    assert_eq!(
+        a.get("/api/skus/warm").await.0,
+        400,
+        "a GET reads it as an id"
+    );
+    if redis.is_some() {
+        // Its shared rebuild, in the shape every resource's stats have.
+        let epoch = warm["epoch"].as_u64().expect("a led rebuild is shared");
+        let epochs = &a.stats().await["resources"]["skus"]["epochs"];
+        assert_eq!(
+            (epochs["published"].as_u64(), epochs["held"].as_u64()),
+            (Some(1), Some(epoch)),
+            "{epochs}"
+        );
+        eventually(5, "the other instance adopts the epoch", || async {
+            b.stats().await["resources"]["skus"]["epochs"]["held"].as_u64() == Some(epoch)
+        })
+        .await;
+    }
     a.stop().await;
     b.stop().await;
 }

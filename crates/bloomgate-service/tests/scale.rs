@@ -230,7 +230,7 @@ async fn readyz_waits_for_the_filter_and_the_change_feed() {
         (200, &"not_built".into()),
         "bloom_build_on_start = false: ready, by choice: {body}"
     );
-    let gate = Arc::clone(&s.state.reader.gate);
+    let gate = Arc::clone(&s.state.skus.reader.gate);
     gate.page_rows.store(100, Ordering::Relaxed);
     let held = gate.scan_page.arm(3);
     let ticket = gate.request_rebuild();
@@ -291,7 +291,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
     exec(url, &ddl).await;
     let s = TestServer::start(common::config(url, None, "scale-readers"), 0).await;
     let table = bloomgate_service::store::table::SqlTable::open(
-        &s.state.reader.store,
+        &s.state.skus.reader.store,
         &common::users_resource("users"),
         0,
     )
@@ -359,7 +359,7 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
     )
     .await;
     let s = TestServer::start(common::config(&url, None, "scale-narrow"), 0).await;
-    let store = &s.state.reader.store;
+    let store = &s.state.skus.reader.store;
     let items = bloomgate_service::config::resources::ResourceConfig {
         table: "items".into(),
         key_type: KeyType::Int,

@@ -37,6 +37,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     let local = TestServer::start(config(&db, &redis, BloomMode::Local), 1000).await;
     let shared = strict
         .state
+        .skus
         .reader
         .shared
         .clone()
@@ -47,7 +48,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     // has not reached them yet: local's outbox follower is parked).
     let parked = common::quiet_sql(&local).await;
     let sku = catalogue_sku(50_000);
-    assert!(strict.state.reader.store.insert(&sku).await.unwrap());
+    assert!(strict.state.skus.reader.store.insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
     assert_eq!(
         strict.get("/api/seckill/50000").await.0,
@@ -137,7 +138,7 @@ async fn an_instance_with_another_filter_shape_is_refused() {
         text.contains("bloom_expected") && text.contains("another shape"),
         "{text}"
     );
-    first.reader.store.close().await;
+    first.skus.reader.store.close().await;
 }
 
 #[test]
@@ -166,15 +167,21 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     let mut c = config(&db, &redis, BloomMode::Redis);
     c.cache.redis_prefix = prefix.into();
     let server = TestServer::start(c, 1000).await;
-    let shared = server.state.reader.shared.clone().expect("a shared filter");
+    let shared = server
+        .state
+        .skus
+        .reader
+        .shared
+        .clone()
+        .expect("a shared filter");
 
     // Seeded ids were added to the shared filter at its creation.
     assert_eq!(server.get("/api/seckill/1").await.0, 200);
     // Behind the replica's back: only the shared filter knows it.
     let sku = catalogue_sku(60_000);
-    assert!(server.state.reader.store.insert(&sku).await.unwrap());
+    assert!(server.state.skus.reader.store.insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
-    let replica = server.state.reader.gate.probe(60_000);
+    let replica = server.state.skus.reader.gate.probe(60_000);
     assert_ne!(
         replica,
         bloomgate_service::gate::Verdict::Pass,
@@ -233,7 +240,7 @@ async fn a_followed_create_reaches_the_shared_filter() {
     let db = common::sqlite_url(&dir);
     let a = TestServer::start(config(&db, &redis, BloomMode::Strict), 1000).await;
     let b = TestServer::start(config(&db, &redis, BloomMode::Strict), 0).await;
-    let shared = a.state.reader.shared.clone().expect("strict");
+    let shared = a.state.skus.reader.shared.clone().expect("strict");
     let mut id = 60_000;
     while shared.maybe_contains(&id).await {
         id += 1;
@@ -241,12 +248,14 @@ async fn a_followed_create_reaches_the_shared_filter() {
     // B's writer: the row and its entry, but no shared insert.
     assert!(b
         .state
+        .skus
         .reader
         .store
         .insert(&catalogue_sku(id))
         .await
         .unwrap());
     b.state
+        .skus
         .reader
         .store
         .record_many("skus", &[id.to_string()], "c")

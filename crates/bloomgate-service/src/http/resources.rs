@@ -32,8 +32,10 @@ use crate::http::route_table::Routes;
 use crate::key::Key;
 use crate::metrics::Outcome;
 use crate::reader::Lookup;
-use crate::resource::Resource;
+use crate::reader::SourceRows;
+use crate::resource::{Guarded, Resource};
 use crate::state::AppState;
+use crate::store::SkuStore;
 
 /// The body of every resource call.
 #[derive(Debug, Deserialize)]
@@ -46,33 +48,60 @@ struct KeysBody {
     deleted: bool,
 }
 
-fn keys_of(
-    r: &Resource,
-    call: Call,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(Vec<Key>, bool), AppError> {
-    keys_in(call, headers, body, r.key_type(), r.max_batch_keys)
+/// How a resource's calls spell its keys in JSON: a SKU id is a positive
+/// 64-bit integer; another resource's key is of its key type.
+trait JsonKeys: Guarded {
+    /// Key `i` of a call's body.
+    fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<Self::Key, AppError>;
+    /// A key in a call's answer.
+    fn to_json(key: &Self::Key) -> serde_json::Value;
 }
 
-/// The keys of a `{"keys": [...]}` body, at most `max`, each of `ty`, and
-/// its `deleted` flag (which only `invalidate` takes).
-fn keys_in(
+impl JsonKeys for SkuStore {
+    fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<i64, AppError> {
+        match Key::from_json(crate::key::KeyType::Int, v) {
+            Ok(Key::Int(id)) if id > 0 => Ok(id),
+            _ => Err(AppError::BadRequest(format!(
+                "keys[{i}]: a SKU id is a positive 64-bit integer, got {v}"
+            ))),
+        }
+    }
+
+    fn to_json(key: &i64) -> serde_json::Value {
+        json!(key)
+    }
+}
+
+impl JsonKeys for SourceRows {
+    fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<Key, AppError> {
+        Key::from_json(self.0.key_type(), v)
+            .map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
+    }
+
+    fn to_json(key: &Key) -> serde_json::Value {
+        key.to_json()
+    }
+}
+
+/// The keys of a `{"keys": [...]}` body, at most the resource's
+/// `max_batch_keys`, and its `deleted` flag (which only `invalidate`
+/// takes).
+fn keys_of<R: JsonKeys>(
+    r: &Resource<R>,
     call: Call,
     headers: &HeaderMap,
     body: &[u8],
-    ty: crate::key::KeyType,
-    max: usize,
-) -> Result<(Vec<Key>, bool), AppError> {
+) -> Result<(Vec<R::Key>, bool), AppError> {
     let b: KeysBody = json_body(headers, body)?;
     if b.deleted && !matches!(call, Call::Invalidate) {
         return Err(AppError::BadRequest(
             "\"deleted\" is for invalidate only".into(),
         ));
     }
-    if b.keys.len() > max {
+    if b.keys.len() > r.max_batch_keys {
         return Err(AppError::BadRequest(format!(
-            "at most {max} keys per call, got {}",
+            "at most {} keys per call, got {}",
+            r.max_batch_keys,
             b.keys.len()
         )));
     }
@@ -80,33 +109,9 @@ fn keys_in(
         .keys
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            Key::from_json(ty, v).map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
-        })
+        .map(|(i, v)| r.reader.store.key_from_json(i, v))
         .collect::<Result<_, _>>()?;
     Ok((keys, b.deleted))
-}
-
-/// The SKU ids of a `{"keys": [...]}` body: positive 64-bit integers.
-fn sku_ids(call: Call, headers: &HeaderMap, body: &[u8]) -> Result<(Vec<i64>, bool), AppError> {
-    let (keys, deleted) = keys_in(
-        call,
-        headers,
-        body,
-        crate::key::KeyType::Int,
-        crate::skus::MAX_BATCH_KEYS,
-    )?;
-    let ids = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| match k {
-            Key::Int(id) if *id > 0 => Ok(*id),
-            _ => Err(AppError::BadRequest(format!(
-                "keys[{i}]: a SKU id is a positive 64-bit integer, got {k}"
-            ))),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((ids, deleted))
 }
 
 /// `keys` and `invalidate` are admin calls (writes made elsewhere);
@@ -121,49 +126,6 @@ fn authorize_call(
         authorize(token, headers, &format!("{base}/{}", call.word()))?;
     }
     Ok(())
-}
-
-/// One call of the SKU table's key API ([`crate::skus`]): the same
-/// bodies and answers as a resource's.
-async fn sku_call(
-    state: Arc<AppState>,
-    call: Call,
-    rate: Rate,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, AppError> {
-    authorize_call(call, state.admin_token.as_deref(), &headers, "/api/skus")?;
-    let (ids, deleted) = sku_ids(call, &headers, &body)?;
-    if let Some(res) = rate.refuse(call, ids.len()) {
-        return Ok(res);
-    }
-    let answer = match call {
-        Call::Batch => {
-            let rows = crate::skus::batch(&state, &ids).await?;
-            let (mut found, mut missing) = (Vec::new(), Vec::new());
-            for (id, row) in ids.iter().zip(rows) {
-                match row {
-                    Some(sku) => found.push(json!({ "key": id, "row": sku.row })),
-                    None => missing.push(json!(id)),
-                }
-            }
-            json!({ "found": found, "missing": missing })
-        }
-        Call::Exists => json!({ "exists": crate::skus::exists(&state, &ids).await? }),
-        Call::Keys => {
-            crate::skus::add_keys(&state, &ids).await?;
-            json!({ "added": ids.len() })
-        }
-        Call::Invalidate if deleted => {
-            crate::skus::deleted(&state, &ids).await?;
-            json!({ "invalidated": ids.len(), "deleted": true })
-        }
-        Call::Invalidate => {
-            crate::skus::invalidate(&state, &ids).await?;
-            json!({ "invalidated": ids.len() })
-        }
-    };
-    Ok(Json(answer).into_response())
 }
 
 /// The SKU table's key API routes, `/api/skus/{batch,exists,keys,invalidate}`
@@ -181,7 +143,8 @@ pub fn sku_routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
                   h: HeaderMap,
                   b: Bytes| {
                 let rate = Rate::of(limit.clone(), peer);
-                sku_call(s, c, rate, h, b)
+                let token = s.admin_token.clone();
+                call(Arc::clone(&s.skus), token, c, rate, h, b, "/api/skus")
             },
         );
         bodies = bodies.route(&format!("/api/skus/{}", c.word()), route);
@@ -292,15 +255,16 @@ impl Call {
 
 /// One call: `keys` and `invalidate` are admin calls (writes made
 /// elsewhere); `batch` and `exists` are reads.
-async fn call(
-    r: Arc<Resource>,
+async fn call<R: JsonKeys>(
+    r: Arc<Resource<R>>,
     token: Option<Arc<str>>,
     call: Call,
     rate: Rate,
     headers: HeaderMap,
     body: Bytes,
+    base: &'static str,
 ) -> Result<Response, AppError> {
-    authorize_call(call, token.as_deref(), &headers, "/api/{name}")?;
+    authorize_call(call, token.as_deref(), &headers, base)?;
     let (keys, deleted) = keys_of(&r, call, &headers, &body)?;
     if let Some(res) = rate.refuse(call, keys.len()) {
         return Ok(res);
@@ -311,9 +275,9 @@ async fn call(
             let found: Vec<serde_json::Value> = answer
                 .found
                 .iter()
-                .map(|(k, row)| json!({ "key": k.to_json(), "row": row.row }))
+                .map(|(k, row)| json!({ "key": R::to_json(k), "row": row.row }))
                 .collect();
-            let missing: Vec<serde_json::Value> = answer.missing.iter().map(Key::to_json).collect();
+            let missing: Vec<serde_json::Value> = answer.missing.iter().map(R::to_json).collect();
             json!({ "found": found, "missing": missing })
         }
         Call::Exists => json!({ "exists": r.exists(&keys).await? }),
@@ -363,7 +327,15 @@ pub fn routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
             let route = get(move || read(Arc::clone(&for_get), c.word().to_owned())).post(
                 move |peer: Option<Extension<ConnectInfo<SocketAddr>>>, h: HeaderMap, b: Bytes| {
                     let rate = Rate::of(limit.clone(), peer);
-                    call(Arc::clone(&for_post), token.clone(), c, rate, h, b)
+                    call(
+                        Arc::clone(&for_post),
+                        token.clone(),
+                        c,
+                        rate,
+                        h,
+                        b,
+                        "/api/{name}",
+                    )
                 },
             );
             bodies = bodies.route(&format!("{base}/{}", c.word()), route);

@@ -37,6 +37,12 @@ pub fn router(state: AppState) -> App {
     let limit = DefaultBodyLimit::max(state.http.body_limit_bytes);
     let with_bodies = Routes::new()
         .route("/api/cache/warm", post(warm))
+        // The default resource's warm, as every resource has one (a GET
+        // reads "warm" as an id: a 400, as for `/api/skus/abc`).
+        .route(
+            "/api/skus/warm",
+            get(|s| sku_detail(s, axum::extract::Path("warm".to_owned()))).post(warm),
+        )
         .route("/api/skus", post(create_sku))
         .route(crate::paths::SKU_ROUTE, put(update_sku).delete(delete_sku))
         .layer(limit);

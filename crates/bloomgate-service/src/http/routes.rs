@@ -1,8 +1,6 @@
 //! HTTP routes: the seckill read, the operator endpoints, SKU writes.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -14,7 +12,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::AppError;
-use crate::gate::RebuildError;
 use crate::http::admin::authorize;
 use crate::http::input::{json_body, parse_id};
 use crate::metrics::Outcome;
@@ -75,7 +72,7 @@ pub async fn sku_detail(
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
-    let answer = state.reader.lookup(id).await;
+    let answer = state.skus.reader.lookup(id).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::http::telemetry::record_outcome(id, outcome.label());
     let res = match answer {
@@ -111,7 +108,7 @@ pub async fn sku_by_id(
 /// 400 is the handler's), and every read that goes on to Redis or SQL.
 pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
     let id = crate::http::input::id_of(raw)?;
-    let answer = state.reader.lookup_now(&id)?;
+    let answer = state.skus.reader.lookup_now(&id)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome(id, outcome.label());
     Some((sku_response(id, answer), outcome))
@@ -194,138 +191,7 @@ pub async fn warm(
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/cache/warm")?;
     let req = WarmRequest::parse(&headers, &body)?;
-    let started = Instant::now();
-    let reader = &state.reader;
-    // Started before the warm, finished in a task of its own: if this
-    // client goes away, the rebuild still completes, is shared with the
-    // other instances and releases the lock.
-    let rebuild = if req.rebuild_bloom {
-        let r = start_rebuild(&state).await;
-        Some(tokio::spawn(finish_rebuild(Arc::clone(&state), r)))
-    } else {
-        None
-    };
-    // A page at a time: lease its keys, read its rows, fill. Leases live
-    // for `LEASE_MS`; taken all at once, the first pages' had expired
-    // before a large warm's fills reached them, which then wrote nothing.
-    // `warmed` counts the ids paged through (the limit), `rows` the rows read.
-    let (mut warmed, mut rows, mut after) = (0u64, 0u64, 0i64);
-    let mut outcome = crate::reader::WarmOutcome::default();
-    while warmed < req.limit {
-        let want = (req.limit - warmed).min(crate::reader::WARM_CHUNK as u64);
-        let ids = reader.store.page_ids(after, want).await?;
-        let Some(&last) = ids.last() else { break };
-        let start = reader.warm_start(&ids, outcome.redis_error.is_none()).await;
-        // Exactly the leased range: a row inserted into it meanwhile holds
-        // no lease and fills L1 alone; one deleted is simply not there.
-        let skus: Vec<(i64, Sku)> = reader
-            .store
-            .range(after, last)
-            .await?
-            .into_iter()
-            .map(|s| (s.id, s))
-            .collect();
-        outcome.add(reader.warm(start, &skus).await);
-        warmed += ids.len() as u64;
-        rows += skus.len() as u64;
-        after = last;
-        if (ids.len() as u64) < want {
-            break;
-        }
-    }
-    let (report, epoch) = match rebuild {
-        Some(task) => task
-            .await
-            .map_err(|e| AppError::Unavailable(format!("the rebuild stopped: {e}")))??,
-        None => (None, None),
-    };
-    Ok(Json(json!({
-        "warmed": rows,
-        "redis_written": outcome.redis_written,
-        "redis_error": outcome.redis_error,
-        "rebuild_bloom": report,
-        "added": report.map_or(0, |r| r.added),
-        "epoch": epoch,
-        "duration_ms": started.elapsed().as_millis() as u64,
-    })))
-}
-
-/// A warm's rebuild, as it was started.
-enum WarmRebuild {
-    /// This instance rebuilds; with Redis it shares the result (the
-    /// outbox watermark before the scan and the rebuild requests it
-    /// covers).
-    Build(crate::gate::RebuildTicket, Option<(i64, i64)>),
-    /// Another instance holds the shared-rebuild lock: adopt its epoch,
-    /// newer than this one.
-    Adopt(u64),
-}
-
-async fn start_rebuild(state: &AppState) -> WarmRebuild {
-    let gate = &state.reader.gate;
-    let Some(log) = &state.changes else {
-        return WarmRebuild::Build(gate.request_rebuild(), None);
-    };
-    match log.try_lead().await {
-        Some(true) => {}
-        // One SQL scan for every instance: the leader's.
-        Some(false) => {
-            log.counters.rebuilds_joined.fetch_add(1, Ordering::Relaxed);
-            return WarmRebuild::Adopt(log.epoch());
-        }
-        // Redis is not answering: rebuild here; the others keep their
-        // filters (complete through the outbox, stale only by deletes).
-        None => return WarmRebuild::Build(gate.request_rebuild(), None),
-    }
-    // The position first, then the request: the scan starts after both,
-    // so the ids created after the watermark are the only ones it may
-    // miss, and the adopting instances replay exactly those.
-    let watermark = state.outbox.watermark();
-    let at = state
-        .outbox
-        .max_seq()
-        .await
-        .ok()
-        .map(|covered| (watermark, covered));
-    // The rebuild runs in the gate's worker: if this client goes away, it
-    // still completes and is published.
-    WarmRebuild::Build(gate.request_rebuild(), at)
-}
-
-async fn finish_rebuild(
-    state: Arc<AppState>,
-    rebuild: WarmRebuild,
-) -> Result<(Option<crate::gate::RebuildReport>, Option<u64>), AppError> {
-    match rebuild {
-        WarmRebuild::Build(ticket, at) => {
-            let report = ticket.wait().await;
-            let mut epoch = None;
-            if let Some(log) = &state.changes {
-                match (&report, at) {
-                    (Ok(_), Some(outbox_at)) => {
-                        epoch = log.publish_built(&state.reader.gate, outbox_at).await.ok();
-                    }
-                    // Could not note the position, or the build failed:
-                    // every instance rebuilds from SQL by itself.
-                    _ => log.publish_rebuild().await,
-                }
-                log.release_lead().await;
-            }
-            let report = report.map_err(|e| match e {
-                RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
-                other => AppError::Unavailable(other.to_string()),
-            })?;
-            Ok((Some(report), epoch))
-        }
-        WarmRebuild::Adopt(seen) => {
-            let log = state.changes.as_ref();
-            let epoch = match log {
-                Some(log) => log.wait_epoch_after(seen).await,
-                None => seen,
-            };
-            Ok((None, Some(epoch)))
-        }
-    }
+    Ok(Json(state.skus.warm(req.limit, req.rebuild_bloom).await?))
 }
 
 /// Counters of every level: bloom, l1, redis, sql.
@@ -357,7 +223,7 @@ pub async fn create_sku(
     authorize(state.admin_token.as_deref(), &headers, "/api/skus")?;
     let input: SkuInput = json_body(&headers, &body)?;
     input.validate().map_err(AppError::BadRequest)?;
-    let sku = crate::skus::write::create(&state, input).await?;
+    let sku = state.skus.create(input).await?;
     Ok((StatusCode::CREATED, Json(sku)))
 }
 
@@ -390,7 +256,7 @@ pub async fn update_sku(
             "id in the body differs from the path".into(),
         ));
     }
-    let sku = crate::skus::write::update(&state, id, input).await?;
+    let sku = state.skus.update(id, input).await?;
     Ok(Json(sku))
 }
 
@@ -412,6 +278,6 @@ pub async fn delete_sku(
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
-    crate::skus::write::delete(&state, id).await?;
+    state.skus.delete(id).await?;
     Ok(Json(json!({ "deleted": id })))
 }

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::Resource;
+use super::{Guarded, Resource};
 use crate::error::AppError;
 use crate::gate::Verdict;
 use crate::key::Key;
@@ -14,14 +14,14 @@ use crate::source::Row;
 
 /// The answer of a batch read.
 #[derive(Debug)]
-pub struct BatchAnswer {
+pub struct BatchAnswer<K = Key, T = Row> {
     /// The rows found, with their keys, in the order asked.
-    pub found: Vec<(Key, Arc<crate::cache::Cached<Row>>)>,
+    pub found: Vec<(K, Arc<crate::cache::Cached<T>>)>,
     /// The keys with no row, in the order asked.
-    pub missing: Vec<Key>,
+    pub missing: Vec<K>,
 }
 
-impl Resource {
+impl<R: Guarded> Resource<R> {
     fn check_len(&self, n: usize) -> Result<(), AppError> {
         if n > self.max_batch_keys {
             return Err(AppError::BadRequest(format!(
@@ -43,7 +43,7 @@ impl Resource {
     /// when Redis did not confirm the deletes or the outbox could not be
     /// written (the keys are in this instance's filter anyway; call
     /// again).
-    pub async fn add_keys(&self, keys: &[Key]) -> Result<(), AppError> {
+    pub async fn add_keys(&self, keys: &[R::Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
         // Redis first: once the entry is in the outbox another instance
         // may learn the key and read it, and must not find a "not found"
@@ -86,7 +86,7 @@ impl Resource {
     ///
     /// # Errors
     /// As [`Resource::add_keys`].
-    pub async fn invalidate(&self, keys: &[Key]) -> Result<(), AppError> {
+    pub async fn invalidate(&self, keys: &[R::Key]) -> Result<(), AppError> {
         self.invalidate_as(keys, crate::wire::kind::UPDATED).await
     }
 
@@ -98,7 +98,7 @@ impl Resource {
     ///
     /// # Errors
     /// As [`Resource::invalidate`].
-    pub async fn deleted(&self, keys: &[Key]) -> Result<bool, AppError> {
+    pub async fn deleted(&self, keys: &[R::Key]) -> Result<bool, AppError> {
         self.invalidate_as(keys, crate::wire::kind::DELETED).await?;
         let mut due = false;
         for _ in keys {
@@ -107,7 +107,7 @@ impl Resource {
         Ok(due)
     }
 
-    async fn invalidate_as(&self, keys: &[Key], kind: &'static str) -> Result<(), AppError> {
+    async fn invalidate_as(&self, keys: &[R::Key], kind: &'static str) -> Result<(), AppError> {
         self.check_len(keys.len())?;
         let recorded = self.record(keys, kind).await;
         let confirmed = self.reader.invalidate_many(keys).await;
@@ -124,7 +124,7 @@ impl Resource {
         Ok(())
     }
 
-    async fn record(&self, keys: &[Key], kind: &'static str) -> Result<(), AppError> {
+    async fn record(&self, keys: &[R::Key], kind: &'static str) -> Result<(), AppError> {
         let spelled: Vec<String> = keys.iter().map(ToString::to_string).collect();
         self.store
             .record_many(&self.name, &spelled, kind)
@@ -149,7 +149,7 @@ impl Resource {
     ///
     /// # Errors
     /// [`AppError::BadRequest`] over the limit.
-    pub async fn exists(&self, keys: &[Key]) -> Result<Vec<bool>, AppError> {
+    pub async fn exists(&self, keys: &[R::Key]) -> Result<Vec<bool>, AppError> {
         self.check_len(keys.len())?;
         self.counters
             .exists_checked
@@ -170,12 +170,12 @@ impl Resource {
     /// # Errors
     /// [`AppError::BadRequest`] over the limit; [`AppError::Overloaded`]
     /// when the bulkhead is full; [`AppError::Unavailable`] when SQL fails.
-    pub async fn batch(&self, keys: &[Key]) -> Result<BatchAnswer, AppError> {
+    pub async fn batch(&self, keys: &[R::Key]) -> Result<BatchAnswer<R::Key, R::Row>, AppError> {
         self.check_len(keys.len())?;
         self.counters
             .batch_keys
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let source = &self.reader.store.0;
+        let source = &self.reader.store;
         let answers = self
             .reader
             .batch(

@@ -12,9 +12,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::Resource;
+use super::{Guarded, Resource};
 use crate::filter::{decode, key_kind};
-use crate::key::Key;
 
 /// A resource's shared-rebuild counters.
 #[derive(Debug, Default)]
@@ -49,7 +48,7 @@ impl EpochCounters {
     }
 }
 
-impl Resource {
+impl<R: Guarded> Resource<R> {
     /// The doorbell and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
     pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::Doorbell, &str)> {
@@ -154,7 +153,7 @@ impl Resource {
                 .ok_or("the change outbox was trimmed past the epoch's position")?;
             let mut keys = Vec::with_capacity(created.len());
             for raw in &created {
-                keys.push(Key::parse(self.key_type(), raw)?);
+                keys.push(self.reader.store.parse_key(raw)?);
             }
             Ok::<_, String>(keys)
         }

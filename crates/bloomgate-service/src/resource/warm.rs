@@ -1,13 +1,16 @@
-//! Seed 000's warm for any resource (`POST /api/{name}/warm`): its first
-//! `limit` keys, a page at a time, into Redis and L1 under the same leases
-//! as a read; with `rebuild_bloom`, a rebuild of its filter from the
-//! source, waited for.
+//! Seed 000's warm for every resource (`POST /api/{name}/warm`, and
+//! `/api/cache/warm` for the SKUs): its first `limit` keys, a page at a
+//! time, into Redis and L1 under the same leases as a read; with
+//! `rebuild_bloom`, a rebuild of its filter from the source, waited for
+//! and shared with the other instances.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::Resource;
+use super::{Guarded, Resource};
 use crate::error::AppError;
-use crate::gate::RebuildError;
+use crate::gate::{RebuildError, RebuildReport, RebuildTicket};
 use crate::reader::{WarmOutcome, WARM_CHUNK};
 
 /// What a warm did, as `POST /api/cache/warm` answers it.
@@ -29,61 +32,39 @@ pub struct WarmReport {
     pub duration_ms: u64,
 }
 
-impl Resource {
+/// A warm's rebuild, as it was started.
+enum WarmRebuild {
+    /// This instance rebuilds, and shares the result from the outbox
+    /// position before the scan (and, led, the rebuild requests it covers).
+    Build(RebuildTicket, Option<(i64, i64)>),
+    /// Another instance holds the shared-rebuild lock: adopt its epoch,
+    /// newer than this one.
+    Adopt(u64),
+}
+
+impl<R: Guarded> Resource<R> {
     /// Warms the first `limit` keys and, with `rebuild`, rebuilds the
-    /// filter from the source (started first, in the gate's worker, so a
-    /// caller that goes away does not cancel it).
+    /// filter from the source. The rebuild is started first, and finished
+    /// and shared in a task of its own: a caller that goes away does not
+    /// cancel it, its epoch is still shared, and a lead is released.
     ///
     /// # Errors
     /// [`AppError::Unavailable`]: the source failed, or the rebuild did.
-    pub async fn warm(&self, limit: u64, rebuild: bool) -> Result<WarmReport, AppError> {
+    pub async fn warm(self: &Arc<Self>, limit: u64, rebuild: bool) -> Result<WarmReport, AppError> {
         let started = Instant::now();
-        // The outbox position before the scan: an epoch of the rebuild is
-        // complete up to it (keys recorded after it are replayed).
-        let at = self.outbox.watermark();
-        let ticket = rebuild.then(|| self.gate().request_rebuild());
-        let source = &self.reader.store.0;
-        let (mut paged, mut rows) = (0u64, 0u64);
-        let mut after = None;
-        let mut outcome = WarmOutcome::default();
-        while paged < limit {
-            let want = (limit - paged).min(WARM_CHUNK as u64) as usize;
-            let keys = source.scan(after.as_ref(), want).await?;
-            let Some(last) = keys.last().cloned() else {
-                break;
-            };
-            let start = self
-                .reader
-                .warm_start(&keys, outcome.redis_error.is_none())
-                .await;
-            // Exactly the keys leased: a row deleted meanwhile is simply
-            // not there.
-            let found = source.load_many(&keys).await?;
-            outcome.add(self.reader.warm(start, &found).await);
-            paged += keys.len() as u64;
-            rows += found.len() as u64;
-            after = Some(last);
-            if keys.len() < want {
-                break;
-            }
-        }
-        let report = match ticket {
-            Some(t) => Some(t.wait().await.map_err(|e| match e {
-                RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
-                other => AppError::Unavailable(other.to_string()),
-            })?),
-            None => None,
+        let rebuild = if rebuild {
+            let how = self.start_rebuild().await;
+            let r = Arc::clone(self);
+            Some(tokio::spawn(async move { r.finish_rebuild(how).await }))
+        } else {
+            None
         };
-        // Shared with the other instances, which adopt it without a scan.
-        let epoch = match (&report, self.epoch_store()) {
-            (Some(_), Some(_)) => match self.publish_epoch(at, true).await {
-                Ok(epoch) => Some(epoch),
-                Err(why) => {
-                    tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
-                    None
-                }
-            },
-            _ => None,
+        let (rows, outcome) = self.warm_first(limit).await?;
+        let (report, epoch) = match rebuild {
+            Some(task) => task
+                .await
+                .map_err(|e| AppError::Unavailable(format!("the rebuild stopped: {e}")))??,
+            None => (None, None),
         };
         Ok(WarmReport {
             warmed: rows,
@@ -94,5 +75,131 @@ impl Resource {
             epoch,
             duration_ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// Starts a warm's rebuild. The default resource's is led through the
+    /// doorbell: one instance holds the shared-rebuild lock and scans, the
+    /// others wait for its epoch. Another resource's rebuilds here and
+    /// shares the result through the outbox.
+    async fn start_rebuild(&self) -> WarmRebuild {
+        let gate = self.gate();
+        // The outbox position first, then the request: the scan starts
+        // after both, so the keys recorded after the position are the only
+        // ones it may miss, and the adopting instances replay exactly those.
+        let watermark = self.outbox.watermark();
+        let Some(log) = self
+            .changes
+            .as_ref()
+            .filter(|_| self.leads_through_doorbell())
+        else {
+            return WarmRebuild::Build(gate.request_rebuild(), Some((watermark, 0)));
+        };
+        match log.try_lead().await {
+            Some(true) => {}
+            // One scan for every instance: the leader's.
+            Some(false) => {
+                log.counters.rebuilds_joined.fetch_add(1, Ordering::Relaxed);
+                return WarmRebuild::Adopt(log.epoch());
+            }
+            // Redis is not answering: rebuild here; the others keep their
+            // filters (complete through the outbox, stale only by deletes).
+            None => return WarmRebuild::Build(gate.request_rebuild(), None),
+        }
+        let at = self
+            .outbox
+            .max_seq()
+            .await
+            .ok()
+            .map(|covered| (watermark, covered));
+        WarmRebuild::Build(gate.request_rebuild(), at)
+    }
+
+    async fn finish_rebuild(
+        &self,
+        how: WarmRebuild,
+    ) -> Result<(Option<RebuildReport>, Option<u64>), AppError> {
+        match how {
+            WarmRebuild::Build(ticket, at) => {
+                let report = ticket.wait().await;
+                let epoch = match self.changes.as_ref() {
+                    Some(log) if self.leads_through_doorbell() => {
+                        let epoch = match (&report, at) {
+                            (Ok(_), Some(at)) => log.publish_built(self.gate(), at).await.ok(),
+                            // Could not note the position, or the build
+                            // failed: every instance rebuilds by itself.
+                            _ => {
+                                log.publish_rebuild().await;
+                                None
+                            }
+                        };
+                        log.release_lead().await;
+                        epoch
+                    }
+                    _ => match (&report, at, self.epoch_store()) {
+                        // Shared with the other instances, which adopt it
+                        // without a scan.
+                        (Ok(_), Some((at, _)), Some(_)) => match self.publish_epoch(at, true).await
+                        {
+                            Ok(epoch) => Some(epoch),
+                            Err(why) => {
+                                tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
+                                None
+                            }
+                        },
+                        _ => None,
+                    },
+                };
+                let report = report.map_err(|e| match e {
+                    RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
+                    other => AppError::Unavailable(other.to_string()),
+                })?;
+                Ok((Some(report), epoch))
+            }
+            WarmRebuild::Adopt(seen) => {
+                let epoch = match &self.changes {
+                    Some(log) => log.wait_epoch_after(seen).await,
+                    None => seen,
+                };
+                Ok((None, Some(epoch)))
+            }
+        }
+    }
+
+    /// Loads the first `limit` keys' rows into Redis and L1, a page at a
+    /// time: lease the page's Redis keys, read its rows, fill (leases live
+    /// for `LEASE_MS`: taken all at once, the first pages' had expired
+    /// before a large warm's fills reached them, which then wrote
+    /// nothing). Returns the rows read and what Redis did.
+    ///
+    /// # Errors
+    /// [`AppError::Unavailable`]: the source failed.
+    pub async fn warm_first(&self, limit: u64) -> Result<(u64, WarmOutcome), AppError> {
+        let source = &self.reader.store;
+        let (mut paged, mut rows) = (0u64, 0u64);
+        let mut after: Option<R::Key> = None;
+        let mut outcome = WarmOutcome::default();
+        while paged < limit {
+            let want = (limit - paged).min(WARM_CHUNK as u64) as usize;
+            let keys = source.page_keys(after.as_ref(), want).await?;
+            let Some(last) = keys.last().cloned() else {
+                break;
+            };
+            let start = self
+                .reader
+                .warm_start(&keys, outcome.redis_error.is_none())
+                .await;
+            // Exactly the keys leased: a row deleted meanwhile is simply
+            // not there; one inserted into the page holds no lease and
+            // fills L1 alone.
+            let found = source.page_rows(after.as_ref(), &keys).await?;
+            outcome.add(self.reader.warm(start, &found).await);
+            paged += keys.len() as u64;
+            rows += found.len() as u64;
+            after = Some(last);
+            if keys.len() < want {
+                break;
+            }
+        }
+        Ok((rows, outcome))
     }
 }

@@ -281,7 +281,7 @@ impl TestServer {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
-        self.state.reader.store.close().await;
+        self.state.skus.reader.store.close().await;
     }
 }
 
