@@ -426,9 +426,10 @@ impl<R: Guarded> Resource<R> {
 
     /// Publishes the filter from its snapshot, if one is configured and
     /// can be trusted (see [`crate::share::snapshot::Persist::restore`]).
-    /// Returns the outbox position it is complete up to; `None` when the
-    /// filter must be built from the source.
-    pub async fn restore(&self) -> Option<i64> {
+    /// Returns the outbox position it is complete up to and the rebuild
+    /// requests it covers; `None` when the filter must be built from the
+    /// source.
+    pub async fn restore(&self) -> Option<(i64, i64)> {
         let persist = self.persist.as_ref()?;
         if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
             // Rows its watch admitted after the last save are in no outbox
@@ -440,9 +441,9 @@ impl<R: Guarded> Resource<R> {
             .restore(self.gate(), &self.name, self.key_type())
             .await
         {
-            Ok((at, _)) => Some(at),
+            Ok(restored) => Some(restored),
             Err(why) => {
-                tracing::warn!(resource = %self.name, %why, "resource snapshot not used; scanning its source");
+                tracing::warn!(resource = %self.name, %why, "filter snapshot not used; scanning its source");
                 None
             }
         }
@@ -459,10 +460,7 @@ impl<R: Guarded> Resource<R> {
         snapshot_every: Duration,
     ) -> tokio::task::JoinHandle<()> {
         let gate = Arc::clone(self.gate());
-        gate.spawn_monitor(monitor_every);
-        if let Some(persist) = &self.persist {
-            persist.spawn_saver(&gate, snapshot_every, &self.background);
-        }
+        self.spawn_upkeep(Some(monitor_every), snapshot_every);
         if restored {
             // Restored or adopted, not scanned: rows written behind the
             // outbox's back are looked for in the background.
@@ -471,6 +469,17 @@ impl<R: Guarded> Resource<R> {
         }
         self.background
             .spawn(gate.build_until_ready(retry.0, retry.1))
+    }
+
+    /// Starts the filter's capacity monitor (every `monitor_every`, when
+    /// given) and, with a snapshot configured, its saver.
+    pub fn spawn_upkeep(&self, monitor_every: Option<Duration>, snapshot_every: Duration) {
+        if let Some(every) = monitor_every {
+            self.gate().spawn_monitor(every);
+        }
+        if let Some(persist) = &self.persist {
+            persist.spawn_saver(self.gate(), snapshot_every, &self.background);
+        }
     }
 
     /// Reads one key through the funnel (poll it to its end or drop it:

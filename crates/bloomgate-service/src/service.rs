@@ -1,0 +1,311 @@
+//! The service's life: [`prepare`] (seed, then every resource's filter
+//! from its snapshot, else a shared epoch, else a scan, and the change
+//! feed's followers), [`run`] (serve, drain, save the last snapshots, stop
+//! every background loop) and [`serve`], both from a configuration.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::http;
+use crate::state::{AppState, StartError};
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops
+/// accepting and drains in-flight requests for at most
+/// `http.shutdown_grace_secs`. After that it returns anyway; the requests
+/// still running end when the runtime shuts down (for `bloomgate serve`,
+/// when the process exits). Then it saves the last snapshot and ends every
+/// background loop of `state` through its one signal
+/// ([`tasks::Background::stop`]).
+///
+/// # Errors
+/// I/O errors from the listener.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let background = state.background.clone();
+    // Every filter's snapshot: the SKUs' and each resource's.
+    let persist: Vec<_> =
+        std::iter::once((state.skus.persist.clone(), Arc::clone(state.skus.gate())))
+            .chain(
+                state
+                    .resources
+                    .iter()
+                    .map(|r| (r.persist.clone(), Arc::clone(r.gate()))),
+            )
+            .filter_map(|(persist, gate)| Some((persist?, gate)))
+            .collect();
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    };
+    // The peer address is an extension on every request, which costs an
+    // allocation each: only the per-client rate limit needs it.
+    let served = http::serve(listener, state, signal);
+    let bound = async move {
+        if stopping_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = tokio::select! {
+        served = served => served,
+        () = bound => {
+            tracing::warn!(grace_secs = grace.as_secs(), "requests still in flight after the shutdown grace period; closing them");
+            Ok(())
+        }
+    };
+    // The last snapshots, so the next start needs no SQL scan.
+    for (persist, gate) in persist {
+        let path = persist.path().display().to_string();
+        match persist.save(&gate).await {
+            Ok(_) => tracing::info!(%path, "filter snapshot saved at shutdown"),
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "saving the filter snapshot at shutdown failed")
+            }
+        }
+    }
+    // Then every background loop, through the one signal.
+    if !background.stop(grace).await {
+        tracing::warn!(
+            still_running = background.running(),
+            "background tasks still running after the shutdown grace period"
+        );
+    }
+    result
+}
+
+/// Seeds an empty database with `config.seed_if_empty` catalogue SKUs and,
+/// when configured, starts building the filter in the background (reads
+/// fail open until it is ready; a failed build is retried with capped
+/// exponential backoff until it succeeds). Returns the build task, if any.
+///
+/// # Errors
+/// [`StartError::Store`].
+pub async fn prepare(
+    state: &AppState,
+    config: &Config,
+) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
+    let store = &state.skus.reader.store;
+    let mut seeded = false;
+    // Emptiness by `LIMIT 1`: a count of a large table could outlast
+    // any statement timeout.
+    if config.seed_if_empty > 0 && store.is_empty().await? {
+        seeded = true;
+        tracing::info!(
+            count = config.seed_if_empty,
+            "empty database: seeding the catalogue"
+        );
+        let inserted = store
+            .seed_range(1, config.seed_if_empty as i64, |_| {})
+            .await?;
+        tracing::info!(inserted, "catalogue seeded");
+        // The shared filter was filled from SQL when it was opened, before
+        // the seed: add the seeded ids (in redis mode it alone answers).
+        if let Some(shared) = &state.skus.reader.shared {
+            shared.fill().await;
+        }
+    }
+    let c = &config.cache;
+    state
+        .metrics
+        .spawn_upkeep(Duration::from_secs(5), &state.background);
+    let mut restored = false;
+    // Where the outbox follower starts: before the scan (or the snapshot's
+    // or epoch's own position), so every create after it is followed.
+    let outbox = &state.outbox;
+    let mut outbox_from = match outbox.start_position().await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "change outbox unreadable at start; following from its beginning");
+            0
+        }
+    };
+    // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
+    // a snapshot or an epoch covers those up to its own position.
+    let mut covered = outbox.max_seq().await.unwrap_or(0);
+    // The default resource's snapshot first, as every resource's.
+    if c.bloom_enabled {
+        if let Some((at, c)) = state.skus.restore().await {
+            restored = true;
+            outbox_from = at;
+            covered = c;
+        }
+    }
+    if let Some(changes) = &state.changes {
+        // No snapshot: another instance's filter in Redis, if one is there
+        // (not after seeding here: the seed is in no filter and no log).
+        if !restored && c.bloom_enabled && !seeded {
+            match changes
+                .adopt_latest(&state.skus.reader.gate, c.bloom_fpp)
+                .await
+            {
+                Ok((at, c)) => {
+                    restored = true;
+                    outbox_from = at;
+                    covered = c;
+                }
+                Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
+            }
+        }
+        // The doorbell, from the stream's end (read again by the follower
+        // once Redis answers, if it does not now).
+        let from = changes.last_id().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its end once it answers");
+            "$".to_string()
+        });
+        changes.spawn_follower(from, &state.skus.reader);
+    }
+    if restored {
+        // Not scanned: rows written behind the outbox's back are looked
+        // for in the background, never before readiness.
+        state.skus.reader.gate.verify_rows();
+    }
+    // A resource restored from its snapshot is complete up to the
+    // snapshot's outbox position: the follower starts at or before it, so
+    // every entry after it (one that commits late too) is applied.
+    let mut restored_resources = Vec::with_capacity(state.resources.len());
+    for r in &state.resources {
+        let at = if c.bloom_enabled {
+            // Its snapshot, else the newest shared rebuild, else a scan.
+            match r.restore().await {
+                Some((at, _)) => Some(at),
+                None => r.adopt_latest().await,
+            }
+        } else {
+            None
+        };
+        if let Some(at) = at {
+            outbox_from = outbox_from.min(at);
+        }
+        restored_resources.push(at.is_some());
+    }
+    outbox.spawn_follower(outbox_from, covered, &state.skus.reader);
+    // Resources build from their sources after the follower's start
+    // position is fixed, so every key recorded after it is followed.
+    // They build at start whatever `bloom_build_on_start` says (it holds
+    // back the SKU build only).
+    if c.bloom_enabled {
+        let retry = (
+            Duration::from_millis(c.bloom_retry_min_ms),
+            Duration::from_millis(c.bloom_retry_max_ms),
+        );
+        for (r, restored) in state.resources.iter().zip(restored_resources) {
+            let build = r.start(
+                retry,
+                Duration::from_millis(c.bloom_monitor_ms),
+                restored,
+                Duration::from_secs(c.bloom_snapshot_every_secs),
+            );
+            r.start_watch();
+            if restored {
+                continue;
+            }
+            // A scan's filter, kept for the next instances to adopt (the
+            // follower's start, fixed before the scan, is its position).
+            let (r, at) = (Arc::clone(r), outbox_from);
+            state.background.spawn(async move {
+                if build.await.is_ok() {
+                    if let Err(why) = r.publish_epoch(at, false).await {
+                        tracing::debug!(resource = %r.name, %why, "start-up filter not stored in Redis");
+                    }
+                }
+            });
+        }
+    }
+    state.skus.spawn_upkeep(
+        c.bloom_enabled
+            .then(|| Duration::from_millis(c.bloom_monitor_ms)),
+        Duration::from_secs(c.bloom_snapshot_every_secs),
+    );
+    if c.bloom_enabled && c.bloom_build_on_start && !restored {
+        let gate = Arc::clone(&state.skus.reader.gate);
+        let (min, max) = (
+            Duration::from_millis(c.bloom_retry_min_ms),
+            Duration::from_millis(c.bloom_retry_max_ms),
+        );
+        let share = state.changes.clone();
+        return Ok(Some(state.background.spawn(async move {
+            Arc::clone(&gate).build_until_ready(min, max).await;
+            // The first instance's build, kept for the next ones to adopt.
+            if let Some(log) = share {
+                log.publish_first(&gate, (outbox_from, covered), seeded)
+                    .await;
+            }
+        })));
+    }
+    Ok(None)
+}
+
+/// Starts the whole service from a configuration: connect, seed if empty,
+/// build the filter in the background, listen, serve until `shutdown`.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let state = AppState::connect(&config).await?;
+    prepare(&state, &config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    tracing::info!(addr = %config.listen, "listening");
+    run(listener, state.clone(), shutdown)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    state.skus.reader.store.close().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed by this call,
+/// not when the future is first polled, so a signal that arrives while the
+/// service is still starting (after it listens, before `run` polls the
+/// future) is not lost to the default action. Call it within a Tokio
+/// runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let (int, term) = signals;
+            tokio::select! {
+                () = wait(int) => {},
+                () = wait(term) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
+    }
+}
