@@ -279,6 +279,56 @@ pub fn filter_bytes(layout: BloomLayout, n: u64, p: f64) -> bloomgate_filter::Re
     })
 }
 
+/// Checks one filter's settings, the same for `[cache]` (the default
+/// resource) and each `[[resources]]` entry: the rate in range, at least
+/// one item, a size the service can allocate, and (when set) a Redis
+/// segment size. `key` spells a field's full key.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the field.
+pub fn check_filter(
+    key: &dyn Fn(&str) -> String,
+    layout: BloomLayout,
+    expected: u64,
+    fpp: f64,
+    segment_bytes: Option<u64>,
+) -> Result<(), ConfigError> {
+    let invalid = |field: &str, message: String| invalid(&key(field), message);
+    if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&fpp) {
+        return Err(invalid(
+            "bloom_fpp",
+            format!("must be between {MIN_BLOOM_FPP:e} and {MAX_BLOOM_FPP} (inclusive), got {fpp}"),
+        ));
+    }
+    if expected == 0 {
+        return Err(invalid("bloom_expected", "must be at least 1".into()));
+    }
+    // The rebuild sizes for at least `bloom_expected`: check now that
+    // sizing can serve it, rather than failing every build later.
+    let bytes = filter_bytes(layout, expected, fpp)
+        .map_err(|e| invalid("bloom_expected", format!("with bloom_fpp = {fpp}: {e}")))?;
+    if bytes > MAX_FILTER_BYTES {
+        return Err(invalid(
+            "bloom_expected",
+            format!(
+                "{expected} items at bloom_fpp = {fpp} need a {bytes}-byte filter; the limit is {MAX_FILTER_BYTES} bytes (4 GiB)"
+            ),
+        ));
+    }
+    if let Some(bytes) = segment_bytes {
+        if bytes == 0 || !bytes.is_multiple_of(64) || bytes > bloomgate_redis::MAX_SEGMENT_BYTES {
+            return Err(invalid(
+                "bloom_segment_bytes",
+                format!(
+                    "must be a multiple of 64 up to {} (Redis's largest string), got {bytes}",
+                    bloomgate_redis::MAX_SEGMENT_BYTES
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The `cache.*` table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

@@ -434,3 +434,40 @@ fn a_resource_in_strict_mode_needs_redis() {
     let e = Config::load_from(Some(f.path()), env(&[])).unwrap_err();
     assert_eq!(key_of(e), "resources[0].bloom_segment_bytes");
 }
+
+/// `[cache]` (the default resource) and each `[[resources]]` entry share
+/// one filter check: the same refusals, the same words, each naming its
+/// own key.
+#[test]
+fn a_resources_filter_is_checked_as_the_default_resources_is() {
+    let resource = |line: &str| {
+        toml_file(&format!(
+            "[[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\n{line}\n"
+        ))
+    };
+    let cache = |line: &str| toml_file(&format!("[cache]\n{line}\n"));
+    for (line, field) in [
+        ("bloom_fpp = 0.9", "bloom_fpp"),
+        ("bloom_fpp = 1e-12", "bloom_fpp"),
+        ("bloom_expected = 0", "bloom_expected"),
+        ("bloom_expected = 4000000000000", "bloom_expected"),
+        ("bloom_segment_bytes = 100", "bloom_segment_bytes"),
+    ] {
+        let of_resource = Config::load_from(Some(resource(line).path()), env(&[])).unwrap_err();
+        let of_cache = Config::load_from(Some(cache(line).path()), env(&[])).unwrap_err();
+        let (text_r, text_c) = (of_resource.to_string(), of_cache.to_string());
+        assert_eq!(
+            key_of(of_resource),
+            format!("resources[0].{field}"),
+            "{line}"
+        );
+        assert_eq!(key_of(of_cache), format!("cache.{field}"), "{line}");
+        let words = |t: &str| t.split_once(": ").map(|(_, w)| w.to_owned());
+        assert!(words(&text_r).is_some(), "{text_r}");
+        assert_eq!(
+            words(&text_r),
+            words(&text_c),
+            "{line}: {text_r} / {text_c}"
+        );
+    }
+}

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::BloomLayout;
-use super::{ConfigError, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP};
+use super::ConfigError;
 
 /// How a resource's keys are spelled (`key_type` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -178,31 +178,13 @@ impl ResourceConfig {
                 ),
             ));
         }
-        if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&self.bloom_fpp) {
-            return Err(invalid(
-                key("bloom_fpp"),
-                format!(
-                    "must be between {MIN_BLOOM_FPP:e} and {MAX_BLOOM_FPP} (inclusive), got {}",
-                    self.bloom_fpp
-                ),
-            ));
-        }
-        if self.bloom_expected == 0 {
-            return Err(invalid(key("bloom_expected"), "must be at least 1"));
-        }
-        let bytes = super::filter_bytes(self.bloom_layout, self.bloom_expected, self.bloom_fpp)
-            .map_err(|e| {
-                invalid(
-                    key("bloom_expected"),
-                    format!("with bloom_fpp = {}: {e}", self.bloom_fpp),
-                )
-            })?;
-        if bytes > MAX_FILTER_BYTES {
-            return Err(invalid(
-                key("bloom_expected"),
-                format!("needs a {bytes}-byte filter; the limit is {MAX_FILTER_BYTES} bytes"),
-            ));
-        }
+        super::check_filter(
+            &key,
+            self.bloom_layout,
+            self.bloom_expected,
+            self.bloom_fpp,
+            self.bloom_segment_bytes,
+        )?;
         if !(1..=MAX_BATCH_LIMIT).contains(&self.max_batch_keys) {
             return Err(invalid(
                 key("max_batch_keys"),
@@ -211,18 +193,6 @@ impl ResourceConfig {
                     self.max_batch_keys
                 ),
             ));
-        }
-        if let Some(bytes) = self.bloom_segment_bytes {
-            if bytes == 0 || !bytes.is_multiple_of(64) || bytes > bloomgate_redis::MAX_SEGMENT_BYTES
-            {
-                return Err(invalid(
-                    key("bloom_segment_bytes"),
-                    format!(
-                        "must be a multiple of 64 up to {} (Redis's largest string), got {bytes}",
-                        bloomgate_redis::MAX_SEGMENT_BYTES
-                    ),
-                ));
-            }
         }
         if self.watch_every_ms < 10 {
             return Err(invalid(key("watch_every_ms"), "must be at least 10"));

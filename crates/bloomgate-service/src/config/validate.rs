@@ -67,52 +67,17 @@ impl Config {
                 ));
             }
         }
-        if c.bloom_segment_bytes == 0
-            || !c.bloom_segment_bytes.is_multiple_of(64)
-            || c.bloom_segment_bytes > bloomgate_redis::MAX_SEGMENT_BYTES
-        {
-            return Err(invalid(
-                "cache.bloom_segment_bytes",
-                format!(
-                    "must be a multiple of 64 up to {} (Redis's largest string), got {}",
-                    bloomgate_redis::MAX_SEGMENT_BYTES,
-                    c.bloom_segment_bytes
-                ),
-            ));
-        }
+        check_filter(
+            &|field| format!("cache.{field}"),
+            c.bloom_layout,
+            c.bloom_expected,
+            c.bloom_fpp,
+            Some(c.bloom_segment_bytes),
+        )?;
         if c.bloom_mode != BloomMode::Local && c.redis_prefix.contains(['{', '}']) {
             return Err(invalid(
                 "cache.redis_prefix",
                 "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
-            ));
-        }
-        if !(MIN_BLOOM_FPP..=MAX_BLOOM_FPP).contains(&c.bloom_fpp) {
-            return Err(invalid(
-                "cache.bloom_fpp",
-                format!(
-                    "must be between {MIN_BLOOM_FPP:e} and {MAX_BLOOM_FPP} (inclusive), got {}",
-                    c.bloom_fpp
-                ),
-            ));
-        }
-        if c.bloom_expected == 0 {
-            return Err(invalid("cache.bloom_expected", "must be at least 1"));
-        }
-        // The rebuild sizes for at least `bloom_expected`: check now that
-        // sizing can serve it, rather than failing every build later.
-        let bytes = filter_bytes(c.bloom_layout, c.bloom_expected, c.bloom_fpp).map_err(|e| {
-            invalid(
-                "cache.bloom_expected",
-                format!("with bloom_fpp = {}: {e}", c.bloom_fpp),
-            )
-        })?;
-        if bytes > MAX_FILTER_BYTES {
-            return Err(invalid(
-                "cache.bloom_expected",
-                format!(
-                    "{} items at bloom_fpp = {} need a {bytes}-byte filter; the limit is {MAX_FILTER_BYTES} bytes (4 GiB)",
-                    c.bloom_expected, c.bloom_fpp
-                ),
             ));
         }
         if c.bloom_retry_min_ms == 0 || c.bloom_retry_max_ms < c.bloom_retry_min_ms {
