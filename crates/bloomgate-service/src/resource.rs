@@ -41,9 +41,6 @@ pub use warm::WarmReport;
 /// otherwise (the SKUs' limit).
 pub const MAX_BATCH_KEYS: usize = 1000;
 
-/// A resource's funnel.
-pub type ResourceReader = ShieldedReader<SourceRows>;
-
 /// How a resource's filter is sized and its calls bounded.
 #[derive(Debug, Clone)]
 pub struct ResourceOptions {
@@ -165,7 +162,7 @@ pub struct Resource<R: Guarded = SourceRows> {
     /// The outbox (replays after a snapshot or an epoch).
     outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
-    pub rebuild_after_deletes: u64,
+    rebuild_after_deletes: u64,
     store: SkuStore,
     changes: Option<crate::feed::doorbell::Doorbell>,
     background: crate::tasks::Background,
@@ -385,7 +382,10 @@ impl<R: Guarded> Resource<R> {
             background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
         });
-        r.follow_epochs();
+        if !r.leads_through_doorbell() {
+            // The default resource's epochs are announced on the doorbell.
+            r.follow_epochs();
+        }
         // Deletes other programs' writes recorded (capture triggers) count
         // as the calls' do (weakly held: the owners decide when it ends).
         let weak = Arc::downgrade(&r);

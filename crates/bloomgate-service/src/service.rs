@@ -17,7 +17,7 @@ use crate::state::{AppState, StartError};
 /// still running end when the runtime shuts down (for `bloomgate serve`,
 /// when the process exits). Then it saves the last snapshot and ends every
 /// background loop of `state` through its one signal
-/// ([`tasks::Background::stop`]).
+/// ([`crate::tasks::Background::stop`]).
 ///
 /// # Errors
 /// I/O errors from the listener.

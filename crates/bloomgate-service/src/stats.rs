@@ -145,7 +145,7 @@ fn skus(state: &AppState, bloom: Value) -> Value {
     if let Some(log) = &state.changes {
         let c = &log.counters;
         v["epochs"] = json!({
-            "published": c.rebuilds_led.load(Ordering::Relaxed),
+            "published": c.epochs_stored.load(Ordering::Relaxed),
             "adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
             "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
             "held": log.epoch(),

@@ -68,6 +68,9 @@ pub struct DoorbellCounters {
     pub rebuilds_joined: AtomicU64,
     /// Epochs that could not be adopted (a local rebuild ran instead).
     pub adopt_failures: AtomicU64,
+    /// Epochs this instance stored: the start-up filter kept for the next
+    /// instances, and every rebuild it led.
+    pub epochs_stored: AtomicU64,
 }
 
 /// The doorbell stream shared by the instances. Cheap to clone.

@@ -61,9 +61,11 @@ impl JsonKeys for SkuStore {
     fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<i64, AppError> {
         match Key::from_json(crate::key::KeyType::Int, v) {
             Ok(Key::Int(id)) if id > 0 => Ok(id),
-            _ => Err(AppError::BadRequest(format!(
-                "keys[{i}]: a SKU id is a positive 64-bit integer, got {v}"
+            Ok(k) => Err(AppError::BadRequest(format!(
+                "keys[{i}]: a SKU id is a positive 64-bit integer, got {k}"
             ))),
+            // Its own words, with the value clipped.
+            Err(e) => Err(AppError::BadRequest(format!("keys[{i}]: {e}"))),
         }
     }
 

@@ -41,7 +41,8 @@ pub fn router(state: AppState) -> App {
         // reads "warm" as an id: a 400, as for `/api/skus/abc`).
         .route(
             "/api/skus/warm",
-            get(|s| sku_detail(s, axum::extract::Path("warm".to_owned()))).post(warm),
+            get(|s| sku_detail(s, axum::extract::Path("warm".to_owned())))
+                .post(crate::http::routes::sku_warm),
         )
         .route("/api/skus", post(create_sku))
         .route(crate::paths::SKU_ROUTE, put(update_sku).delete(delete_sku))

@@ -189,8 +189,27 @@ pub async fn warm(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, AppError> {
-    authorize(state.admin_token.as_deref(), &headers, "/api/cache/warm")?;
-    let req = WarmRequest::parse(&headers, &body)?;
+    warm_skus(&state, &headers, &body, "/api/cache/warm").await
+}
+
+/// `POST /api/skus/warm`: the default resource's warm, as every resource
+/// has one; the same call and answer as `POST /api/cache/warm`.
+pub async fn sku_warm(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, AppError> {
+    warm_skus(&state, &headers, &body, "/api/skus/warm").await
+}
+
+async fn warm_skus(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &Bytes,
+    route: &str,
+) -> Result<Json<crate::resource::WarmReport>, AppError> {
+    authorize(state.admin_token.as_deref(), headers, route)?;
+    let req = WarmRequest::parse(headers, body)?;
     Ok(Json(state.skus.warm(req.limit, req.rebuild_bloom).await?))
 }
 

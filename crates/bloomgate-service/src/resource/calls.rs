@@ -77,7 +77,6 @@ impl<R: Guarded> Resource<R> {
         self.counters
             .keys_added
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        self.ring().await;
         Ok(())
     }
 
@@ -120,7 +119,6 @@ impl<R: Guarded> Resource<R> {
         self.counters
             .invalidated
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
-        self.ring().await;
         Ok(())
     }
 
@@ -132,15 +130,14 @@ impl<R: Guarded> Resource<R> {
             .map_err(|e| {
                 tracing::warn!(resource = %self.name, error = %e, "recording keys in the outbox failed");
                 AppError::Unavailable(e.to_string())
-            })
-    }
-
-    /// Rings the others in the background: the outbox holds the entries
-    /// already, so the caller need not wait for Redis.
-    async fn ring(&self) {
+            })?;
+        // Recorded: ring the others at once, whatever else fails (they
+        // apply the entries), without waiting for Redis (the outbox holds
+        // them already).
         if let Some(log) = self.changes.clone() {
             tokio::spawn(async move { log.ring().await });
         }
+        Ok(())
     }
 
     /// The filter's answer for each key: false only where it says "no"

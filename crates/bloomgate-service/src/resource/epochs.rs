@@ -8,6 +8,9 @@
 //!
 //! A resource with a `watch_column` keeps its own builds: rows its watch
 //! admitted are in no outbox entry, so an epoch's replay could not add them.
+//! The default resource `skus` stores and announces none here: its epochs
+//! are led through the doorbell ([`crate::feed::doorbell::Doorbell`],
+//! `{prefix}bloom:epoch`), as seed 000's instances share them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! Seed 000's warm for every resource (`POST /api/{name}/warm`, and
-//! `/api/cache/warm` for the SKUs): its first `limit` keys, a page at a
+//! Seed 000's warm for every resource (`POST /api/{name}/warm`; for the
+//! SKUs `/api/skus/warm` and seed 000's `/api/cache/warm`): its first `limit` keys, a page at a
 //! time, into Redis and L1 under the same leases as a read; with
 //! `rebuild_bloom`, a rebuild of its filter from the source, waited for
 //! and shared with the other instances.

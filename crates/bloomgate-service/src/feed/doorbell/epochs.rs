@@ -206,6 +206,7 @@ impl Doorbell {
                 ],
             )
             .await?;
+        self.counters.epochs_stored.fetch_add(1, Ordering::Relaxed);
         if !announce {
             return Ok(epoch);
         }
