@@ -372,6 +372,14 @@ pub struct CacheConfig {
     /// `none` or `triggers`: how writes other programs make to the SKU
     /// table reach every instance (see [`Capture`]).
     pub capture: Capture,
+    /// A column of the SKU table (an auto-increment id, a creation time)
+    /// read every `watch_every_ms`: rows other programs insert are admitted
+    /// without a `keys` call, as a resource's `watch_column` does. A
+    /// watched table keeps its own rebuilds (it restores no snapshot and
+    /// adopts no epoch). `capture = "triggers"` is exact; this is not.
+    pub watch_column: Option<String>,
+    /// How often the watch column is read, ms.
+    pub watch_every_ms: u64,
     /// Entries in the in-process L1 cache.
     pub l1_capacity: u64,
     /// L1 lifetime of a found SKU, seconds.
@@ -437,6 +445,8 @@ impl Default for CacheConfig {
             bloom_mode: BloomMode::Local,
             bloom_segment_bytes: bloomgate_redis::DEFAULT_SEGMENT_BYTES,
             capture: Capture::None,
+            watch_column: None,
+            watch_every_ms: 1000,
             l1_capacity: 100_000,
             l1_ttl_secs: 30,
             l1_negative_ttl_secs: 5,

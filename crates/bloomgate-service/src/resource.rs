@@ -177,9 +177,12 @@ impl Resource<SkuStore> {
     ///
     /// # Errors
     /// The shared filter of `strict` or `redis` mode could not be opened.
+    /// `table`: the SKU table as a configured one, for
+    /// `cache.watch_column`'s watch.
     pub async fn skus(
         shared: &Shared,
         rebuild_seconds: ::metrics::Histogram,
+        table: Option<SqlTable>,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
         let options = ResourceOptions {
@@ -200,16 +203,25 @@ impl Resource<SkuStore> {
         };
         let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
-        Self::assemble(
+        let r = Self::assemble(
             crate::store::SKU_RESOURCE,
             shared.store.clone(),
             gate,
-            None,
+            table,
             &options,
             &place,
             shared,
         )
-        .await
+        .await?;
+        if c.watch_column.is_some() {
+            r.set_watch_every(Duration::from_millis(c.watch_every_ms));
+            // Rows its watch admits are in no outbox entry: it keeps its
+            // own rebuilds, as a watched resource does.
+            if let Some(log) = &shared.changes {
+                log.keep_own_builds();
+            }
+        }
+        Ok(r)
     }
 }
 
@@ -266,23 +278,6 @@ impl Resource<SourceRows> {
         let rows = SourceRows(source);
         let gate = Gate::new(gate_config(c, options), rows.key_scan()).with_name(name);
         Self::assemble(name, rows, gate, table, options, &place, shared).await
-    }
-
-    /// Reads the SQL table's watch column every `every` once started.
-    pub fn set_watch_every(&self, every: Duration) {
-        self.watch_every_ms
-            .store(every.as_millis() as u64, Ordering::Relaxed);
-    }
-
-    /// Starts the watch of the SQL table's watch column, if it has one.
-    pub fn start_watch(self: &Arc<Self>) {
-        let every = self.watch_every_ms.load(Ordering::Relaxed);
-        if every > 0 && self.table.is_some() {
-            self.background.spawn(watch::watch(
-                Arc::downgrade(self),
-                Duration::from_millis(every),
-            ));
-        }
     }
 }
 
@@ -411,11 +406,37 @@ impl<R: Guarded> Resource<R> {
         self.reader.store.key_type()
     }
 
+    /// Reads the SQL table's watch column every `every` once started.
+    pub fn set_watch_every(&self, every: Duration) {
+        self.watch_every_ms
+            .store(every.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether a watch column admits rows here (a watched table keeps its
+    /// own rebuilds: it neither restores nor adopts a filter).
+    #[must_use]
+    pub fn is_watched(&self) -> bool {
+        self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some()
+    }
+
+    /// Starts the watch of the SQL table's watch column, if it has one.
+    pub fn start_watch(self: &Arc<Self>) {
+        let every = self.watch_every_ms.load(Ordering::Relaxed);
+        if self.is_watched() {
+            self.background.spawn(watch::watch(
+                Arc::downgrade(self),
+                Duration::from_millis(every),
+            ));
+        }
+    }
+
     /// Whether its shared rebuilds are led through the doorbell (the
     /// default resource's: one leader scans, the others adopt its epoch)
     /// rather than announced in the outbox (every other resource's).
     fn leads_through_doorbell(&self) -> bool {
-        &*self.name == crate::store::SKU_RESOURCE && self.epoch_counter.is_none()
+        &*self.name == crate::store::SKU_RESOURCE
+            && self.epoch_counter.is_none()
+            && !self.is_watched()
     }
 
     /// The filter.
@@ -431,7 +452,7 @@ impl<R: Guarded> Resource<R> {
     /// source.
     pub async fn restore(&self) -> Option<(i64, i64)> {
         let persist = self.persist.as_ref()?;
-        if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
+        if self.is_watched() {
             // Rows its watch admitted after the last save are in no outbox
             // entry a replay could add: a watched table scans at start.
             tracing::info!(resource = %self.name, "a watched table scans at start; its snapshot is not used");

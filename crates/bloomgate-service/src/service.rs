@@ -141,7 +141,7 @@ pub async fn prepare(
     if let Some(changes) = &state.changes {
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
-        if !restored && c.bloom_enabled && !seeded {
+        if !restored && c.bloom_enabled && !seeded && !state.skus.is_watched() {
             match changes
                 .adopt_latest(&state.skus.reader.gate, c.bloom_fpp)
                 .await
@@ -224,13 +224,18 @@ pub async fn prepare(
             .then(|| Duration::from_millis(c.bloom_monitor_ms)),
         Duration::from_secs(c.bloom_snapshot_every_secs),
     );
+    if c.bloom_enabled {
+        state.skus.start_watch();
+    }
     if c.bloom_enabled && c.bloom_build_on_start && !restored {
         let gate = Arc::clone(&state.skus.reader.gate);
         let (min, max) = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
         );
-        let share = state.changes.clone();
+        // A watched table's filter holds what its watch admitted, which no
+        // other instance could replay: it is not kept for them.
+        let share = state.changes.clone().filter(|_| !state.skus.is_watched());
         return Ok(Some(state.background.spawn(async move {
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.

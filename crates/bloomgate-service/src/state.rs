@@ -144,6 +144,19 @@ impl AppState {
         crate::feed::capture::check_before_migrate(&store, &captured).await??;
         store.migrate().await?;
         crate::feed::capture::install_missing(&store, &captured).await?;
+        // The SKU table exists now: its watch column is checked as a
+        // configured table's is.
+        let sku_table = match &config.cache.watch_column {
+            Some(_) => Some(
+                crate::store::table::SqlTable::open_as(
+                    &store,
+                    &crate::config::resources::ResourceConfig::skus(&config.cache),
+                    &|f| format!("cache.{f}"),
+                )
+                .await??,
+            ),
+            None => None,
+        };
         let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         outbox.set_captured(captured.into_iter().map(|c| c.target).collect());
@@ -194,7 +207,7 @@ impl AppState {
             cache: c.clone(),
             background: background.clone(),
         };
-        let skus = Resource::skus(&shared, metrics.rebuild_histogram()).await?;
+        let skus = Resource::skus(&shared, metrics.rebuild_histogram(), sku_table).await?;
         Self {
             skus,
             admin_token: config.admin_token.as_deref().map(Arc::from),

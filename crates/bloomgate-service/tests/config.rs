@@ -102,6 +102,14 @@ fn invalid_values_name_the_key() {
         ),
         (&[("BLOOMGATE_CACHE__BLOOM_TYPO", "1")], "cache"),
         (
+            &[("BLOOMGATE_CACHE__WATCH_COLUMN", "id; DROP TABLE skus")],
+            "cache.watch_column",
+        ),
+        (
+            &[("BLOOMGATE_CACHE__WATCH_EVERY_MS", "5")],
+            "cache.watch_every_ms",
+        ),
+        (
             &[("BLOOMGATE_CACHE__BLOOM_SEGMENT_BYTES", "1000")],
             "cache.bloom_segment_bytes",
         ),

@@ -1866,3 +1866,104 @@ async fn a_resource_past_capacity_raises_its_alarm_and_rebuilds() {
     );
     s.stop().await;
 }
+
+/// The SKU table has the watch every resource has (`cache.watch_column`):
+/// a row another program inserts with a plain SQL connection, and names
+/// to nobody, is admitted on every watching instance without a call; an
+/// instance without the watch still refuses it (so the watch is what
+/// admitted it). A watched table keeps its own rebuilds: it stores no
+/// start-up epoch, adopts none, and its warm's rebuild shares none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sku_table_has_a_watch_column_too() {
+    let Some(url) = common::mysql_database("sku_watch").await else {
+        return;
+    };
+    let redis = common::redis_url().await;
+    if let Some(r) = &redis {
+        common::redis_clear(r, "bgtest:sku-watch:").await;
+    }
+    let watched = || {
+        let mut c = common::config(&url, redis.as_deref(), "sku-watch");
+        c.cache.watch_column = Some("id".into());
+        c.cache.watch_every_ms = 50;
+        c
+    };
+    // A column the table lacks stops the start, naming the key.
+    let mut bad = watched();
+    bad.cache.watch_column = Some("nope".into());
+    let err = bloomgate_service::AppState::connect(&bad)
+        .await
+        .expect_err("no such column")
+        .to_string();
+    assert!(
+        err.contains("cache.watch_column") && err.contains("nope"),
+        "{err}"
+    );
+    let a = TestServer::start(watched(), 100).await;
+    let b = TestServer::start(watched(), 0).await;
+    let plain = TestServer::start(common::config(&url, redis.as_deref(), "sku-watch"), 0).await;
+    let absent = (1_000..1_000_000i64)
+        .find(|&id| {
+            [&a, &b, &plain]
+                .iter()
+                .all(|s| s.state.skus.reader.gate.probe(id) == Verdict::Reject)
+        })
+        .unwrap();
+    let path = format!("/api/seckill/{absent}");
+    assert_eq!(a.get(&path).await.0, 404);
+    exec(
+        &url,
+        &[format!(
+            "INSERT INTO skus (id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at) \
+             VALUES ({absent}, 'inserted elsewhere', 100, 50, 7, 0, 0, 0)"
+        )],
+    )
+    .await;
+    for s in [&a, &b] {
+        eventually(5, "the watch admits the row", || async {
+            s.get(&path).await.0 == 200
+        })
+        .await;
+        let stats = s.stats().await;
+        assert!(
+            stats["resources"]["skus"]["calls"]["watched"].as_u64() >= Some(1),
+            "{}",
+            stats["resources"]["skus"]
+        );
+    }
+    assert_eq!(
+        plain.get(&path).await.0,
+        404,
+        "without the watch nobody told this instance"
+    );
+    let (status, warm) = a
+        .send(
+            Method::POST,
+            "/api/skus/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{warm}");
+    assert!(
+        warm["epoch"].is_null(),
+        "a watched table shares no rebuild: {warm}"
+    );
+    assert_eq!(a.get(&path).await.0, 200, "the rebuild scanned the row");
+    if redis.is_some() {
+        for s in [&a, &b] {
+            let stats = s.stats().await;
+            assert_eq!(
+                (
+                    stats["resources"]["skus"]["epochs"]["published"].as_u64(),
+                    stats["changes"]["rebuilds_adopted"].as_u64()
+                ),
+                (Some(0), Some(0)),
+                "{}",
+                stats["resources"]["skus"]
+            );
+        }
+    }
+    for s in [a, b, plain] {
+        s.stop().await;
+    }
+}

@@ -201,6 +201,33 @@ impl ResourceConfig {
     }
 }
 
+impl ResourceConfig {
+    /// The SKU table as a configured table (`cache.watch_column`'s): the
+    /// catalogue checks and the watch of any table.
+    #[must_use]
+    pub fn skus(c: &super::CacheConfig) -> Self {
+        Self {
+            name: "skus".into(),
+            table: "skus".into(),
+            key: "id".into(),
+            key_type: KeyType::Int,
+            columns: Vec::new(),
+            bloom_expected: c.bloom_expected,
+            bloom_fpp: c.bloom_fpp,
+            bloom_layout: c.bloom_layout,
+            max_batch_keys: default_max_batch(),
+            watch_column: c.watch_column.clone(),
+            watch_every_ms: c.watch_every_ms,
+            bloom_snapshot_path: None,
+            bloom_mode: None,
+            bloom_auto_rebuild: None,
+            bloom_segment_bytes: None,
+            bloom_rebuild_after_deletes: None,
+            capture: super::Capture::None,
+        }
+    }
+}
+
 /// Checks a resource's name: a lower-case identifier, not reserved.
 ///
 /// # Errors

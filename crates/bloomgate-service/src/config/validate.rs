@@ -80,6 +80,20 @@ impl Config {
                 "strict and redis modes name the shared filter's segments after the prefix, so that a Redis Cluster spreads them: the prefix may not hold braces",
             ));
         }
+        if let Some(w) = &c.watch_column {
+            if !resources::is_identifier(w) {
+                return Err(invalid(
+                    "cache.watch_column",
+                    format!(
+                        "must be a plain SQL identifier (letters, digits, _), got {:?}",
+                        super::text::clip(w)
+                    ),
+                ));
+            }
+        }
+        if c.watch_every_ms < 10 {
+            return Err(invalid("cache.watch_every_ms", "must be at least 10"));
+        }
         if c.bloom_retry_min_ms == 0 || c.bloom_retry_max_ms < c.bloom_retry_min_ms {
             return Err(invalid(
                 "cache.bloom_retry_max_ms",

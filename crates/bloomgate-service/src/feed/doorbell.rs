@@ -92,6 +92,9 @@ pub struct Doorbell {
     outbox: crate::feed::outbox::Outbox,
     /// Counters, shared by clones.
     pub counters: Arc<DoorbellCounters>,
+    /// The SKU table is watched here: another instance's epoch lacks the
+    /// rows this instance's watch admitted, so it rebuilds instead.
+    own_builds: Arc<std::sync::atomic::AtomicBool>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
@@ -133,8 +136,21 @@ impl Doorbell {
             epoch: Arc::new(watch::channel(0).0),
             outbox,
             counters: Arc::default(),
+            own_builds: Arc::default(),
             background: crate::tasks::Background::new(),
         })
+    }
+
+    /// The SKU table keeps its own rebuilds here (it is watched): another
+    /// instance's announced epoch is answered by a rebuild from SQL.
+    pub fn keep_own_builds(&self) {
+        self.own_builds.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Doorbell::keep_own_builds`] was called.
+    #[must_use]
+    pub fn keeps_own_builds(&self) -> bool {
+        self.own_builds.load(Ordering::Relaxed)
     }
 
     /// Ends the follower at `bg`'s signal.

@@ -55,7 +55,7 @@ impl<R: Guarded> Resource<R> {
     /// The doorbell and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
     pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::Doorbell, &str)> {
-        if self.watch_every_ms.load(Ordering::Relaxed) > 0 && self.table.is_some() {
+        if self.is_watched() {
             return None;
         }
         Some((self.changes.as_ref()?, self.epoch_counter.as_deref()?))

@@ -5,8 +5,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::Resource;
-use crate::key::Key;
+use super::{Guarded, Resource};
 use crate::store::table::WatchValue;
 
 /// Rows read per watch statement.
@@ -21,9 +20,9 @@ const WATCH_LAG_POLLS: usize = 5;
 /// recent polls are also dropped from Redis and L1 (a "not found" may be
 /// cached from before the row existed, even where the filter already
 /// said "maybe").
-pub(super) async fn watch(resource: std::sync::Weak<Resource>, every: Duration) {
+pub(super) async fn watch<R: Guarded>(resource: std::sync::Weak<Resource<R>>, every: Duration) {
     let mut maxima: VecDeque<Option<WatchValue>> = VecDeque::new();
-    let mut recent: VecDeque<HashSet<Key>> = VecDeque::new();
+    let mut recent: VecDeque<HashSet<R::Key>> = VecDeque::new();
     let mut high: Option<WatchValue> = None;
     let mut started = false;
     loop {
@@ -55,6 +54,12 @@ pub(super) async fn watch(resource: std::sync::Weak<Resource>, every: Duration) 
                 };
                 let mut fresh = Vec::new();
                 for (key, value) in &page {
+                    // The table's key as the resource spells it (a SKU id
+                    // is an integer column: it always is one).
+                    let Ok(key) = r.reader.store.parse_key(&key.to_string()) else {
+                        continue;
+                    };
+                    let key = &key;
                     r.reader.gate.learn(key);
                     if !recent.iter().any(|s| s.contains(key)) && seen.insert(key.clone()) {
                         fresh.push(key.clone());

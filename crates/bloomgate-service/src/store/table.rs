@@ -162,7 +162,18 @@ impl SqlTable {
         config: &ResourceConfig,
         index: usize,
     ) -> Result<Result<Self, ConfigError>, StoreError> {
-        let key = |f: &str| ResourceConfig::key_of(index, f);
+        Self::open_as(store, config, &|f| ResourceConfig::key_of(index, f)).await
+    }
+
+    /// [`SqlTable::open`], its errors naming `key(field)`.
+    ///
+    /// # Errors
+    /// As [`SqlTable::open`].
+    pub async fn open_as(
+        store: &SkuStore,
+        config: &ResourceConfig,
+        key: &(dyn Fn(&str) -> String + Sync),
+    ) -> Result<Result<Self, ConfigError>, StoreError> {
         let bad = |field: &str, message: String| {
             Ok(Err(ConfigError::Invalid {
                 key: key(field),

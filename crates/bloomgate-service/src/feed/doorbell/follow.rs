@@ -111,7 +111,11 @@ impl Doorbell {
                                     let outbox_at = entry.get::<i64>("outbox");
                                     let covered = entry.get::<i64>("covered");
                                     let capacity = entry.get::<u64>("capacity");
-                                    if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
+                                    if log.keeps_own_builds() {
+                                        // A watched table: the epoch lacks
+                                        // what this instance's watch admitted.
+                                        drop(reader.gate.request_rebuild());
+                                    } else if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
                                         // Inline: this follower reads no other
                                         // entry until the swap (the outbox
                                         // follower goes on; its creates reach
