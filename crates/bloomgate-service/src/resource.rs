@@ -175,10 +175,11 @@ impl Resource<SkuStore> {
     /// settings: its Redis keys and shared filter under the bare prefix,
     /// as seed 000 has them; its shared rebuilds led through the doorbell.
     ///
-    /// # Errors
-    /// The shared filter of `strict` or `redis` mode could not be opened.
     /// `table`: the SKU table as a configured one, for
     /// `cache.watch_column`'s watch.
+    ///
+    /// # Errors
+    /// The shared filter of `strict` or `redis` mode could not be opened.
     pub async fn skus(
         shared: &Shared,
         rebuild_seconds: ::metrics::Histogram,
@@ -377,7 +378,7 @@ impl<R: Guarded> Resource<R> {
             background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
         });
-        if !r.leads_through_doorbell() {
+        if &*r.name != crate::store::SKU_RESOURCE {
             // The default resource's epochs are announced on the doorbell.
             r.follow_epochs();
         }
@@ -420,14 +421,30 @@ impl<R: Guarded> Resource<R> {
     }
 
     /// Starts the watch of the SQL table's watch column, if it has one.
-    pub fn start_watch(self: &Arc<Self>) {
-        let every = self.watch_every_ms.load(Ordering::Relaxed);
-        if self.is_watched() {
-            self.background.spawn(watch::watch(
-                Arc::downgrade(self),
-                Duration::from_millis(every),
-            ));
+    /// Call it before the filter's build starts: it reads the column's
+    /// largest value first, so a row inserted while the build's scan runs
+    /// is past that value (the watch's) or was there before the scan (the
+    /// scan's), never neither.
+    pub async fn start_watch(self: &Arc<Self>) {
+        if !self.is_watched() {
+            return;
         }
+        let every = self.watch_every_ms.load(Ordering::Relaxed);
+        let first = match &self.table {
+            Some(t) => match t.watched_max().await {
+                Ok(top) => Some(top),
+                Err(e) => {
+                    tracing::warn!(resource = %self.name, error = %e, "watch: reading the largest value failed; the first poll reads it");
+                    None
+                }
+            },
+            None => None,
+        };
+        self.background.spawn(watch::watch(
+            Arc::downgrade(self),
+            Duration::from_millis(every),
+            first,
+        ));
     }
 
     /// Whether its shared rebuilds are led through the doorbell (the

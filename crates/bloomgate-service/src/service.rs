@@ -197,13 +197,14 @@ pub async fn prepare(
             Duration::from_millis(c.bloom_retry_max_ms),
         );
         for (r, restored) in state.resources.iter().zip(restored_resources) {
+            // Before the build: see `Resource::start_watch`.
+            r.start_watch().await;
             let build = r.start(
                 retry,
                 Duration::from_millis(c.bloom_monitor_ms),
                 restored,
                 Duration::from_secs(c.bloom_snapshot_every_secs),
             );
-            r.start_watch();
             if restored {
                 continue;
             }
@@ -225,7 +226,8 @@ pub async fn prepare(
         Duration::from_secs(c.bloom_snapshot_every_secs),
     );
     if c.bloom_enabled {
-        state.skus.start_watch();
+        // Before the build: see `Resource::start_watch`.
+        state.skus.start_watch().await;
     }
     if c.bloom_enabled && c.bloom_build_on_start && !restored {
         let gate = Arc::clone(&state.skus.reader.gate);

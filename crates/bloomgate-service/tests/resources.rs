@@ -1950,6 +1950,11 @@ async fn the_sku_table_has_a_watch_column_too() {
     );
     assert_eq!(a.get(&path).await.0, 200, "the rebuild scanned the row");
     if redis.is_some() {
+        // B was asked to rebuild from SQL instead.
+        eventually(5, "B is asked to rebuild", || async {
+            b.stats().await["changes"]["rebuilds_requested"].as_u64() >= Some(1)
+        })
+        .await;
         for s in [&a, &b] {
             let stats = s.stats().await;
             assert_eq!(

@@ -6,8 +6,9 @@ use super::*;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 11] = [
+const STRING_KEYS: [&str; 12] = [
     "listen",
+    "watch_column",
     "bloom_snapshot_path",
     "database_url",
     "database_url_file",

@@ -25,7 +25,10 @@
 //! waits for that epoch instead of starting a second rebuild. Whatever
 //! fails (no lock, a segment gone, a checksum that does not verify, a
 //! lost announcement) falls back to each instance rebuilding from SQL, or
-//! keeping its own filter, which the outbox keeps complete.
+//! keeping its own filter, which the outbox keeps complete. An instance
+//! whose SKU table is watched (`cache.watch_column`) keeps its own
+//! rebuilds (`keep_own_builds`): it answers an announced epoch with a
+//! rebuild from SQL, since its watch admitted rows no replay could add.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -135,6 +135,12 @@ impl<R: Guarded> Resource<R> {
                         log.release_lead().await;
                         epoch
                     }
+                    // A watched SKU table shares no epoch (its watch's rows
+                    // are in none): the others are asked to rebuild too.
+                    Some(log) if self.is_watched() && &*self.name == crate::store::SKU_RESOURCE => {
+                        log.publish_rebuild().await;
+                        None
+                    }
                     _ => match (&report, at, self.epoch_store()) {
                         // Shared with the other instances, which adopt it
                         // without a scan.

@@ -20,11 +20,20 @@ const WATCH_LAG_POLLS: usize = 5;
 /// recent polls are also dropped from Redis and L1 (a "not found" may be
 /// cached from before the row existed, even where the filter already
 /// said "maybe").
-pub(super) async fn watch<R: Guarded>(resource: std::sync::Weak<Resource<R>>, every: Duration) {
+///
+/// `first`: the column's largest value, read before the filter's build
+/// began (rows at or below it are the scan's, rows past it the watch's);
+/// `None` when that read failed, and the first poll reads it instead.
+pub(super) async fn watch<R: Guarded>(
+    resource: std::sync::Weak<Resource<R>>,
+    every: Duration,
+    first: Option<Option<WatchValue>>,
+) {
     let mut maxima: VecDeque<Option<WatchValue>> = VecDeque::new();
     let mut recent: VecDeque<HashSet<R::Key>> = VecDeque::new();
-    let mut high: Option<WatchValue> = None;
-    let mut started = false;
+    let started_at_top = first.is_some();
+    let mut high: Option<WatchValue> = first.flatten();
+    let mut started = started_at_top;
     loop {
         let Some(r) = resource.upgrade() else { return };
         let Some(table) = r.table.clone() else { return };
