@@ -225,7 +225,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
         f.write('[[resources]]\nname = "users"\ntable = "users"\nkey = "id"\n'
                 'key_type = "text"\nbloom_expected = 200000\n')
     sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"}, ["--config", conf])
-    wait("http://127.0.0.1:18080/api/cache/stats", '"key_type":"text","bloom":{"enabled":true,"ready":true')
+    wait("http://127.0.0.1:18080/api/cache/stats", '"key_type":"text","filter":{"enabled":true,"ready":true')
     get("http://127.0.0.1:18080/api/seckill/42")
     get("http://127.0.0.1:18080/api/users/u000042")
     # The text key refused: one the filter says no to (checked below).
@@ -233,7 +233,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     before = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
     get(f"http://127.0.0.1:18080/api/users/{refused}")
     after = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
-    users = lambda s: s["resources"]["users"]["bloom"]["rejected"]
+    users = lambda s: s["rejected"]
     assert users(after) == users(before) + 1, "pick another refused key"
     measure("Filter rejection and L1 hit (SQLite, no Redis)", anchors + [
         ("bloomgate /api/ping", (18080, "/api/ping", sqlite.pid, None)),

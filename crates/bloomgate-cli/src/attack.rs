@@ -432,10 +432,10 @@ mod tests {
             "resources": {
                 "users": {
                     "key_type": "text",
-                    "bloom": {"rejected": 7},
+                    "filter": {"rejected": 7},
                     "sql": {"statements": 5, "loads": 3, "found": 1},
                 },
-                "orders": {"key_type": "int", "bloom": {"rejected": 0}},
+                "orders": {"key_type": "int", "filter": {"rejected": 0}},
             },
         });
         let seckill = Target::new(&args(&[]), &stats).unwrap();
@@ -482,7 +482,7 @@ mod tests {
             "requests": {"filter_rejected": 5, "db_found": 2},
             "resources": {"users": {
                 "key_type": "text",
-                "bloom": {"rejected": 17},
+                "filter": {"rejected": 17},
                 "l1": {"hits": 4, "negative_hits": 0},
                 "sql": {"statements": 9, "loads": 7, "found": 4},
             }},
@@ -491,7 +491,7 @@ mod tests {
             "requests": {"filter_rejected": 1, "db_found": 2},
             "resources": {"users": {
                 "key_type": "text",
-                "bloom": {"rejected": 7},
+                "filter": {"rejected": 7},
                 "sql": {"statements": 5, "loads": 3, "found": 1},
             }},
         });

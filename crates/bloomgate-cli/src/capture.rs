@@ -117,13 +117,17 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
                     c.target.key,
                     if state.is_current() {
                         "installed and current".to_string()
-                    } else if state.current.is_empty() && state.stale.is_empty() {
+                    } else if state.current.is_empty()
+                        && state.disabled.is_empty()
+                        && state.stale.is_empty()
+                    {
                         "not installed".to_string()
                     } else {
                         format!(
-                            "{} of {} current, older ones: {:?}",
+                            "{} of {} current, disabled: {:?}, older ones: {:?}",
                             state.current.len(),
                             state.wanted,
+                            state.disabled,
                             state.stale
                         )
                     }
@@ -155,7 +159,7 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
             store.migrate().await?;
             for c in &targets {
                 let changed = store
-                    .install_capture(&c.target)
+                    .install_capture(&c.target, true)
                     .await
                     .with_context(|| format!("installing the triggers of {}", c.name))?;
                 println!(

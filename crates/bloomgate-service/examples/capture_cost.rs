@@ -159,7 +159,7 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
         .unwrap()
         .with_sku_capture(true);
     for t in bloomgate_service::feed::capture::targets(&c) {
-        store.install_capture(&t.target).await.unwrap();
+        store.install_capture(&t.target, true).await.unwrap();
     }
     let pool = AnyPool::connect(&if url.starts_with("sqlite") {
         format!("{url}?mode=rwc")

@@ -274,7 +274,7 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
 /// its key API calls.
 fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
     let res = || vec![label("resource", name.to_owned())];
-    let b = &r["bloom"];
+    let b = &r["filter"];
     for (metric, key) in [
         ("bloomgate_filter_rejected_total", "rejected"),
         ("bloomgate_filter_passed_total", "passed"),

@@ -496,8 +496,14 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
         table: "users".into(),
         key: "id".into(),
     };
-    assert!(dba.install_capture(&target).await.unwrap(), "installed");
-    assert!(!dba.install_capture(&target).await.unwrap(), "idempotent");
+    assert!(
+        dba.install_capture(&target, true).await.unwrap(),
+        "installed"
+    );
+    assert!(
+        !dba.install_capture(&target, true).await.unwrap(),
+        "idempotent"
+    );
     dba.close().await;
     if postgres {
         exec(
@@ -640,5 +646,166 @@ async fn idle_statements_with_and_without_the_doorbell() {
         rates[1] >= 5.0,
         "doorbell broken: polls every outbox_poll_ms: {rates:?}"
     );
+    w.close().await;
+}
+
+/// PostgreSQL, a partitioned `users` table: a partitioned table's row
+/// trigger fires on the partition, under the partition's name, and the
+/// capture function must still record the row under the table (version 1
+/// recorded nothing: every row inserted after the build answered 404).
+/// Then `ALTER TABLE … DISABLE TRIGGER ALL` (bulk loads, `pg_restore
+/// --disable-triggers`): the trigger is not current while it does not
+/// fire, the next check enables it again (`ENABLE ALWAYS`), and a row
+/// inserted after that is captured, under `session_replication_role =
+/// replica` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
+    let Some(url) = common::postgres_database("capture_partitions").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    exec(
+        &w,
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL, name VARCHAR(100) NOT NULL, \
+         seq BIGINT NOT NULL, PRIMARY KEY (id)) PARTITION BY RANGE (id)",
+    )
+    .await;
+    exec(
+        &w,
+        "CREATE TABLE users_u PARTITION OF users FOR VALUES FROM ('u') TO ('v')",
+    )
+    .await;
+    exec(&w, "CREATE TABLE users_rest PARTITION OF users DEFAULT").await;
+    exec(
+        &w,
+        "INSERT INTO users VALUES ('u000001', 'one', 1), ('x000001', 'x', 2)",
+    )
+    .await;
+    let mut c = captured(&url, None, "capture-partitions");
+    c.sql.outbox_gap_ms = 200;
+    c.sql.outbox_retention_secs = 1;
+    let a = TestServer::start(c, 0).await;
+    assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    assert_eq!(status(&a, "/api/users/u777777").await, 404);
+
+    // Inserts into both partitions, by another program.
+    exec(
+        &w,
+        "INSERT INTO users VALUES ('u777777', 'later', 3), ('y777777', 'later', 4)",
+    )
+    .await;
+    assert_eq!(
+        entries(&w, "users", "u777777").await,
+        1,
+        "recorded under the table"
+    );
+    assert_eq!(
+        entries(&w, "users", "y777777").await,
+        1,
+        "the default partition too"
+    );
+    on_every(&[&a], "/api/users/u777777", 200, 2).await;
+    on_every(&[&a], "/api/users/y777777", 200, 2).await;
+
+    let target = bloomgate_service::store::CaptureTarget {
+        resource: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+    };
+    let store = &a.state.skus.reader.store;
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    exec(&w, "ALTER TABLE users DISABLE TRIGGER ALL").await;
+    let state = store.capture_state(&target).await.unwrap();
+    assert!(
+        !state.is_current(),
+        "a disabled trigger is not current: {state:?}"
+    );
+    assert_eq!(state.disabled.len(), 1, "{state:?}");
+    // The next check (at each outbox trim; a retention of 1 s here)
+    // enables it again.
+    eventually(5, "the trigger enabled again", || async {
+        store.capture_state(&target).await.unwrap().is_current()
+    })
+    .await;
+    assert!(a.state.outbox.counters.capture_lost.load(Relaxed) >= 1);
+    let mut tx = w.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u888888', 'replica role', 5)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        entries(&w, "users", "u888888").await,
+        1,
+        "ENABLE ALWAYS fires for replicas too"
+    );
+    on_every(&[&a], "/api/users/u888888", 200, 2).await;
+    a.stop().await;
+    w.close().await;
+}
+
+/// Two definitions of one table's capture (a rolling deploy that renames
+/// the resource): each install keeps the other's triggers, so the two
+/// never drop each other in turn; a strictly older version's trigger is
+/// dropped at start (`drop_older`), never by the periodic check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let a = TestServer::start(captured(&url, None, "capture-fight"), 0).await;
+    let store = &a.state.skus.reader.store;
+    let mine = bloomgate_service::store::CaptureTarget {
+        resource: "users".into(),
+        table: "users".into(),
+        key: "id".into(),
+    };
+    let renamed = bloomgate_service::store::CaptureTarget {
+        resource: "members".into(),
+        ..mine.clone()
+    };
+    assert!(store.install_capture(&renamed, true).await.unwrap());
+    for drop_older in [false, true] {
+        assert!(!store.install_capture(&mine, drop_older).await.unwrap());
+        let state = store.capture_state(&mine).await.unwrap();
+        assert!(state.is_current(), "{state:?}");
+        assert_eq!(
+            state.others.len(),
+            3,
+            "the other definition stays: {state:?}"
+        );
+        assert!(store.capture_state(&renamed).await.unwrap().is_current());
+    }
+    // A version-1 trigger of this table, as the previous release made it.
+    exec(
+        &w,
+        "CREATE TRIGGER bloomgate_v1_0123abcd_i AFTER INSERT ON users BEGIN SELECT 1; END",
+    )
+    .await;
+    let state = store.capture_state(&mine).await.unwrap();
+    assert_eq!(state.stale, ["bloomgate_v1_0123abcd_i"], "{state:?}");
+    assert!(
+        state.is_current(),
+        "older triggers beside do not make it stale"
+    );
+    assert!(!store.install_capture(&mine, false).await.unwrap());
+    assert_eq!(
+        store.capture_state(&mine).await.unwrap().stale.len(),
+        1,
+        "the periodic check keeps it"
+    );
+    assert!(
+        store.install_capture(&mine, true).await.unwrap(),
+        "dropped at start"
+    );
+    let state = store.capture_state(&mine).await.unwrap();
+    assert!(state.stale.is_empty() && state.is_current(), "{state:?}");
+    assert_eq!(state.others.len(), 3);
+    a.stop().await;
     w.close().await;
 }

@@ -227,7 +227,7 @@ async fn the_dashboard_shows_every_resource() {
     config.resources = vec![common::users_resource("users")];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {
-        server.stats().await["resources"]["users"]["bloom"]["ready"] == true
+        server.stats().await["ready"] == true
     })
     .await;
     for n in 0..300 {
@@ -250,15 +250,15 @@ async fn the_dashboard_shows_every_resource() {
     let (keyed, _) = rendered(&dom);
     let users = &stats["resources"]["users"];
     assert!(
-        users["bloom"]["rejected"].as_u64().unwrap() >= 290,
+        users["filter"]["rejected"].as_u64().unwrap() >= 290,
         "{users}"
     );
     for name in ["users", "skus"] {
         for key in [
             "key_type",
-            "bloom.ready",
-            "bloom.rejected",
-            "bloom.passed",
+            "filter.ready",
+            "filter.rejected",
+            "filter.passed",
             "l1.hits",
             "l1.misses",
             "sql.statements",

@@ -473,3 +473,81 @@ async fn seeding_a_database_replaces_the_stored_epoch() {
         s.stop().await;
     }
 }
+
+/// A write whose own Redis `DEL` is lost: A's Redis user may not `DEL`
+/// (an ACL on a Redis of the test's own), so after each `PUT` Redis still
+/// holds the row as B cached it, and only A knows the `DEL` is owed. B
+/// must not serve the older row once it has applied the change: applying
+/// it deletes the key from Redis (or owes it) before L1 is dropped.
+/// Before that, B refilled L1 from Redis and served the old name until
+/// L1's TTL (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_whose_writer_lost_its_del_is_not_served_stale_elsewhere() {
+    let Some(db) = common::mysql_database("instances_lost_del").await else {
+        return;
+    };
+    let redis = common::OwnServer::redis().await;
+    let mut admin = common::redis_conn(&redis.url()).await;
+    let acl = |args: &[&str]| {
+        let mut cmd = redis::cmd("ACL");
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd
+    };
+    let _: () = acl(&["SETUSER", "a", "on", ">pw", "~*", "&*", "+@all"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let a_url = format!("redis://a:pw@127.0.0.1:{}/", redis.port);
+    let a = TestServer::start(common::config(&db, Some(&a_url), "lost_del"), 100).await;
+    let b = TestServer::start(common::config(&db, Some(&redis.url()), "lost_del"), 0).await;
+    let ids = 1..=10_i64;
+    for id in ids.clone() {
+        for _ in 0..2 {
+            assert_eq!(b.get(&format!("/api/seckill/{id}")).await.0, 200);
+        }
+    }
+    // From here on A's DELs fail (its commands are refused, so they are owed).
+    let _: () = acl(&["SETUSER", "a", "-del", "-unlink"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let tier = b.state.skus.reader.redis.clone().unwrap();
+    for id in ids.clone() {
+        let (s, _) = a.put_sku(id, "renamed on A", 500).await;
+        assert_eq!(s, 200);
+        let updated = Instant::now();
+        until(&b, &format!("/api/seckill/{id}"), updated, |_, body| {
+            body["name"] == "renamed on A"
+        })
+        .await;
+        // B's reads after the change never go back to the older row.
+        for _ in 0..3 {
+            let (s, body) = b.get(&format!("/api/seckill/{id}")).await;
+            assert_eq!(
+                (s, &body["name"]),
+                (200, &serde_json::json!("renamed on A"))
+            );
+        }
+        let raw = tier.raw(id).await.unwrap();
+        assert!(
+            raw.as_deref().is_none_or(|v| v.contains("renamed on A")),
+            "Redis holds the older row of {id} after B applied the change: {raw:?}"
+        );
+    }
+    assert!(
+        a.state
+            .skus
+            .reader
+            .redis
+            .as_ref()
+            .unwrap()
+            .owed_invalidations()
+            > 0,
+        "A's DELs were refused, so A owes them"
+    );
+    for s in [a, b] {
+        s.stop().await;
+    }
+}

@@ -93,7 +93,7 @@ async fn no_full_count(url: &str) {
     assert_eq!(counter(&stats, &["bloom", "rebuilds"]), 2, "{stats}");
     assert_eq!(counter(&stats, &["bloom", "added"]), 2_000, "{stats}");
     assert_eq!(
-        counter(&stats, &["resources", "users", "bloom", "added"]),
+        counter(&stats, &["resources", "users", "filter", "added"]),
         300,
         "{stats}"
     );

@@ -41,8 +41,15 @@ async fn redis_calls(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
         .sum()
 }
 
-/// The `"bloom":{…}` object as seed 000's `grep -o '"bloom":{[^}]*}'` finds it.
+/// The `"bloom":{…}` object as seed 000's `grep -o '"bloom":{[^}]*}'` finds it:
+/// the grep prints one line, as the article shows, so the body holds one
+/// `"bloom":{` (a resource's filter object is named `filter`).
 fn grep_bloom(body: &str) -> serde_json::Value {
+    assert_eq!(
+        body.matches("\"bloom\":{").count(),
+        1,
+        "seed 000's grep prints exactly one line: {body}"
+    );
     let start = body.find("\"bloom\":{").expect("a bloom object");
     let rest = &body[start + "\"bloom\":".len()..];
     let end = rest.find('}').expect("flat object") + 1;

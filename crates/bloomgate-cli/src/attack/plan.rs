@@ -274,9 +274,17 @@ impl Target {
     pub fn figure<'a>(&'a self, path: &[&'a str]) -> Vec<&'a str> {
         match &self.resource {
             None => path.to_vec(),
+            // A resource's filter figures are under `filter` (the flat
+            // `bloom` object is the SKU table's, for seed 000's grep).
             Some(name) => ["resources", name.as_str()]
                 .into_iter()
-                .chain(path.iter().copied())
+                .chain(path.iter().enumerate().map(|(i, k)| {
+                    if i == 0 && *k == "bloom" {
+                        "filter"
+                    } else {
+                        k
+                    }
+                }))
                 .collect(),
         }
     }

@@ -112,7 +112,7 @@ pub async fn check_before_migrate(
 /// table keeps no half-installed set).
 pub async fn install_missing(store: &SkuStore, captured: &[Captured]) -> Result<(), ConfigError> {
     for c in captured {
-        match store.install_capture(&c.target).await {
+        match store.install_capture(&c.target, true).await {
             Ok(true) => {
                 tracing::info!(table = %c.target.table, resource = %c.name, "capture triggers installed")
             }

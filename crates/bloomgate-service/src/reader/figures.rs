@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use super::{Rows, ShieldedReader};
 
 impl<R: Rows> ShieldedReader<R> {
-    /// `{"key_type", "bloom", "l1", "redis"?}` for `/api/cache/stats`
-    /// under `resources.<name>`, with `bloom` as the caller read it (the
+    /// `{"key_type", "filter", "l1", "redis"?}` for `/api/cache/stats`
+    /// under `resources.<name>`, with `filter` as the caller read it (the
     /// filter's fill is counted once per snapshot); the caller adds its
     /// SQL figures.
     #[must_use]
@@ -18,7 +18,7 @@ impl<R: Rows> ShieldedReader<R> {
         let l1 = &self.l1_counters;
         let mut v = json!({
             "key_type": key_type,
-            "bloom": bloom,
+            "filter": bloom,
             "l1": {
                 "hits": l1.hits.get(),
                 "negative_hits": l1.negative_hits.get(),

@@ -13,8 +13,19 @@
 //!
 //! Trigger names carry [`CAPTURE_VERSION`] and a hash of what they
 //! record (resource, table, key column), so a changed definition has a
-//! new name: installing drops any other `bloomgate_` trigger on the table
-//! (with a log line) and creates the current ones, idempotently.
+//! new name. Installing creates the current ones, idempotently; at start
+//! it also drops `bloomgate_` triggers of a strictly older version (with
+//! a log line). Triggers of the same or a newer version with another
+//! definition belong to another instance of a rolling deploy: they are
+//! left alone, so two definitions never drop each other in turn.
+//!
+//! A trigger counts as installed only when it fires for ordinary
+//! sessions: on PostgreSQL it is enabled (`tgenabled` `O` or `A`; a
+//! `DISABLE TRIGGER` or an `ENABLE REPLICA` one is re-enabled as
+//! `ENABLE ALWAYS`, which needs the table's owner) on the table and on
+//! every partition of a partitioned table. MySQL and MariaDB have no
+//! disabled triggers; what they never fire for (`TRUNCATE`, foreign-key
+//! cascades) is in the capture docs.
 //! PostgreSQL's triggers call one function per table, `SECURITY DEFINER`
 //! (other programs' roles need no right on the outbox), which also
 //! `NOTIFY`s channel [`NOTIFY_CHANNEL`]. MySQL's triggers run with their
@@ -23,7 +34,9 @@
 use super::*;
 
 /// The version of the triggers' text; part of their names.
-pub const CAPTURE_VERSION: u32 = 1;
+/// Version 2: PostgreSQL's function records a partition's rows under
+/// its partitioned table (version 1 recorded nothing for them).
+pub const CAPTURE_VERSION: u32 = 2;
 
 /// The origin of the entries triggers write.
 pub const CAPTURED: &str = "db";
@@ -46,20 +59,38 @@ pub struct CaptureTarget {
 /// What the database holds for a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureState {
-    /// The current triggers that exist.
+    /// The current triggers that exist and fire.
     pub current: Vec<String>,
-    /// Other `bloomgate_` triggers on the table (older versions).
+    /// Current triggers that exist but do not fire for ordinary sessions
+    /// (PostgreSQL: disabled, or replica-only, on the table or on one of
+    /// its partitions).
+    pub disabled: Vec<String>,
+    /// `bloomgate_` triggers of a strictly older version on the table.
     pub stale: Vec<String>,
+    /// `bloomgate_` triggers of this or a newer version with another
+    /// definition (another instance's, during a rolling deploy).
+    pub others: Vec<String>,
     /// How many current triggers there should be.
     pub wanted: usize,
 }
 
 impl CaptureState {
-    /// Every current trigger is there and nothing else of ours.
+    /// Every current trigger is there and fires. Older and other
+    /// definitions do not change the answer: this instance's entries are
+    /// recorded either way.
     #[must_use]
     pub fn is_current(&self) -> bool {
-        self.current.len() == self.wanted && self.stale.is_empty()
+        self.current.len() == self.wanted
     }
+}
+
+/// The version a name of ours carries (`bloomgate_v<n>_…`).
+fn version_of(name: &str) -> Option<u32> {
+    name.strip_prefix("bloomgate_v")?
+        .split_once('_')?
+        .0
+        .parse()
+        .ok()
 }
 
 /// FNV-1a, 32 bits: a short, stable tag of a definition.
@@ -215,7 +246,10 @@ impl SkuStore {
             Backend::Postgres => {
                 let func = q(b, &format!("{}_fn", names[0]));
                 // Defence in depth beside the REVOKE below: the function
-                // records nothing for another table.
+                // records nothing for a table that is neither this one nor
+                // one of its partitions (a partitioned table's row trigger
+                // fires on the partition, under the partition's name; the
+                // catalogue is read only then).
                 let table_lit = format!("'{}'", t.table.replace('\'', "''"));
                 vec![
                     format!(
@@ -223,7 +257,12 @@ impl SkuStore {
                          SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $bloomgate$ \
                          DECLARE o text; n text; \
                          BEGIN \
-                           IF TG_TABLE_NAME <> {table_lit} THEN RETURN NULL; END IF; \
+                           IF TG_TABLE_NAME <> {table_lit} THEN \
+                             IF NOT EXISTS ( \
+                               SELECT 1 FROM pg_catalog.pg_partition_ancestors(TG_RELID) a \
+                               JOIN pg_catalog.pg_class c ON c.oid = a.relid \
+                               WHERE c.relname = {table_lit}) THEN RETURN NULL; END IF; \
+                           END IF; \
                            IF TG_OP <> 'INSERT' THEN o := OLD.{key}::text; END IF; \
                            IF TG_OP <> 'DELETE' THEN n := NEW.{key}::text; END IF; \
                            IF o IS NOT NULL AND o IS DISTINCT FROM n AND octet_length(o) <= {max} THEN \
@@ -283,22 +322,31 @@ impl SkuStore {
         Ok(format!("{}.bloomgate_changes", q(self.backend, &schema)))
     }
 
-    /// The `bloomgate_` triggers on `table`.
-    async fn our_triggers(&self, table: &str) -> Result<Vec<String>, StoreError> {
+    /// The `bloomgate_` triggers on `table`, each with whether it fires
+    /// for ordinary sessions (PostgreSQL: enabled, `O` or `A`, on the table
+    /// and on every partition of its partition tree; elsewhere always).
+    async fn our_triggers(&self, table: &str) -> Result<Vec<(String, bool)>, StoreError> {
         let sql = match self.backend {
             Backend::Sqlite => format!(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
+                "SELECT name, 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
                 self.ph(1)
             ),
             Backend::MySql => format!(
-                "SELECT CAST(TRIGGER_NAME AS CHAR) FROM information_schema.TRIGGERS \
+                "SELECT CAST(TRIGGER_NAME AS CHAR), CAST(1 AS SIGNED) FROM information_schema.TRIGGERS \
                  WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = {}",
                 self.ph(1)
             ),
+            // A partitioned table's row triggers are cloned onto each
+            // partition; `pg_partition_tree` of a plain table is empty.
             Backend::Postgres => format!(
-                "SELECT CAST(tgname AS TEXT) FROM pg_trigger \
-                 WHERE tgrelid = to_regclass({}) AND NOT tgisinternal",
-                self.ph(1)
+                "WITH rels AS (SELECT to_regclass({p}) AS relid \
+                   UNION SELECT relid FROM pg_catalog.pg_partition_tree(to_regclass({p}))) \
+                 SELECT CAST(t.tgname AS TEXT), \
+                   CAST(CASE WHEN bool_and(t.tgenabled IN ('O', 'A')) \
+                     AND count(*) = (SELECT count(*) FROM rels) THEN 1 ELSE 0 END AS BIGINT) \
+                 FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) \
+                 GROUP BY t.tgname",
+                p = self.ph(1)
             ),
         };
         let arg = match self.backend {
@@ -314,29 +362,42 @@ impl SkuStore {
         let mut names = Vec::new();
         for r in rows {
             let name: String = r.try_get(0).map_err(err("capture check"))?;
+            let fires: i64 = r.try_get(1).map_err(err("capture check"))?;
             if is_ours(&name) {
-                names.push(name);
+                names.push((name, fires == 1));
             }
         }
         Ok(names)
     }
 
-    /// Which of `t`'s triggers exist, and which stale ones.
+    /// Which of `t`'s triggers exist and fire, which exist disabled, and
+    /// which other triggers of ours the table holds.
     ///
     /// # Errors
     /// [`StoreError`].
     pub async fn capture_state(&self, t: &CaptureTarget) -> Result<CaptureState, StoreError> {
         let wanted = t.trigger_names(self.backend);
-        let (current, stale) = self
-            .our_triggers(&t.table)
-            .await?
-            .into_iter()
-            .partition(|n| wanted.contains(n));
-        Ok(CaptureState {
-            current,
-            stale,
+        let mut state = CaptureState {
+            current: Vec::new(),
+            disabled: Vec::new(),
+            stale: Vec::new(),
+            others: Vec::new(),
             wanted: wanted.len(),
-        })
+        };
+        for (name, fires) in self.our_triggers(&t.table).await? {
+            if wanted.contains(&name) {
+                if fires {
+                    state.current.push(name);
+                } else {
+                    state.disabled.push(name);
+                }
+            } else if version_of(&name).is_some_and(|v| v < CAPTURE_VERSION) {
+                state.stale.push(name);
+            } else {
+                state.others.push(name);
+            }
+        }
+        Ok(state)
     }
 
     /// Whether this connection's user may create triggers on `table`, as
@@ -377,19 +438,35 @@ impl SkuStore {
         Ok(n > 0)
     }
 
-    /// Installs `t`'s current triggers that are missing, then drops stale
-    /// ones (each named in a log line): the new set records before the old
-    /// one goes, so no write in between goes unrecorded (one recorded twice
-    /// is harmless). Nothing when they are current. On a failure the
-    /// triggers this call created are dropped again, so the table is left
-    /// as it was found. Returns whether anything changed.
+    /// Enables `t`'s current triggers that do not fire, installs those
+    /// that are missing, then, with `drop_older`, drops those of an older
+    /// version (each named in a log line): the new set records before the
+    /// old one goes, so no write in between goes unrecorded (one recorded
+    /// twice is harmless). On a failure the triggers this call created are
+    /// dropped again, so the table is left as it was found. Returns
+    /// whether anything changed.
     ///
     /// # Errors
     /// [`StoreError`] from the first statement that failed.
-    pub async fn install_capture(&self, t: &CaptureTarget) -> Result<bool, StoreError> {
+    pub async fn install_capture(
+        &self,
+        t: &CaptureTarget,
+        drop_older: bool,
+    ) -> Result<bool, StoreError> {
         let state = self.capture_state(t).await?;
         if state.is_current() {
-            return Ok(false);
+            return Ok(drop_older && self.drop_older(t, &state).await?);
+        }
+        // Present but not firing (a `DISABLE TRIGGER`, a restore with
+        // triggers disabled, `ENABLE REPLICA`): enabled for every session.
+        for name in &state.disabled {
+            tracing::warn!(table = %t.table, trigger = %name, "a capture trigger was disabled; enabling it (ENABLE ALWAYS)");
+            self.run_ddl(&[format!(
+                "ALTER TABLE {} ENABLE ALWAYS TRIGGER {}",
+                q(self.backend, &t.table),
+                q(self.backend, name)
+            )])
+            .await?;
         }
         let outbox = self.outbox_for_triggers().await?;
         let names = t.trigger_names(self.backend);
@@ -403,7 +480,7 @@ impl SkuStore {
         };
         let mut created = Vec::new();
         for (name, statements) in pieces {
-            if state.current.contains(name) {
+            if state.current.contains(name) || state.disabled.contains(name) {
                 continue;
             }
             if let Err(e) = self.run_ddl(statements).await {
@@ -430,11 +507,29 @@ impl SkuStore {
             }
             created.push(name);
         }
+        if drop_older {
+            self.drop_older(t, &state).await?;
+        }
+        Ok(true)
+    }
+
+    /// Drops the triggers of a strictly older version; whether there were
+    /// any. Only at start and by `capture install`, never by the periodic
+    /// check: an instance of the older release may still run beside this
+    /// one, and its check would install them again in turn.
+    async fn drop_older(
+        &self,
+        t: &CaptureTarget,
+        state: &CaptureState,
+    ) -> Result<bool, StoreError> {
         for name in &state.stale {
             tracing::info!(table = %t.table, trigger = %name, "replacing an older capture trigger");
             self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
         }
-        Ok(true)
+        if !state.others.is_empty() {
+            tracing::warn!(table = %t.table, triggers = ?state.others, "the table holds capture triggers of another definition (another instance's, or a resource renamed); left alone: `bloomgate capture remove` drops them once no instance uses them");
+        }
+        Ok(!state.stale.is_empty())
     }
 
     /// Drops every `bloomgate_` trigger on `t`'s table; returns how many.
@@ -442,7 +537,12 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn remove_capture(&self, t: &CaptureTarget) -> Result<usize, StoreError> {
-        let names = self.our_triggers(&t.table).await?;
+        let names: Vec<String> = self
+            .our_triggers(&t.table)
+            .await?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         for name in &names {
             self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;
         }
@@ -477,7 +577,7 @@ mod tests {
         let a = t.trigger_names(Backend::MySql);
         assert_eq!(a.len(), 3);
         assert!(
-            a[0].starts_with("bloomgate_v1_") && a[0].ends_with("_i"),
+            a[0].starts_with("bloomgate_v2_") && a[0].ends_with("_i"),
             "{a:?}"
         );
         assert_ne!(a, other.trigger_names(Backend::MySql));
@@ -486,7 +586,10 @@ mod tests {
         assert!(a.iter().all(|n| n.len() <= 64));
         for n in a.iter().chain(&t.trigger_names(Backend::Postgres)) {
             assert!(is_ours(n), "{n}");
+            assert_eq!(version_of(n), Some(CAPTURE_VERSION));
         }
+        assert_eq!(version_of("bloomgate_v1_0123abcd_i"), Some(1));
+        assert_eq!(version_of("bloomgate_v12_0123abcd"), Some(12));
         for n in [
             "bloomgate_",
             "bloomgate_v1_0000000g_i",

@@ -140,7 +140,7 @@ impl Outbox {
             let ok = current
                 || {
                     tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers missing or changed; installing them again");
-                    match self.store.install_capture(&t).await {
+                    match self.store.install_capture(&t, false).await {
                         Ok(_) => true,
                         Err(e) => {
                             tracing::error!(table = %t.table, resource = %t.resource, error = %e, "capture triggers missing and cannot be installed: writes by other programs are not recorded (bloomgate capture install)");
@@ -235,7 +235,7 @@ impl Outbox {
             for e in &page {
                 self.apply(e, reader);
             }
-            self.captured(&page, reader).await;
+            self.invalidate_shared(&page, reader).await;
             self.share_creates(&page, reader).await;
             let mut jumped = false;
             {
@@ -286,7 +286,7 @@ impl Outbox {
             for e in &found {
                 self.apply(e, reader);
             }
-            self.captured(&found, reader).await;
+            self.invalidate_shared(&found, reader).await;
             self.share_creates(&found, reader).await;
             {
                 let mut f = lock(&self.follow);
@@ -383,7 +383,7 @@ impl Outbox {
             );
             self.apply(e, reader);
         }
-        self.captured(&found, reader).await;
+        self.invalidate_shared(&found, reader).await;
         self.share_creates(&found, reader).await;
         // Recorded again first, forgotten after: a failed re-record is
         // found (and applied, harmlessly) again next time, and retried.
@@ -412,21 +412,27 @@ impl Outbox {
         Ok(())
     }
 
-    /// What the capture triggers recorded (origin [`CAPTURED`]) needs
-    /// beyond [`Outbox::apply`]: nobody deleted those keys from Redis (the
-    /// writer was not an instance), so every instance does, in one round
-    /// trip per resource and page (a created key's cached "not found"
-    /// goes too); and deletes count toward a rebuild.
-    async fn captured(&self, entries: &[Entry], reader: &ShieldedReader) {
+    /// What a change made elsewhere needs beyond [`Outbox::apply`]: its
+    /// key is deleted from Redis by every instance that applies it, in one
+    /// round trip per resource and page, then dropped from L1 again. The
+    /// writer's own `DEL` may have failed or be owed (its breaker open, a
+    /// timeout), and its debt is known only to the writer: without this,
+    /// a follower that drops L1 would refill it from the older value still
+    /// in Redis and serve it until L1's TTL. A failed `DEL` here is owed
+    /// by this instance too (its reads of the key bypass Redis until it
+    /// lands). A created key's cached "not found" goes the same way.
+    /// Captured deletes (origin [`CAPTURED`]) also count toward a rebuild.
+    async fn invalidate_shared(&self, entries: &[Entry], reader: &ShieldedReader) {
         let mut ids = Vec::new();
         let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut deletes: BTreeMap<&str, u64> = BTreeMap::new();
-        let captured = entries.iter().filter(|e| {
-            e.origin == CAPTURED
+        let own = self.store.origin();
+        let changed = entries.iter().filter(|e| {
+            e.origin != own
                 && [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str())
         });
-        for e in captured {
-            if e.kind == kind::DELETED {
+        for e in changed {
+            if e.origin == CAPTURED && e.kind == kind::DELETED {
                 *deletes.entry(&e.resource).or_default() += 1;
             }
             if e.resource == SKU_RESOURCE {
