@@ -479,3 +479,44 @@ async fn a_request_past_the_timeout_gets_a_json_503() {
     assert_eq!(server.get("/api/seckill/11").await.0, 200);
     server.stop().await;
 }
+
+/// A warm with `rebuild_bloom` whose rebuild outlasts the request timeout
+/// (a 10^8-row scan takes longer than 30 s) is not answered 503 "retry":
+/// an operator who retried would queue another rebuild. It answers seed
+/// 000's 200 with the rebuild once the rebuild is done; a read past the
+/// timeout still gets its 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_longer_than_the_request_timeout_answers_with_its_rebuild() {
+    let server = server("hostile-long-warm", |c| c.http.request_timeout_ms = 200).await;
+    for path in ["/api/cache/warm", "/api/skus/warm"] {
+        let pause = server.state.skus.reader.gate.after_scan.arm(0);
+        let warm = {
+            let client = server.client.clone();
+            let url = server.url(path);
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(r#"{"limit":10,"rebuild_bloom":true}"#)
+                    .timeout(Duration::from_secs(20))
+                    .send()
+                    .await
+            })
+        };
+        tokio::time::timeout(Duration::from_secs(10), pause.reached())
+            .await
+            .expect("the warm's rebuild reaches the pause");
+        // Three times the request timeout.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!warm.is_finished(), "{path} answered before its rebuild");
+        pause.resume();
+        let r = warm.await.unwrap().expect("answered");
+        assert_eq!(r.status(), 200, "{path}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(
+            body["rebuild_bloom"]["added"].as_u64().unwrap() > 0,
+            "{body}"
+        );
+    }
+    server.stop().await;
+}

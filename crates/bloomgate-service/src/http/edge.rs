@@ -65,6 +65,9 @@ struct Shared {
     /// Each pattern's per-client rate limit for GET and HEAD, if it has
     /// one: checked here, before the fast answer.
     limits: Vec<Option<Arc<crate::http::limits::RateLimit>>>,
+    /// Each pattern's POSTs that run as long as their work takes (a warm
+    /// that waits for a full rebuild): not under `timeout`.
+    unbounded_post: Vec<bool>,
     timeout: Duration,
     /// `bg-<process>-`, the fixed part of generated ids.
     prefix: String,
@@ -121,6 +124,7 @@ impl EdgeLayer {
                 routes,
                 fast: indexed.iter().map(|_| None).collect(),
                 limits: indexed.iter().map(|_| None).collect(),
+                unbounded_post: indexed.iter().map(|_| false).collect(),
                 patterns: indexed,
                 metrics,
                 timeout,
@@ -160,6 +164,25 @@ impl EdgeLayer {
             return false;
         };
         shared.limits[i] = Some(limit);
+        true
+    }
+}
+
+impl EdgeLayer {
+    /// Takes POST requests on `pattern` out of the request timeout: an
+    /// admin call whose answer is the end of a long job (a warm that
+    /// waits for a rebuild of 10^8 rows), which a 503 would only make an
+    /// operator start again. Such a call ends when its job does, or when
+    /// the client goes away. Returns false as [`EdgeLayer::fast_get`]
+    /// does.
+    pub fn unbounded_post(&mut self, pattern: &str) -> bool {
+        let Some(shared) = Arc::get_mut(&mut self.shared) else {
+            return false;
+        };
+        let Some(i) = shared.patterns.iter().position(|(p, _)| &**p == pattern) else {
+            return false;
+        };
+        shared.unbounded_post[i] = true;
         true
     }
 }
@@ -232,7 +255,7 @@ where
         // One lookup of the route for the counters, the span and the fast
         // answer.
         let shared = &*self.shared;
-        let (matched, route, fast, limit) = match shared.routes.at(req.uri().path()) {
+        let (matched, route, fast, limit, bounded) = match shared.routes.at(req.uri().path()) {
             Ok(m) => {
                 let (pattern, series) = &shared.patterns[*m.value];
                 // A value with a percent escape is not what the handler's
@@ -247,9 +270,11 @@ where
                     axum::http::Method::GET | axum::http::Method::HEAD
                 );
                 let limit = shared.limits[*m.value].as_ref().filter(|_| read);
-                (Some(&**pattern), *series, fast, limit)
+                let bounded =
+                    !(shared.unbounded_post[*m.value] && req.method() == axum::http::Method::POST);
+                (Some(&**pattern), *series, fast, limit, bounded)
             }
-            Err(_) => (None, 0, None, None),
+            Err(_) => (None, 0, None, None, true),
         };
         let span = request_span(&req, matched, &id);
         if let Some(limit) = limit {
@@ -278,6 +303,7 @@ where
                     shared: Arc::clone(&self.shared),
                     started,
                     route,
+                    bounded,
                     answered: false,
                 },
                 id: Some(id),
@@ -344,6 +370,8 @@ struct Unanswered {
     shared: Arc<Shared>,
     started: Instant,
     route: usize,
+    /// Under the request timeout (see [`EdgeLayer::unbounded_post`]).
+    bounded: bool,
     answered: bool,
 }
 
@@ -412,6 +440,7 @@ where
                 open.answered = true;
                 return Poll::Ready(Err(e));
             }
+            Poll::Pending if !open.bounded => return Poll::Pending,
             Poll::Pending => {
                 let deadline = tokio::time::Instant::from_std(open.started + open.shared.timeout);
                 let sleep =

@@ -76,6 +76,20 @@ pub fn router(state: AppState) -> App {
         std::time::Duration::from_millis(state.http.request_timeout_ms),
         &patterns,
     );
+    // The warms answer when their rebuild is done, however long a scan
+    // of the table takes.
+    let warms = ["/api/cache/warm".to_owned(), "/api/skus/warm".to_owned()]
+        .into_iter()
+        .chain(
+            state
+                .resources
+                .iter()
+                .map(|r| format!("/api/{}/warm", r.name)),
+        );
+    for route in warms {
+        let registered = edge.unbounded_post(&route);
+        debug_assert!(registered, "{route} is routed");
+    }
     let state = Arc::new(state);
     // The SKU reads' filter "no" and L1 hit, and each resource read's,
     // answered by the edge without the router, after the edge's check of
