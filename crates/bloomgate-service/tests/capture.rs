@@ -809,3 +809,35 @@ async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
     a.stop().await;
     w.close().await;
 }
+
+/// A captured SKU table whose insert trigger a DBA dropped: until the
+/// next check (a minute away by default) no trigger records the service's
+/// own creates, so they must record their own entries, and another
+/// instance learns a SKU created through A within its poll bound (it
+/// answered 404 there until the check before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_sku_table_that_lost_its_trigger_still_shares_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let a = TestServer::start(captured(&url, None, "capture-sku-lost"), 20).await;
+    let b = TestServer::start(captured(&url, None, "capture-sku-lost"), 0).await;
+    let target = bloomgate_service::store::CaptureTarget {
+        resource: "skus".into(),
+        table: "skus".into(),
+        key: "id".into(),
+    };
+    let store = &a.state.skus.reader.store;
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    for name in target.trigger_names(store.backend()) {
+        exec(&w, &format!("DROP TRIGGER \"{name}\"")).await;
+    }
+    assert_eq!(status(&b, "/api/seckill/500001").await, 404);
+    assert_eq!(a.create(500_001, "made on A").await, 201);
+    // Without Redis: the next poll (100 ms), with a margin.
+    on_every(&[&a, &b], "/api/seckill/500001", 200, 2).await;
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}

@@ -8,7 +8,7 @@ use capture::NOTIFY_CHANNEL;
 
 impl SkuStore {
     /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
-    /// in one transaction; returns the rows `write` affected (nothing is
+    /// in one transaction, whether or not capture triggers record it too; returns the rows `write` affected (nothing is
     /// recorded, and the transaction rolls back, when that is zero). A
     /// transaction that took longer than `rerecord_after` between taking
     /// its outbox sequence number and committing records the change again
@@ -22,20 +22,10 @@ impl SkuStore {
         kind: &'static str,
         before_commit: impl FnOnce() + Send,
     ) -> Result<u64, StoreError> {
-        if self.sku_captured.load(Ordering::Relaxed) {
-            // The table's trigger writes the entry in this statement's own
-            // transaction: one round trip. The filter learns the id first
-            // (a create that then fails leaves a harmless "maybe").
-            before_commit();
-            self.after_row.pass(id).await;
-            self.before_commit.pass(id).await;
-            return Ok(write
-                .execute(&self.pool)
-                .within(&self.limit, op)
-                .await
-                .map_err(err(op))?
-                .rows_affected());
-        }
+        // Recorded here even when the table's triggers record it too
+        // (captured): a trigger a DBA dropped is found only at the next
+        // check, and a write in between must still reach every instance.
+        // The second entry is harmless (a create learned twice).
         let mut tx = self
             .pool
             .begin()
