@@ -390,3 +390,126 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
     }
     s.stop().await;
 }
+
+/// A table twenty times `bloom_expected` is sized from the database's
+/// estimate on its first scan (it was capped at 4 x `bloom_expected`, and
+/// the filter stopped little until the capacity alarm's second scan):
+/// what was sized is read off the gate, not the service's counters.
+async fn sized_from_the_estimate(url: &str, analyze: &str) {
+    users_table(url, 20_000).await;
+    if !analyze.is_empty() {
+        exec(url, &[analyze.to_owned()]).await;
+    }
+    let mut c = common::config(url, None, "scale-sizing");
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 0).await;
+    common::eventually(10, "ready", || async { ready(&s).await.0 == 200 }).await;
+    let gate = s.state.resources[0].gate();
+    assert!(gate.capacity() >= 20_000, "sized for {}", gate.capacity());
+    let stats = s.stats().await;
+    assert_eq!(
+        counter(&stats, &["resources", "users", "filter", "rebuilds"]),
+        1,
+        "{stats}"
+    );
+    // The filter answers at its target: of 2,000 absent keys, about 20 pass.
+    let passed = (0..2_000)
+        .filter(|i| gate.check(Key::Text(format!("absent-{i}"))) == Verdict::Pass)
+        .count();
+    assert!(passed < 80, "{passed} of 2,000 absent keys passed");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sizes_from_its_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    sized_from_the_estimate(&common::sqlite_url(&dir), "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_sizes_from_its_estimate() {
+    let Some(url) = common::mysql_database("bg_scale_sizing").await else {
+        return;
+    };
+    sized_from_the_estimate(&url, "ANALYZE TABLE users").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sizes_from_its_estimate() {
+    let Some(url) = common::postgres_database("bg_scale_sizing").await else {
+        return;
+    };
+    sized_from_the_estimate(&url, "ANALYZE users").await;
+}
+
+/// A source whose estimate is far below what it holds (a stale statistic),
+/// and whose scans after the first wait to be let go.
+#[derive(Debug)]
+struct Underestimated {
+    scans: std::sync::atomic::AtomicU64,
+    go: tokio::sync::Semaphore,
+}
+
+impl Source for Underestimated {
+    fn key_type(&self) -> KeyType {
+        KeyType::Text
+    }
+    async fn load(&self, _key: &Key) -> Result<Option<Row>, StoreError> {
+        Ok(None)
+    }
+    async fn scan(&self, after: Option<&Key>, limit: usize) -> Result<Vec<Key>, StoreError> {
+        if after.is_none() && self.scans.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.go.acquire().await.unwrap().forget();
+        }
+        let after = after.map(ToString::to_string).unwrap_or_default();
+        Ok((1..=5_000)
+            .map(|i| format!("k{i:05}"))
+            .filter(|k| *k > after)
+            .take(limit)
+            .map(Key::Text)
+            .collect())
+    }
+    async fn count(&self) -> Result<u64, StoreError> {
+        Ok(5_000)
+    }
+    async fn estimate(&self) -> Result<Option<u64>, StoreError> {
+        Ok(Some(10))
+    }
+}
+
+/// A scan that finds fifty times the filter's size publishes the filter
+/// (its "no" is exact) and at once asks for a rebuild sized for what it
+/// found; until that is done the gate is not ready (`resizing`).
+#[tokio::test]
+async fn a_filter_found_past_its_size_is_resized_at_once_and_not_ready_meanwhile() {
+    let source = Arc::new(Underestimated {
+        scans: 0.into(),
+        go: tokio::sync::Semaphore::new(0),
+    });
+    let gate = Arc::new(Gate::new(
+        GateConfig {
+            enabled: true,
+            layout: bloomgate_service::config::BloomLayout::Blocked,
+            expected: 100,
+            fpp: 0.01,
+            auto_rebuild: true,
+        },
+        Arc::new(ScanOf(source.clone())),
+    ));
+    let report = gate.rebuild().await.unwrap();
+    assert_eq!(report.added, 5_000);
+    assert!(gate.capacity() < 5_000);
+    let (ready, body) = gate.readiness(true);
+    assert!(!ready, "{body}");
+    assert_eq!(body["state"], "resizing", "{body}");
+    for i in 1..=5_000 {
+        assert_eq!(gate.check(Key::Text(format!("k{i:05}"))), Verdict::Pass);
+    }
+    source.go.add_permits(1);
+    common::eventually(10, "the resize is done", || async {
+        gate.readiness(true).0
+    })
+    .await;
+    assert!(gate.capacity() >= 5_000, "{}", gate.capacity());
+    assert_eq!(source.scans.load(Ordering::SeqCst), 2);
+}

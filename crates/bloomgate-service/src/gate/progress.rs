@@ -326,6 +326,8 @@ impl Gate {
             "out_of_step"
         } else if self.rebuild_is_owed() {
             "rebuild_owed"
+        } else if self.resizing() {
+            "resizing"
         } else {
             "ready"
         };

@@ -129,6 +129,24 @@ impl Gate {
         self.owed_rebuilds.load(Ordering::Relaxed) > 0
     }
 
+    /// True while the published filter holds more keys than it was sized
+    /// for and a rebuild (which sizes for them) is running or asked for:
+    /// its rate is known to be past the target, so the instance is not
+    /// counted ready on it. Once no rebuild is pending (they all failed)
+    /// it is served as it is: its "no" is still exact.
+    #[must_use]
+    pub fn resizing(&self) -> bool {
+        let over = self
+            .current
+            .load()
+            .as_deref()
+            .is_some_and(|f| f.as_filter().items() > self.capacity.load(Ordering::Relaxed));
+        over && (self.is_rebuilding() || {
+            let r = lock(&self.requests);
+            r.requested > r.started
+        })
+    }
+
     /// Asks for a rebuild whose SQL scan starts after this call, starting
     /// the worker if none runs. Must be called within a Tokio runtime.
     pub fn request_rebuild(self: &Arc<Self>) -> RebuildTicket {
@@ -308,14 +326,16 @@ impl Gate {
                 None
             }
         };
-        // The estimate is a hint: capped at 4 x what is known otherwise
-        // (SQLite's MAX(rowid) of sparse keys, a stale statistic), so a
-        // bad one cannot size a filter of terabytes; a source past the
-        // size is still fully added, and the capacity alarm resizes.
+        // The estimate (the database's statistics, SQLite's MAX(rowid)) is
+        // trusted up to what a filter of `MAX_SIZED_BYTES` holds: a 10^8-row
+        // table gets a filter for 10^8 keys on its first scan, while a bad
+        // figure (sparse rowids, a wild statistic) cannot size one of
+        // terabytes. A source past the size is still fully added, and a
+        // scan that finds it so asks at once for a resize (below).
         let last = self.last_scanned.load(Ordering::Relaxed);
         let known = estimate
             .unwrap_or(0)
-            .min(expected.max(last).saturating_mul(4))
+            .min(keys_within(MAX_SIZED_BYTES, fpp))
             .max(last);
         let capacity = expected
             .max(known.saturating_mul(5) / 4)
@@ -342,6 +362,20 @@ impl Gate {
         self.progress.finish();
         let added = scanned.map_err(store_err)?;
         self.last_scanned.store(added, Ordering::Relaxed);
+        if added > capacity && self.config.auto_rebuild {
+            // Past its size from the start (an estimate far below the
+            // table): published, since it never refuses a key it holds,
+            // but resized now rather than at the monitor's next look, and
+            // not counted ready until then (`Gate::readiness`).
+            tracing::warn!(
+                added,
+                capacity,
+                "the scan found more keys than the filter was sized for: resizing"
+            );
+            self.min_capacity
+                .fetch_max(added.saturating_mul(5) / 4, Ordering::Relaxed);
+            drop(self.request_rebuild());
+        }
         self.after_scan.pass(0).await;
         self.current.store(Some(Arc::clone(&filter)));
         self.capacity.store(capacity, Ordering::Relaxed);
@@ -358,5 +392,40 @@ impl Gate {
             hashes: f.hashes(),
             duration_ms,
         })
+    }
+}
+
+/// The largest filter a source's estimate may size on its own: 256 MiB,
+/// about 2 x 10^8 keys at 1%.
+pub(crate) const MAX_SIZED_BYTES: u64 = 256 << 20;
+
+/// How many keys a filter of `bytes` holds at rate `fpp` (the classic
+/// bound with a tenth to spare for the blocked layout's extra bits).
+fn keys_within(bytes: u64, fpp: f64) -> u64 {
+    let ln2 = std::f64::consts::LN_2;
+    let bits_per_key = (-fpp.ln() / (ln2 * ln2) * 1.1).max(1.0);
+    ((bytes * 8) as f64 / bits_per_key) as u64
+}
+
+#[cfg(test)]
+mod sizing_tests {
+    use super::*;
+
+    #[test]
+    fn an_estimate_may_size_a_filter_for_10_to_the_8_keys_and_no_more_than_256_mib() {
+        assert!(keys_within(MAX_SIZED_BYTES, 0.01) > 100_000_000);
+        assert!(keys_within(MAX_SIZED_BYTES, 0.001) > 100_000_000);
+        assert!(keys_within(MAX_SIZED_BYTES, 0.01) < 300_000_000);
+        let f = crate::filter::GateFilter::with_fpr(
+            crate::config::BloomLayout::Blocked,
+            keys_within(MAX_SIZED_BYTES, 0.01),
+            0.01,
+        )
+        .unwrap();
+        assert!(
+            f.as_filter().bits() / 8 <= MAX_SIZED_BYTES,
+            "{}",
+            f.as_filter().bits() / 8
+        );
     }
 }
