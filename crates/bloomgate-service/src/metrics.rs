@@ -236,6 +236,7 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_outbox_applied_total", Kind::Counter, "Change-outbox entries from other instances applied here."),
     ("bloomgate_outbox_poll_failures_total", Kind::Counter, "Failed reads of the change outbox."),
     ("bloomgate_outbox_out_of_step_total", Kind::Counter, "Times this instance went out of step with the change feed."),
+    ("bloomgate_outbox_rewound_total", Kind::Counter, "Times the change outbox was found behind this instance's position (a restored database): each a rebuild of every filter."),
     ("bloomgate_outbox_open_gaps", Kind::Gauge, "Outbox sequence numbers not seen yet (transactions not committed yet)."),
     ("bloomgate_outbox_last_read_timestamp_seconds", Kind::Gauge, "When the change outbox was last read."),
     ("bloomgate_l1_lookups_total", Kind::Counter, "In-process cache lookups by result."),

@@ -60,6 +60,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
             "late_applied": o.late_applied.load(Ordering::Relaxed),
             "late_abandoned": o.late_abandoned.load(Ordering::Relaxed),
             "capture_lost": o.capture_lost.load(Ordering::Relaxed),
+            "rewound": o.rewound.load(Ordering::Relaxed),
             "doorbell_healthy": state.outbox.doorbell_healthy(),
             "rebuilds": o.rebuilds.load(Ordering::Relaxed),
             "out_of_step": o.out_of_step.load(Ordering::Relaxed),
@@ -210,6 +211,7 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         ("bloomgate_outbox_applied_total", "applied"),
         ("bloomgate_outbox_poll_failures_total", "poll_failures"),
         ("bloomgate_outbox_out_of_step_total", "out_of_step"),
+        ("bloomgate_outbox_rewound_total", "rewound"),
     ] {
         m.counter(name, vec![], count(o, &[key]));
     }

@@ -151,6 +151,10 @@ pub struct OutboxCounters {
     pub late_abandoned: AtomicU64,
     /// Checks that found a captured table's triggers missing or changed.
     pub capture_lost: AtomicU64,
+    /// Times the outbox was found behind this instance's position, or its
+    /// entry at the position was another one (the database restored to
+    /// an earlier point, a failover to a lagging replica): each a rebuild.
+    pub rewound: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -170,6 +174,10 @@ struct Follow {
     late_read: Option<Instant>,
     /// When `trimmed_through` was last read.
     trim_checked: Option<Instant>,
+    /// The entry at `cursor` as it was read (every read starts at it
+    /// again): if it is gone while nothing newer exists, or another entry
+    /// has its number, the outbox went back in time.
+    at_cursor: Option<Entry>,
 }
 
 impl Follow {
@@ -463,6 +471,17 @@ impl Outbox {
         let q = format!(
             "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
              WHERE seq > {} ORDER BY seq LIMIT {PAGE}",
+            self.store.ph(1)
+        );
+        self.fetch(&q, &[cursor]).await
+    }
+
+    /// Up to [`PAGE`] entries from `cursor` on (the entry at `cursor`
+    /// itself first, when it is there), in seq order.
+    async fn from_cursor(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
+        let q = format!(
+            "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
+             WHERE seq >= {} ORDER BY seq LIMIT {PAGE}",
             self.store.ph(1)
         );
         self.fetch(&q, &[cursor]).await

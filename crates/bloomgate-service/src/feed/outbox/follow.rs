@@ -210,6 +210,7 @@ impl Outbox {
             {
                 let mut f = lock(&self.follow);
                 f.cursor = from;
+                f.at_cursor = None;
                 // Still uncommitted ones may commit later: watched as late.
                 let now = Instant::now();
                 let open = std::mem::take(&mut f.gaps);
@@ -227,8 +228,25 @@ impl Outbox {
             lock(&self.follow).trim_checked = Some(Instant::now());
         }
         loop {
-            let cursor = lock(&self.follow).cursor;
-            let page = self.after(cursor).await?;
+            let (cursor, seen) = {
+                let f = lock(&self.follow);
+                (f.cursor, f.at_cursor.clone())
+            };
+            let mut page = self.from_cursor(cursor).await?;
+            let full = page.len() >= PAGE;
+            if page.first().is_some_and(|e| e.seq == cursor) {
+                let at = page.remove(0);
+                if seen.is_some_and(|seen| seen != at) {
+                    self.rewound(reader, cursor).await?;
+                    continue;
+                }
+            } else if cursor > 0 && page.is_empty() && self.max_seq().await? < cursor {
+                // The newest entry is never trimmed, so the position's own
+                // entry is missing with nothing after it only when the
+                // outbox went back.
+                self.rewound(reader, cursor).await?;
+                continue;
+            }
             // Applied first, then the position moves: whoever reads the
             // watermark (a snapshot, a shared rebuild) may rely on every
             // create up to it being in the filter.
@@ -265,6 +283,9 @@ impl Outbox {
                     }
                     f.cursor = f.cursor.max(e.seq);
                 }
+                if let Some(last) = page.last() {
+                    f.at_cursor = Some(last.clone());
+                }
             }
             if jumped {
                 tracing::warn!(
@@ -272,7 +293,7 @@ impl Outbox {
                 );
                 self.rebuild(reader, None);
             }
-            if page.len() < PAGE {
+            if !full {
                 break;
             }
         }
@@ -319,6 +340,33 @@ impl Outbox {
             }
         }
         self.late(reader).await
+    }
+
+    /// The outbox went back below this instance's position (the database
+    /// restored to an earlier point, a failover to a lagging replica):
+    /// numbers at or below the position will be taken again by new
+    /// writes, which reading on from the position would never see. Goes
+    /// on from the outbox's end as it is now and rebuilds every filter
+    /// (its "no" is not trusted until then), since what the restored
+    /// database holds is unknown.
+    async fn rewound(&self, reader: &ShieldedReader, cursor: i64) -> Result<(), StoreError> {
+        let to = self.max_seq().await?;
+        tracing::error!(
+            position = cursor,
+            outbox_end = to,
+            "the change outbox went back behind this instance's position (a restore, or a failover to a lagging replica): rebuilding every filter"
+        );
+        {
+            let mut f = lock(&self.follow);
+            f.cursor = to;
+            f.at_cursor = None;
+            f.gaps.clear();
+            f.late = late::Late::default();
+            f.rebuilds_covered = f.rebuilds_covered.min(to);
+        }
+        self.counters.rewound.fetch_add(1, Ordering::Relaxed);
+        self.rebuild(reader, None);
+        Ok(())
     }
 
     /// At start: the numbers missing among the [`MAX_LATE`] before `from`
