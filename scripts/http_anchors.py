@@ -233,7 +233,7 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
     before = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
     get(f"http://127.0.0.1:18080/api/users/{refused}")
     after = json.loads(get("http://127.0.0.1:18080/api/cache/stats"))
-    users = lambda s: s["rejected"]
+    users = lambda s: s["resources"]["users"]["filter"]["rejected"]
     assert users(after) == users(before) + 1, "pick another refused key"
     measure("Filter rejection and L1 hit (SQLite, no Redis)", anchors + [
         ("bloomgate /api/ping", (18080, "/api/ping", sqlite.pid, None)),

@@ -638,7 +638,7 @@ fn attack_sends_text_keys_to_a_text_resource() {
     let base = format!("http://127.0.0.1:{port}");
     let stats = || stats_at(&rt, &base);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while stats()["ready"] != true {
+    while stats()["resources"]["users"]["filter"]["ready"] != true {
         assert!(
             std::time::Instant::now() < deadline,
             "users' filter not built"

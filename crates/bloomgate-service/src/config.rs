@@ -351,6 +351,11 @@ pub struct CacheConfig {
     /// How often the fill ratio and the observed false-positive rate are
     /// checked (the observed rate's window), milliseconds.
     pub bloom_monitor_ms: u64,
+    /// The filter's "no" checked against the database, off the request
+    /// path: at most one refused key per this many milliseconds per
+    /// guarded table is looked up; a row found there is a false negative,
+    /// which stops the filter's "no" until a rebuild. 0: never.
+    pub bloom_audit_every_ms: u64,
     /// First wait before retrying a failed start-up build, milliseconds
     /// (doubling up to `bloom_retry_max_ms`).
     pub bloom_retry_min_ms: u64,
@@ -438,6 +443,7 @@ impl Default for CacheConfig {
             bloom_rebuild_after_deletes: 10_000,
             bloom_auto_rebuild: true,
             bloom_monitor_ms: 10_000,
+            bloom_audit_every_ms: 1_000,
             bloom_retry_min_ms: 100,
             bloom_retry_max_ms: 30_000,
             bloom_snapshot_path: None,

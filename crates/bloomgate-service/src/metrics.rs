@@ -209,6 +209,8 @@ type Labels = Vec<Label>;
 const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_requests_total", Kind::Counter, "HTTP requests by route, outcome and status."),
     (REQUEST_DURATION, Kind::Own, "HTTP request latency by route and outcome."),
+    ("bloomgate_filter_audited_total", Kind::Counter, "Refused keys looked up in the database by the audit of the filter's no, by resource."),
+    ("bloomgate_filter_false_negatives_total", Kind::Counter, "Refused keys the database had (the audit found a false 404): each stops the filter's no until a rebuild, by resource."),
     ("bloomgate_filter_rejected_total", Kind::Counter, "Reads answered 404 by the Bloom filter alone, by resource (the SKU table is resource=\"skus\")."),
     ("bloomgate_filter_passed_total", Kind::Counter, "Reads the Bloom filter let through."),
     ("bloomgate_filter_passed_missing_total", Kind::Counter, "Reads the filter let through that SQL or the caches then did not find (false positives and deleted SKUs)."),

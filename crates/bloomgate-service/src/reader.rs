@@ -42,6 +42,7 @@ use crate::sync::lock;
 
 use inline::Inline;
 
+pub mod audit;
 mod batch;
 mod figures;
 mod inline;
@@ -83,6 +84,13 @@ pub trait Rows: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// The shard of `key` (any spread will do).
     fn shard_of(key: &Self::Key) -> usize;
 
+    /// Whether `key` has a row, for the audit of the filter's "no"
+    /// ([`audit`]), counted apart from the reads' own statements where the
+    /// store can.
+    fn audit<'a>(&'a self, key: &'a Self::Key) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { Ok(self.get(key).await?.is_some()) })
+    }
+
     /// The key a pause point matches (SKU ids; other keys never pause).
     fn pause_id(_key: &Self::Key) -> i64 {
         i64::MIN
@@ -99,6 +107,10 @@ impl Rows for SkuStore {
 
     fn shard_of(key: &i64) -> usize {
         (*key as u64 % SHARDS as u64) as usize
+    }
+
+    fn audit<'a>(&'a self, key: &'a i64) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(SkuStore::audit(self, *key))
     }
 
     fn pause_id(key: &i64) -> i64 {
@@ -122,6 +134,10 @@ impl Rows for SourceRows {
 
     fn shard_of(key: &Key) -> usize {
         (key.hash_pair(0).h1 % SHARDS as u64) as usize
+    }
+
+    fn audit<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.0.audit(key)
     }
 }
 
@@ -305,6 +321,8 @@ pub struct ShieldedReader<R: Rows = SkuStore> {
     pub shared: Option<crate::share::redis_filter::SharedFilter>,
     /// `redis` mode: the shared filter answers every check.
     pub shared_only: bool,
+    /// The sampled check of the filter's "no" against the source.
+    pub audit: Arc<audit::Audit>,
 }
 
 impl<R: Rows> Clone for ShieldedReader<R> {
@@ -320,6 +338,7 @@ impl<R: Rows> Clone for ShieldedReader<R> {
             after_read: Arc::clone(&self.after_read),
             shared: self.shared.clone(),
             shared_only: self.shared_only,
+            audit: Arc::clone(&self.audit),
         }
     }
 }
@@ -354,6 +373,7 @@ impl<R: Rows> ShieldedReader<R> {
             after_read: Arc::default(),
             shared: None,
             shared_only: false,
+            audit: Arc::default(),
         }
     }
 
@@ -377,6 +397,7 @@ impl<R: Rows> ShieldedReader<R> {
         };
         self.gate.tally(verdict);
         if verdict == Verdict::Reject {
+            self.audit_refusal(&id);
             return Ok(Lookup::Missing(Source::Filter));
         }
         let answer = self.lookup_past_the_gate(id, asked).await;

@@ -138,6 +138,13 @@ pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
     /// [`Source::estimate`].
     fn estimate(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>>;
 
+    /// Whether `key` has a row, for the audit of the filter's "no" (see
+    /// `reader::audit`), off the request path: through [`Self::load`]
+    /// unless the source has a cheaper way.
+    fn audit<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { Ok(self.load(key).await?.is_some()) })
+    }
+
     /// The key ranges a rebuild may read at once (one, unless the source
     /// knows better).
     fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {

@@ -295,6 +295,12 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &Value) {
         m.counter(metric, res(), count(b, &[key]));
     }
     for (metric, key) in [
+        ("bloomgate_filter_audited_total", "sampled"),
+        ("bloomgate_filter_false_negatives_total", "false_negatives"),
+    ] {
+        m.counter(metric, res(), count(&r["audit"], &[key]));
+    }
+    for (metric, key) in [
         ("bloomgate_filter_observed_fpr", "observed_fpr"),
         ("bloomgate_filter_expected_fpr", "expected_fpr"),
         ("bloomgate_filter_target_fpr", "target_fpr"),

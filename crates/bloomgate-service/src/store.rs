@@ -323,6 +323,24 @@ impl SkuStore {
         Ok(sku)
     }
 
+    /// Whether SKU `id` has a row, for the audit of the filter's "no":
+    /// counted as a background statement (not among `queries`, which are
+    /// the reads' own), under the background statements' timeout.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn audit(&self, id: i64) -> Result<bool, StoreError> {
+        self.counters.background.fetch_add(1, Ordering::Relaxed);
+        let q = format!("SELECT 1 FROM skus WHERE id = {}", self.ph(1));
+        let row = sqlx::query(&q)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .within(&self.bg_limit, "filter audit")
+            .await
+            .map_err(err("filter audit"))?;
+        Ok(row.is_some())
+    }
+
     /// The SKUs with ids in `(after, upto]`, by id.
     ///
     /// # Errors

@@ -227,7 +227,7 @@ async fn the_dashboard_shows_every_resource() {
     config.resources = vec![common::users_resource("users")];
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {
-        server.stats().await["ready"] == true
+        server.stats().await["resources"]["users"]["filter"]["ready"] == true
     })
     .await;
     for n in 0..300 {

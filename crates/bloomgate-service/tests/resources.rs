@@ -218,7 +218,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     );
     for key in ["ready", "rejected", "capacity", "added", "target_fpr"] {
         assert_eq!(
-            stats[key], stats["bloom"][key],
+            stats["resources"]["skus"]["filter"][key], stats["bloom"][key],
             "the default resource's filter is seed 000's: {key}"
         );
     }
@@ -696,7 +696,7 @@ async fn the_rust_example_guards_a_directory_of_its_own() {
         }
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while stats().await["ready"] != true {
+    while stats().await["resources"]["profiles"]["filter"]["ready"] != true {
         assert!(!served.is_finished(), "the example stopped");
         assert!(
             std::time::Instant::now() < deadline,
@@ -713,11 +713,16 @@ async fn the_rust_example_guards_a_directory_of_its_own() {
         serde_json::json!({"id": "u1001", "name": "Ada"})
     );
     // Keys with no file: 404, nearly all refused by the filter.
-    let before = stats().await["rejected"].as_u64().unwrap();
+    let before = stats().await["resources"]["profiles"]["filter"]["rejected"]
+        .as_u64()
+        .unwrap();
     for n in 0..20 {
         assert_eq!(get(format!("u9{n}")).await.unwrap().status(), 404);
     }
-    let rejected = stats().await["rejected"].as_u64().unwrap() - before;
+    let rejected = stats().await["resources"]["profiles"]["filter"]["rejected"]
+        .as_u64()
+        .unwrap()
+        - before;
     assert!(rejected >= 18, "{rejected} of 20 refused by the filter");
     // A file written by another program, told with `keys`: found.
     std::fs::write(
@@ -1051,7 +1056,10 @@ async fn the_sku_table_answers_as_the_default_resource() {
     assert_eq!(raw("/api/skus/999999999".into()).await.0, 404);
     let stats = s.stats().await;
     assert_eq!(stats["resources"]["skus"]["key_type"], "int");
-    assert_eq!(stats["rejected"], stats["bloom"]["rejected"]);
+    assert_eq!(
+        stats["resources"]["skus"]["filter"]["rejected"],
+        stats["bloom"]["rejected"]
+    );
     s.stop().await;
 }
 

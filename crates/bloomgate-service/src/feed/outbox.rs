@@ -478,7 +478,7 @@ impl Outbox {
 
     /// Up to [`PAGE`] entries from `cursor` on (the entry at `cursor`
     /// itself first, when it is there), in seq order.
-    async fn from_cursor(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
+    async fn page_at(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
         let q = format!(
             "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
              WHERE seq >= {} ORDER BY seq LIMIT {PAGE}",

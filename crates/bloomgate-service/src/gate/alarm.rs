@@ -29,11 +29,19 @@ pub enum Alarm {
         /// The filter's expected rate at its load.
         expected: f64,
     },
+    /// The audit found a row for a key the filter refused (see
+    /// `reader::audit`); in force until the rebuild it owes succeeds.
+    FalseNegative,
 }
 
 impl Alarm {
     /// Every kind, as named by [`Alarm::kind`].
-    pub const KINDS: [&'static str; 3] = ["past_capacity", "fill_ratio", "observed_fpr"];
+    pub const KINDS: [&'static str; 4] = [
+        "past_capacity",
+        "fill_ratio",
+        "observed_fpr",
+        "false_negative",
+    ];
 
     /// The alarm's kind: `past_capacity`, `fill_ratio` or `observed_fpr`.
     #[must_use]
@@ -42,6 +50,7 @@ impl Alarm {
             Self::PastCapacity { .. } => Self::KINDS[0],
             Self::FillRatio { .. } => Self::KINDS[1],
             Self::ObservedFpr { .. } => Self::KINDS[2],
+            Self::FalseNegative => Self::KINDS[3],
         }
     }
 }
@@ -56,6 +65,10 @@ impl std::fmt::Display for Alarm {
             Self::ObservedFpr { observed, expected } => write!(
                 f,
                 "observed_fpr: {observed:.6} > 2 x expected {expected:.6}"
+            ),
+            Self::FalseNegative => write!(
+                f,
+                "false_negative: the filter refused a key the database has"
             ),
         }
     }
@@ -96,6 +109,15 @@ impl Gate {
             self.min_capacity
                 .fetch_max(items.saturating_mul(2), Ordering::Relaxed);
             drop(self.request_rebuild());
+        }
+    }
+
+    /// Raises the false-negative alarm over any other in force (it is the
+    /// one that matters most); the caller owes the rebuild.
+    pub fn raise_false_negative(&self) {
+        let was = lock(&self.alarm).replace(Alarm::FalseNegative);
+        if was != Some(Alarm::FalseNegative) {
+            self.alarms_raised.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -141,7 +163,10 @@ impl Gate {
         };
         let observed_ok =
             expected.is_some() && dr + dp >= MIN_WINDOW_SAMPLES && observed_alarm.is_none();
+        let false_negative = *lock(&self.alarm) == Some(Alarm::FalseNegative);
         match self.structural_alarm(true).or(observed_alarm) {
+            // A false negative's alarm stays until its rebuild is done.
+            Some(_) if false_negative && self.rebuild_is_owed() => {}
             Some(alarm) => self.raise(alarm),
             None => {
                 // An observed-rate alarm clears only after a full window
@@ -149,6 +174,7 @@ impl Gate {
                 let mut current = lock(&self.alarm);
                 let clears = match *current {
                     Some(Alarm::ObservedFpr { .. }) => observed_ok,
+                    Some(Alarm::FalseNegative) => !self.rebuild_is_owed(),
                     Some(_) => true,
                     None => false,
                 };

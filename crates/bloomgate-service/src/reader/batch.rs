@@ -30,6 +30,7 @@ impl<R: Rows> ShieldedReader<R> {
         let (mut to_load, mut negative) = (Vec::new(), Vec::new());
         for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
             if *v == Verdict::Reject {
+                self.audit_refusal(k);
                 answers[i] = Some(None);
                 continue;
             }

@@ -26,6 +26,12 @@ impl<R: Rows> ShieldedReader<R> {
                 "entries": self.l1.entry_count(),
             },
         });
+        let a = &self.audit;
+        v["audit"] = json!({
+            "sampled": get(&a.sampled),
+            "false_negatives": get(&a.false_negatives),
+            "failed": get(&a.failed),
+        });
         if let Some(redis) = &self.redis {
             let c = &redis.counters;
             v["redis"] = json!({

@@ -119,6 +119,7 @@ impl<R: Rows> ShieldedReader<R> {
         let verdict = self.verdict_now(id)?;
         if verdict == Verdict::Reject {
             self.gate.tally(verdict);
+            self.audit_refusal(id);
             return Some(Lookup::Missing(Source::Filter));
         }
         if self.doubts_negatives() && matches!(self.l1.get(id), Some(Entry::Missing)) {

@@ -232,7 +232,7 @@ impl Outbox {
                 let f = lock(&self.follow);
                 (f.cursor, f.at_cursor.clone())
             };
-            let mut page = self.from_cursor(cursor).await?;
+            let mut page = self.page_at(cursor).await?;
             let full = page.len() >= PAGE;
             if page.first().is_some_and(|e| e.seq == cursor) {
                 let at = page.remove(0);
