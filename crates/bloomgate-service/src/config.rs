@@ -73,6 +73,11 @@ pub struct Config {
     pub http: HttpConfig,
     /// Tables guarded beside the SKUs (`[[resources]]`).
     pub resources: Vec<resources::ResourceConfig>,
+    /// The demo SKU table of seed 000 (`skus`, its routes, seed, stats and
+    /// filter). Unset: on when no `[[resources]]` are configured, so a
+    /// fresh checkout serves the seeds' commands and a database of your
+    /// own gets no table of ours. See [`Config::demo`].
+    pub demo: Option<bool>,
 }
 
 impl std::fmt::Debug for Config {
@@ -101,7 +106,19 @@ impl std::fmt::Debug for Config {
             .field("sql", &self.sql)
             .field("http", &self.http)
             .field("resources", &self.resources)
+            .field("demo", &self.demo)
             .finish()
+    }
+}
+
+impl Config {
+    /// Whether the demo SKU table is served: `demo` when set, else only
+    /// when no `[[resources]]` are configured. Off, bloomgate creates,
+    /// seeds, routes and reports no `skus` table, builds no filter for it
+    /// and installs no trigger on it.
+    #[must_use]
+    pub fn demo(&self) -> bool {
+        self.demo.unwrap_or(self.resources.is_empty())
     }
 }
 
@@ -428,6 +445,7 @@ impl Default for Config {
             sql: SqlConfig::default(),
             http: HttpConfig::default(),
             resources: Vec::new(),
+            demo: None,
         }
     }
 }

@@ -1,5 +1,4 @@
-//! The source of truth: SKUs in SQL (SQLite, MySQL/MariaDB or PostgreSQL)
-//! through sqlx's `Any` driver, with a small migration runner.
+//! The source of truth: SQL (SQLite, MySQL/MariaDB, PostgreSQL) via sqlx's `Any`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,6 +13,7 @@ use crate::config::SqlConfig;
 use crate::model::Sku;
 use crate::wire::kind;
 
+mod audit;
 mod capture;
 mod limits;
 mod many;
@@ -321,24 +321,6 @@ impl SkuStore {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(sku)
-    }
-
-    /// Whether SKU `id` has a row, for the audit of the filter's "no":
-    /// counted as a background statement (not among `queries`, which are
-    /// the reads' own), under the background statements' timeout.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn audit(&self, id: i64) -> Result<bool, StoreError> {
-        self.counters.background.fetch_add(1, Ordering::Relaxed);
-        let q = format!("SELECT 1 FROM skus WHERE id = {}", self.ph(1));
-        let row = sqlx::query(&q)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .within(&self.bg_limit, "filter audit")
-            .await
-            .map_err(err("filter audit"))?;
-        Ok(row.is_some())
     }
 
     /// The SKUs with ids in `(after, upto]`, by id.

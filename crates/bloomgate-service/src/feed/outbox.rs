@@ -117,8 +117,7 @@ pub struct Entry {
     pub kind: String,
     /// The instance that wrote it.
     pub origin: String,
-    /// The resource it belongs to (other resources' entries are read, so
-    /// their numbers are no gaps, and skipped).
+    /// The resource it belongs to (every entry is read: no gaps).
     pub resource: String,
 }
 
@@ -151,9 +150,8 @@ pub struct OutboxCounters {
     pub late_abandoned: AtomicU64,
     /// Checks that found a captured table's triggers missing or changed.
     pub capture_lost: AtomicU64,
-    /// Times the outbox was found behind this instance's position, or its
-    /// entry at the position was another one (the database restored to
-    /// an earlier point, a failover to a lagging replica): each a rebuild.
+    /// Times the outbox went back behind this instance's position (a
+    /// restore, a failover to a lagging replica): each a rebuild.
     pub rewound: AtomicU64,
 }
 
@@ -174,9 +172,8 @@ struct Follow {
     late_read: Option<Instant>,
     /// When `trimmed_through` was last read.
     trim_checked: Option<Instant>,
-    /// The entry at `cursor` as it was read (every read starts at it
-    /// again): if it is gone while nothing newer exists, or another entry
-    /// has its number, the outbox went back in time.
+    /// The entry at `cursor` as read: every read starts at it again, to
+    /// notice the outbox going back (see `follow`'s `rewound`).
     at_cursor: Option<Entry>,
 }
 
@@ -415,9 +412,8 @@ impl Outbox {
     }
 
     /// The largest visible seq. A filter scanned from SQL after this call
-    /// holds the rows of every rebuild request (`r`) up to it: such a
-    /// request is recorded after its rows commit, and a smaller number was
-    /// taken before this one committed.
+    /// holds the rows of every rebuild request (`r`) up to it (recorded
+    /// after its rows commit; a smaller number was taken before).
     ///
     /// # Errors
     /// [`StoreError`].
@@ -466,18 +462,7 @@ impl Outbox {
             .map_err(err("outbox read"))
     }
 
-    /// Up to [`PAGE`] entries after `cursor`, in seq order.
-    async fn after(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
-        let q = format!(
-            "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
-             WHERE seq > {} ORDER BY seq LIMIT {PAGE}",
-            self.store.ph(1)
-        );
-        self.fetch(&q, &[cursor]).await
-    }
-
-    /// Up to [`PAGE`] entries from `cursor` on (the entry at `cursor`
-    /// itself first, when it is there), in seq order.
+    /// Up to [`PAGE`] entries from `cursor` on, in seq order.
     async fn page_at(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
         let q = format!(
             "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
@@ -539,7 +524,7 @@ impl Outbox {
         let mut created = Vec::new();
         let mut cursor = from;
         loop {
-            let page = self.after(cursor).await?;
+            let page = self.page_at(cursor + 1).await?;
             for e in &page {
                 if e.kind == crate::wire::kind::CREATED && e.resource == resource {
                     created.push(e.key.clone());

@@ -62,22 +62,19 @@ pub struct CaptureState {
     /// The current triggers that exist and fire.
     pub current: Vec<String>,
     /// Current triggers that exist but do not fire for ordinary sessions
-    /// (PostgreSQL: disabled, or replica-only, on the table or on one of
-    /// its partitions).
+    /// (PostgreSQL: disabled or replica-only, here or on a partition).
     pub disabled: Vec<String>,
     /// `bloomgate_` triggers of a strictly older version on the table.
     pub stale: Vec<String>,
-    /// `bloomgate_` triggers of this or a newer version with another
-    /// definition (another instance's, during a rolling deploy).
+    /// Ours of this or a newer version, another definition (a deploy's).
     pub others: Vec<String>,
     /// How many current triggers there should be.
     pub wanted: usize,
 }
 
 impl CaptureState {
-    /// Every current trigger is there and fires. Older and other
-    /// definitions do not change the answer: this instance's entries are
-    /// recorded either way.
+    /// Every current trigger is there and fires (others beside them do
+    /// not change that: this instance's entries are recorded).
     #[must_use]
     pub fn is_current(&self) -> bool {
         self.current.len() == self.wanted
@@ -136,10 +133,8 @@ fn q(backend: Backend, name: &str) -> String {
     }
 }
 
-/// Whether `name` is one of ours, as [`CaptureTarget::trigger_names`]
-/// makes them (`bloomgate_v<n>_<8 hex>`, then `_i`, `_u` or `_d`): only
-/// such names are ever dropped or put into a statement, whatever else the
-/// catalogue holds.
+/// Whether `name` is ours (`bloomgate_v<n>_<8 hex>`, then `_i`, `_u` or
+/// `_d`): only such names are ever dropped or put into a statement.
 fn is_ours(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("bloomgate_v") else {
         return false;
@@ -588,8 +583,7 @@ mod tests {
             assert!(is_ours(n), "{n}");
             assert_eq!(version_of(n), Some(CAPTURE_VERSION));
         }
-        assert_eq!(version_of("bloomgate_v1_0123abcd_i"), Some(1));
-        assert_eq!(version_of("bloomgate_v12_0123abcd"), Some(12));
+        assert_eq!(version_of("bloomgate_v12_0123abcd_i"), Some(12));
         for n in [
             "bloomgate_",
             "bloomgate_v1_0000000g_i",

@@ -458,24 +458,12 @@ impl DynSource for SqlTable {
     }
 
     fn audit<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let q = format!(
-                "SELECT 1 FROM {} WHERE {} = {}",
-                self.table,
-                self.key,
-                self.store.ph(1)
-            );
-            self.store
-                .counters
-                .background
-                .fetch_add(1, Ordering::Relaxed);
-            let row = Self::bind_key(sqlx::query(&q), key)
-                .fetch_optional(&self.store.pool)
-                .within(&self.store.bg_limit, "filter audit")
-                .await
-                .map_err(err("filter audit"))?;
-            Ok(row.is_some())
-        })
+        Box::pin(super::audit::row_exists(
+            &self.store,
+            &self.table,
+            &self.key,
+            key,
+        ))
     }
 
     fn load_many<'a>(

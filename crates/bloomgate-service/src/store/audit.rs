@@ -1,0 +1,47 @@
+//! The audit's lookups (see `reader::audit`): whether a key the filter
+//! refused has a row, as `SELECT 1`, counted among the background
+//! statements (not among `queries`, the reads' own) and under their
+//! timeout.
+
+use super::*;
+use crate::key::Key;
+
+impl SkuStore {
+    /// Whether SKU `id` has a row.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn audit(&self, id: i64) -> Result<bool, StoreError> {
+        self.counters.background.fetch_add(1, Ordering::Relaxed);
+        let q = format!("SELECT 1 FROM skus WHERE id = {}", self.ph(1));
+        let row = sqlx::query(&q)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .within(&self.bg_limit, "filter audit")
+            .await
+            .map_err(err("filter audit"))?;
+        Ok(row.is_some())
+    }
+}
+
+/// Whether `key` has a row in `table` (both quoted), for a configured
+/// resource's table.
+pub(super) async fn row_exists(
+    store: &SkuStore,
+    table: &str,
+    column: &str,
+    key: &Key,
+) -> Result<bool, StoreError> {
+    store.counters.background.fetch_add(1, Ordering::Relaxed);
+    let q = format!("SELECT 1 FROM {table} WHERE {column} = {}", store.ph(1));
+    let q = match key {
+        Key::Int(i) => sqlx::query(&q).bind(*i),
+        Key::Text(t) => sqlx::query(&q).bind(t.clone()),
+    };
+    let row = q
+        .fetch_optional(&store.pool)
+        .within(&store.bg_limit, "filter audit")
+        .await
+        .map_err(err("filter audit"))?;
+    Ok(row.is_some())
+}
