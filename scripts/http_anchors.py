@@ -222,7 +222,8 @@ http {{ access_log off; server {{ listen 127.0.0.1:18082;
                        ((f"u{i:06}", f"user {i}") for i in range(1, 200_001)))
     conf = os.path.join(TMP, "users.toml")
     with open(conf, "w") as f:
-        f.write('[[resources]]\nname = "users"\ntable = "users"\nkey = "id"\n'
+        # The demo SKU table beside `users`: both are measured.
+        f.write('demo = true\n[[resources]]\nname = "users"\ntable = "users"\nkey = "id"\n'
                 'key_type = "text"\nbloom_expected = 200000\n')
     sqlite = serve(18080, {"DATABASE_URL": f"sqlite://{TMP}/skus.db"}, ["--config", conf])
     wait("http://127.0.0.1:18080/api/cache/stats", '"key_type":"text","filter":{"enabled":true,"ready":true')

@@ -156,7 +156,9 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
             }
         }
         Action::Install => {
-            store.migrate().await?;
+            // The outbox tables the triggers write into; the demo SKU
+            // table only where the config serves it.
+            store.migrate_for(config.demo()).await?;
             for c in &targets {
                 let changed = store
                     .install_capture(&c.target, true)

@@ -327,7 +327,10 @@ impl<R: Guarded> Resource<R> {
         let key_type = rows.key_type();
         let mut reader =
             ShieldedReader::new(Arc::new(gate), l1, redis, rows, shared.bulkhead.clone());
-        reader.audit = Arc::new(crate::reader::audit::Audit::every(c.bloom_audit_every_ms));
+        reader.audit = Arc::new(crate::reader::audit::Audit::every(
+            c.bloom_audit_every_ms,
+            shared.outbox.out_of_step + Duration::from_millis(250),
+        ));
         let mode = options.mode.unwrap_or(c.bloom_mode);
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {
             reader.shared = Some(

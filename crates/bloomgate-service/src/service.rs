@@ -95,8 +95,8 @@ pub async fn prepare(
     let store = &state.skus.reader.store;
     let mut seeded = false;
     // Emptiness by `LIMIT 1`: a count of a large table could outlast
-    // any statement timeout.
-    if config.seed_if_empty > 0 && store.is_empty().await? {
+    // any statement timeout. Without the demo table, nothing is seeded.
+    if state.demo && config.seed_if_empty > 0 && store.is_empty().await? {
         seeded = true;
         tracing::info!(
             count = config.seed_if_empty,
@@ -130,8 +130,10 @@ pub async fn prepare(
     // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
     // a snapshot or an epoch covers those up to its own position.
     let mut covered = outbox.max_seq().await.unwrap_or(0);
+    // The demo SKU table's filter, where it is served.
+    let skus_on = state.demo && c.bloom_enabled;
     // The default resource's snapshot first, as every resource's.
-    if c.bloom_enabled {
+    if skus_on {
         if let Some((at, c)) = state.skus.restore().await {
             restored = true;
             outbox_from = at;
@@ -141,7 +143,7 @@ pub async fn prepare(
     if let Some(changes) = &state.changes {
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
-        if !restored && c.bloom_enabled && !seeded && !state.skus.is_watched() {
+        if !restored && skus_on && !seeded && !state.skus.is_watched() {
             match changes
                 .adopt_latest(&state.skus.reader.gate, c.bloom_fpp)
                 .await
@@ -221,15 +223,14 @@ pub async fn prepare(
         }
     }
     state.skus.spawn_upkeep(
-        c.bloom_enabled
-            .then(|| Duration::from_millis(c.bloom_monitor_ms)),
+        skus_on.then(|| Duration::from_millis(c.bloom_monitor_ms)),
         Duration::from_secs(c.bloom_snapshot_every_secs),
     );
-    if c.bloom_enabled {
+    if skus_on {
         // Before the build: see `Resource::start_watch`.
         state.skus.start_watch().await;
     }
-    if c.bloom_enabled && c.bloom_build_on_start && !restored {
+    if skus_on && c.bloom_build_on_start && !restored {
         let gate = Arc::clone(&state.skus.reader.gate);
         let (min, max) = (
             Duration::from_millis(c.bloom_retry_min_ms),

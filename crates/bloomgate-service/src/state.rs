@@ -27,6 +27,11 @@ pub struct AppState {
     pub outbox: crate::feed::outbox::Outbox,
     /// The resources beside the SKUs, in configuration order.
     pub resources: Vec<Arc<Resource>>,
+    /// Whether the demo SKU table is served (`Config::demo`). Off, the
+    /// `skus` resource exists inside but is inert (a disabled filter, no
+    /// shared filter, no snapshot): never created, seeded, scanned,
+    /// routed or reported.
+    pub demo: bool,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
     /// Where Redis is (a resource's shared filter connects there).
@@ -140,14 +145,15 @@ impl AppState {
                 crate::store::table::SqlTable::open(&store, rc, i).await??,
             ));
         }
+        let demo = config.demo();
         let captured = crate::feed::capture::targets(config);
         crate::feed::capture::check_before_migrate(&store, &captured).await??;
-        store.migrate().await?;
+        store.migrate_for(demo).await?;
         crate::feed::capture::install_missing(&store, &captured).await?;
-        // The SKU table exists now: its watch column is checked as a
-        // configured table's is.
+        // The SKU table exists now (with the demo): its watch column is
+        // checked as a configured table's is.
         let sku_table = match &config.cache.watch_column {
-            Some(_) => Some(
+            Some(_) if demo => Some(
                 crate::store::table::SqlTable::open_as(
                     &store,
                     &crate::config::resources::ResourceConfig::skus(&config.cache),
@@ -155,7 +161,7 @@ impl AppState {
                 )
                 .await??,
             ),
-            None => None,
+            _ => None,
         };
         let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
@@ -207,9 +213,19 @@ impl AppState {
             cache: c.clone(),
             background: background.clone(),
         };
-        let skus = Resource::skus(&shared, metrics.rebuild_histogram(), sku_table).await?;
+        let skus = if demo {
+            Resource::skus(&shared, metrics.rebuild_histogram(), sku_table).await?
+        } else {
+            let mut inert = shared.clone();
+            inert.cache.bloom_enabled = false;
+            inert.cache.bloom_mode = crate::config::BloomMode::Local;
+            inert.cache.bloom_snapshot_path = None;
+            inert.cache.watch_column = None;
+            Resource::skus(&inert, metrics.rebuild_histogram(), None).await?
+        };
         Self {
             skus,
+            demo,
             admin_token: config.admin_token.as_deref().map(Arc::from),
             http: config.http.clone(),
             metrics,

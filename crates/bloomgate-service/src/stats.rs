@@ -121,7 +121,14 @@ pub async fn json(state: &AppState) -> serde_json::Value {
         },
     });
     let mut resources = serde_json::Map::new();
-    resources.insert("skus".into(), skus(state, body["bloom"].clone()));
+    if state.demo {
+        resources.insert("skus".into(), skus(state, body["bloom"].clone()));
+    } else if let Some(body) = body.as_object_mut() {
+        // No demo SKU table: none of its figures.
+        for key in ["bloom", "requests", "rebuild_history", "l1", "shared"] {
+            body.remove(key);
+        }
+    }
     for res in &state.resources {
         resources.insert(res.name.to_string(), res.stats());
     }
@@ -202,11 +209,13 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
     }
     let o = &s["outbox"];
     m.gauge("bloomgate_changes_in_step", vec![], flag(o, &["in_step"]));
-    m.counter(
-        "bloomgate_filter_unvouched_total",
-        skus(),
-        count(o, &["unvouched"]),
-    );
+    if !s["bloom"].is_null() {
+        m.counter(
+            "bloomgate_filter_unvouched_total",
+            skus(),
+            count(o, &["unvouched"]),
+        );
+    }
     for (name, key) in [
         ("bloomgate_outbox_applied_total", "applied"),
         ("bloomgate_outbox_poll_failures_total", "poll_failures"),

@@ -41,6 +41,8 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     let mut c = common::config(&url, None, "audit");
     c.cache.bloom_audit_every_ms = 50;
     c.cache.bloom_monitor_ms = 100;
+    // A refused row is judged after the feed's bound (250 ms more).
+    c.sql.out_of_step_ms = 1_000;
     c.resources.push(common::users_resource("users"));
     let s = TestServer::start(c, 100).await;
     eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;

@@ -28,7 +28,7 @@ pub struct Captured {
 #[must_use]
 pub fn targets(config: &Config) -> Vec<Captured> {
     let mut out = Vec::new();
-    if config.cache.capture == Capture::Triggers {
+    if config.cache.capture == Capture::Triggers && config.demo() {
         out.push(Captured {
             key: "cache.capture".into(),
             name: SKU_RESOURCE.into(),

@@ -195,7 +195,7 @@ pub struct Outbox {
     doorbell_ok_ms: Arc<AtomicU64>,
     gap_wait: Duration,
     retention: Duration,
-    out_of_step: Duration,
+    pub(crate) out_of_step: Duration,
     follow: Arc<Mutex<Follow>>,
     doorbell: Arc<Notify>,
     /// When a read of the table last succeeded (ms since the epoch).

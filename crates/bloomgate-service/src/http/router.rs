@@ -47,11 +47,17 @@ pub fn router(state: AppState) -> App {
         .route("/api/skus", post(create_sku))
         .route(crate::paths::SKU_ROUTE, put(update_sku).delete(delete_sku))
         .layer(limit);
-    let (router, patterns) = Routes::new()
-        .merge(read)
-        .merge(with_bodies)
+    // The demo SKU table's routes only where it is served (`demo`).
+    let demo = state.demo;
+    let mut routes = Routes::new();
+    if demo {
+        routes = routes
+            .merge(read)
+            .merge(with_bodies)
+            .merge(crate::http::resources::sku_routes(&state, rate.as_ref()));
+    }
+    let (router, patterns) = routes
         .merge(crate::http::resources::routes(&state, rate.as_ref()))
-        .merge(crate::http::resources::sku_routes(&state, rate.as_ref()))
         .route("/api/cache/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::http::dashboard::page))
@@ -80,6 +86,7 @@ pub fn router(state: AppState) -> App {
     // of the table takes.
     let warms = ["/api/cache/warm".to_owned(), "/api/skus/warm".to_owned()]
         .into_iter()
+        .filter(|_| demo)
         .chain(
             state
                 .resources
@@ -95,7 +102,10 @@ pub fn router(state: AppState) -> App {
     // answered by the edge without the router, after the edge's check of
     // the per-client rate limit when one is set.
     let fast_answers = state.http.fast_answers;
-    for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE] {
+    for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE]
+        .into_iter()
+        .filter(|_| demo)
+    {
         if fast_answers {
             let fast = Arc::clone(&state);
             let registered = edge.fast_get(

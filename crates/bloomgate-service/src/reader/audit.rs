@@ -1,7 +1,12 @@
 //! The promise, checked while the service runs: a small, rate-limited
 //! sample of the filter's "no" answers is looked up in the source, off
 //! the request path (a task of its own, one at a time per table). A row
-//! found there is a false negative: the filter refused a key that exists.
+//! found there may be a create this instance has not applied yet (another
+//! instance's or program's, in flight on the change feed): the audit waits
+//! out the feed's bound (`sql.out_of_step_ms`, after which an instance
+//! that has not read the outbox stops vouching) and asks again. A key the
+//! filter still refuses while in step, with its row still there, is a
+//! false negative: the filter refused a key that exists.
 //! That is counted (`false_negatives`), logged as an error, and the
 //! filter's "no" is not trusted again until a rebuild succeeds (the gate
 //! owes one, so every "no" is unvouched and readiness says
@@ -20,6 +25,8 @@ use super::{Rows, ShieldedReader};
 pub struct Audit {
     /// Milliseconds between samples; 0: off.
     every_ms: AtomicU64,
+    /// How long a create may take to reach this instance's filter.
+    settle: std::time::Duration,
     /// When the next sample may be taken (milliseconds since the epoch).
     next_at_ms: AtomicU64,
     /// A lookup runs.
@@ -36,6 +43,7 @@ impl Default for Audit {
     fn default() -> Self {
         Self {
             every_ms: AtomicU64::new(0),
+            settle: std::time::Duration::ZERO,
             next_at_ms: AtomicU64::new(0),
             running: AtomicBool::new(false),
             sampled: AtomicU64::new(0),
@@ -46,10 +54,14 @@ impl Default for Audit {
 }
 
 impl Audit {
-    /// Samples at most one refused key every `every_ms` (0: none).
+    /// Samples at most one refused key every `every_ms` (0: none); a row
+    /// found is judged after `settle`, the change feed's bound.
     #[must_use]
-    pub fn every(every_ms: u64) -> Self {
-        let a = Self::default();
+    pub fn every(every_ms: u64, settle: std::time::Duration) -> Self {
+        let a = Self {
+            settle,
+            ..Self::default()
+        };
         a.every_ms.store(every_ms, Ordering::Relaxed);
         a
     }
@@ -88,7 +100,16 @@ impl<R: Rows> ShieldedReader<R> {
         runtime.spawn(async move {
             reader.audit.sampled.fetch_add(1, Ordering::Relaxed);
             match reader.store.audit(&key).await {
-                Ok(true) => reader.false_negative(&key),
+                Ok(true) => {
+                    // A create in flight reaches the filter within the
+                    // feed's bound; a "no" that outlives it is wrong.
+                    tokio::time::sleep(reader.audit.settle).await;
+                    if reader.gate.probe(&key) == crate::gate::Verdict::Reject
+                        && matches!(reader.store.audit(&key).await, Ok(true))
+                    {
+                        reader.false_negative(&key);
+                    }
+                }
                 Ok(false) => {}
                 Err(e) => {
                     reader.audit.failed.fetch_add(1, Ordering::Relaxed);

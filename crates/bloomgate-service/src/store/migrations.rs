@@ -9,6 +9,9 @@ use super::*;
 /// the SKU table (portable DDL), then the change outbox (whose
 /// auto-increment column each backend spells its own way) and its state
 /// row.
+/// The migration that creates the demo SKU table.
+const SKU_TABLE_MIGRATION: i64 = 1;
+
 fn migrations(backend: Backend) -> Vec<(i64, String)> {
     let seq = match backend {
         Backend::Sqlite => "seq INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -82,6 +85,15 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.migrate_for(true).await
+    }
+
+    /// [`Self::migrate`], without the demo SKU table unless `demo` (its
+    /// migration is applied by the first start that serves it).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn migrate_for(&self, demo: bool) -> Result<(), StoreError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
             .within(&self.bg_limit, "migrate")
@@ -97,7 +109,7 @@ impl SkuStore {
             .collect::<Result<_, _>>()
             .map_err(err("migrate"))?;
         for (version, ddl) in migrations(self.backend) {
-            if applied.contains(&version) {
+            if applied.contains(&version) || (version == SKU_TABLE_MIGRATION && !demo) {
                 continue;
             }
             let res = sqlx::query(&ddl)

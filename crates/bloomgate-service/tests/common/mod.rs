@@ -142,6 +142,9 @@ pub fn config(database_url: &str, redis_url: Option<&str>, prefix: &str) -> Conf
         database_url: database_url.into(),
         redis_url: redis_url.map(Into::into),
         seed_if_empty: 0,
+        // The demo SKU table beside any resources a test adds (it is off
+        // by default once resources are configured).
+        demo: Some(true),
         ..Config::default()
     };
     c.listen = "127.0.0.1:0".parse().unwrap();
