@@ -168,6 +168,11 @@ pub struct Resource<R: Guarded = SourceRows> {
     background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
     watch_every_ms: AtomicU64,
+    /// What its filter holds: this database's identity, the table, the
+    /// key column and key type (`None` before the migrations: nothing is
+    /// restored or adopted then). Snapshots and epochs carry it; one made
+    /// for anything else is refused.
+    pub identity: Option<Arc<str>>,
 }
 
 impl Resource<SkuStore> {
@@ -354,6 +359,16 @@ impl<R: Guarded> Resource<R> {
                 .as_ref()
                 .map(|p| crate::config::resources::derived_snapshot_path(p, name))
         });
+        // The SKU table, a configured table, or a source of the embedder.
+        let holds = match (&table, name == crate::store::SKU_RESOURCE) {
+            (Some(t), _) => t.describe(),
+            (None, true) => "skus.id".to_owned(),
+            (None, false) => format!("source {name}"),
+        };
+        let identity: Option<Arc<str>> = shared
+            .store
+            .identity()
+            .map(|db| Arc::from(crate::wire::filter_identity(db, &holds, key_type)));
         let persist = snapshot.map(|path| {
             crate::share::snapshot::Persist::new(
                 path,
@@ -362,9 +377,11 @@ impl<R: Guarded> Resource<R> {
                 key_type,
                 shared.outbox.clone(),
             )
+            .with_identity(identity.clone())
         });
         let r = Arc::new(Self {
             epochs: EpochCounters::default(),
+            identity,
             epoch_counter: place.epoch_counter.clone(),
             outbox: shared.outbox.clone(),
             rebuild_after_deletes: options

@@ -92,15 +92,13 @@ pub struct StoreCounters {
     pub missing: AtomicU64,
     /// Full id scans started (filter builds).
     pub id_scans: AtomicU64,
-    /// Full `COUNT(*)` statements sent (the background row check only:
-    /// never on the path to start-up or readiness).
+    /// Full `COUNT(*)` statements sent (the background row check only).
     pub full_counts: AtomicU64,
     /// Statements that failed (timeouts and unique-key collisions apart).
     pub errors: AtomicU64,
     /// Writes that committed so late that their change was recorded again.
     pub rerecorded: AtomicU64,
-    /// Statements the change-outbox follower sent (reads and trims): the
-    /// service's own background load on SQL, apart from `queries`.
+    /// Background statements (outbox reads and trims, the audit), apart.
     pub background: AtomicU64,
     /// Statements slower than `sql.slow_query_ms`, by statement.
     pub slow: Mutex<BTreeMap<&'static str, u64>>,
@@ -144,11 +142,12 @@ pub struct SkuStore {
     /// records its change (keyed by the SKU id).
     #[doc(hidden)]
     pub after_row: Arc<crate::pause::PausePoint>,
-    /// The instance's shutdown signal (its own when used alone): late
-    /// entries recorded again are tracked by it.
+    /// The instance's shutdown signal: tracks late entries recorded again.
     background: crate::tasks::Background,
-    /// `cache.capture`: triggers record SKU writes (one statement each).
+    /// `cache.capture`: triggers record SKU writes.
     pub(crate) sku_captured: Arc<std::sync::atomic::AtomicBool>,
+    /// This database's identity, read after the migrations.
+    identity: Arc<std::sync::OnceLock<String>>,
 }
 
 impl SkuStore {
@@ -254,6 +253,7 @@ impl SkuStore {
             after_row: Arc::default(),
             background: crate::tasks::Background::new(),
             sku_captured: Arc::default(),
+            identity: Arc::default(),
         };
         Ok(store)
     }

@@ -74,3 +74,12 @@ pub fn epoch_meta_key(counter: &str, n: u64) -> String {
 pub fn epoch_segment_key(counter: &str, n: u64, i: usize) -> String {
     format!("{counter}:{n}:seg:{i}")
 }
+
+/// What a filter holds, as snapshots and shared epochs name it: the
+/// database's identity (`SkuStore::identity`), `table.key` (or `source
+/// <name>`) and the key type. Instances refuse a filter whose identity is
+/// not theirs.
+#[must_use]
+pub fn filter_identity(database: &str, holds: &str, key_type: crate::key::KeyType) -> String {
+    format!("{database}:{holds}:{key_type:?}")
+}

@@ -186,7 +186,7 @@ impl Follow {
 /// The follower's handle. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    store: SkuStore,
+    pub(crate) store: SkuStore,
     poll: Duration,
     /// The poll interval while a doorbell is healthy.
     idle_poll: Duration,

@@ -66,6 +66,12 @@ impl Audit {
         a
     }
 
+    /// Samples at most one refused key every `every_ms` from now on (0:
+    /// none).
+    pub fn set_every(&self, every_ms: u64) {
+        self.every_ms.store(every_ms, Ordering::Relaxed);
+    }
+
     /// Whether this refusal is sampled: the interval passed and no lookup
     /// runs. One load of an atomic when off or not due.
     fn take(&self) -> bool {

@@ -86,6 +86,10 @@ impl<R: Guarded> Resource<R> {
                     ("fpp", gate.fpp().to_string()),
                     ("layout", format!("{:?}", gate.layout())),
                     ("key_type", format!("{:?}", self.key_type())),
+                    (
+                        "identity",
+                        self.identity.as_deref().unwrap_or("").to_owned(),
+                    ),
                 ],
             )
             .await?;
@@ -125,6 +129,15 @@ impl<R: Guarded> Resource<R> {
         {
             return Err(format!(
                 "epoch {epoch} was made for another layout, rate or key type"
+            ));
+        }
+        // Made for another database, table or key column (staging and
+        // production under one prefix; an earlier release's names none).
+        let want = self.identity.as_deref().ok_or("no database identity yet")?;
+        if meta.get("identity").map(String::as_str) != Some(want) {
+            return Err(format!(
+                "epoch {epoch} holds {:?}, not {want}",
+                meta.get("identity")
             ));
         }
         let at: i64 = field("outbox")?

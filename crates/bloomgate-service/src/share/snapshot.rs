@@ -60,6 +60,11 @@ struct Meta {
     /// XXH3-64 of the snapshot file, so a file and a metadata file written
     /// by different saves never pair up.
     file_xxh3: String,
+    /// What the filter holds (`Resource::identity`: the database, table,
+    /// key column and key type). Absent in files of earlier releases:
+    /// such a file is not restored (once: the next save writes it).
+    #[serde(default)]
+    identity: Option<String>,
     saved_at_ms: u64,
 }
 
@@ -72,6 +77,8 @@ pub struct Persist {
     outbox: Outbox,
     /// How the filter's keys are hashed, as the file records it.
     kind: KeyKind,
+    /// What the filter holds (see [`Meta`]).
+    identity: Option<Arc<str>>,
 }
 
 fn meta_path(path: &Path) -> PathBuf {
@@ -129,7 +136,15 @@ impl Persist {
             fpp,
             outbox,
             kind: crate::filter::key_kind(key_type),
+            identity: None,
         }
+    }
+
+    /// Snapshots of a filter holding `identity` (see [`Meta`]).
+    #[must_use]
+    pub fn with_identity(mut self, identity: Option<Arc<str>>) -> Self {
+        self.identity = identity;
+        self
     }
 
     /// Where the snapshot is written.
@@ -157,6 +172,7 @@ impl Persist {
         };
         let capacity = gate.capacity();
         let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
+        let identity = self.identity.clone();
         let encoded = crate::filter::encode_one(filter, kind)
             .await
             .map_err(std::io::Error::other)?;
@@ -171,6 +187,7 @@ impl Persist {
                 fpp,
                 file_xxh3: hash_hex(bytes),
                 saved_at_ms: crate::model::now_millis(),
+                identity: identity.as_deref().map(str::to_owned),
             };
             write_atomic(&path, bytes)?;
             let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
@@ -195,6 +212,19 @@ impl Persist {
         key_type: KeyType,
     ) -> Result<(i64, i64), String> {
         let (filter, meta) = self.load().await?;
+        let want = self
+            .identity
+            .as_deref()
+            .ok_or("this database has no identity yet")?;
+        match meta.identity.as_deref() {
+            Some(made) if made == want => {}
+            Some(made) => {
+                return Err(format!(
+                    "the snapshot holds {made}, not {want}: made against another database, table or key column"
+                ))
+            }
+            None => return Err("the snapshot names no database (an earlier release's)".into()),
+        }
         let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
         self.not_ahead(at).await?;
         let created = match self.outbox.created_keys_after(at, resource).await {

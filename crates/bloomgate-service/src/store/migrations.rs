@@ -76,6 +76,15 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
             }
             .into(),
         ),
+        // This database's identity (see `SkuStore::identity`); positive,
+        // so every backend's BIGINT holds it.
+        (
+            7,
+            format!(
+                "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('identity', {})",
+                fastrand::i64(1..)
+            ),
+        ),
     ]
 }
 
@@ -140,6 +149,25 @@ impl SkuStore {
                 }
             }
         }
+        let row = sqlx::query("SELECT value FROM bloomgate_outbox_state WHERE name = 'identity'")
+            .fetch_optional(&self.pool)
+            .within(&self.bg_limit, "migrate")
+            .await
+            .map_err(err("migrate"))?;
+        if let Some(row) = row {
+            let id: i64 = row.try_get(0).map_err(err("migrate"))?;
+            let _ = self.identity.set(format!("{:016x}", id as u64));
+        }
         Ok(())
+    }
+
+    /// This database's identity: a random number the first migration of
+    /// its outbox wrote, so a snapshot or a shared epoch made against
+    /// another database (staging and production under one Redis prefix,
+    /// a database recreated) is told apart from one of this database.
+    /// `None` before [`Self::migrate`].
+    #[must_use]
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.get().map(String::as_str)
     }
 }

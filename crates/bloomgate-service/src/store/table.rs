@@ -323,6 +323,12 @@ impl SqlTable {
         }))
     }
 
+    /// `table.key` as configured (plain names), for identities.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        format!("{}.{}", self.table_name, self.key_name)
+    }
+
     fn bind_key<'q>(
         q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
         key: &Key,

@@ -606,10 +606,14 @@ pub fn prom_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64
         })
 }
 
-/// Parks `server`'s change-outbox follower before its next read, so no
-/// background statement reaches SQL while a test counts statements; the
-/// returned pause resumes it.
+/// Parks `server`'s change-outbox follower before its next read, and turns
+/// the filter audit off (for good), so no background statement reaches SQL
+/// while a test counts statements; the returned pause resumes the follower.
 pub async fn quiet_sql(server: &TestServer) -> std::sync::Arc<bloomgate_service::pause::Pause> {
+    server.state.skus.reader.audit.set_every(0);
+    for r in &server.state.resources {
+        r.reader.audit.set_every(0);
+    }
     let pause = server.state.outbox.before_poll.arm(0);
     pause.reached().await;
     pause

@@ -166,6 +166,7 @@ impl Doorbell {
         if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
             return Err(format!("epoch {epoch} was made for another layout or rate"));
         }
+        self.check_identity(epoch, &meta)?;
         let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
         let replayed = self
             .load_epoch(gate, epoch, Some(outbox_at), capacity)
@@ -203,6 +204,7 @@ impl Doorbell {
                     ("capacity", gate.capacity().to_string()),
                     ("fpp", gate.fpp().to_string()),
                     ("layout", format!("{:?}", gate.layout())),
+                    ("identity", self.sku_identity().unwrap_or_default()),
                 ],
             )
             .await?;
@@ -367,6 +369,11 @@ impl Doorbell {
                 ));
             }
         }
+        // An announced epoch names its identity in its meta only.
+        let meta = self
+            .epoch_meta(&crate::wire::epoch_counter_key(&self.prefix), epoch)
+            .await?;
+        self.check_identity(epoch, &meta)?;
         let bytes = self.read_epoch(epoch).await?;
         let layout = gate.layout();
         let filter = tokio::task::spawn_blocking(move || {
@@ -410,6 +417,31 @@ impl Doorbell {
             return Err("a rebuild took over; its filter is as new".into());
         }
         Ok(created.len())
+    }
+
+    /// What the SKU table's filter holds (see [`crate::wire::filter_identity`]).
+    fn sku_identity(&self) -> Option<String> {
+        let db = self.outbox.store.identity()?;
+        Some(crate::wire::filter_identity(
+            db,
+            "skus.id",
+            crate::key::KeyType::Int,
+        ))
+    }
+
+    /// Refuses an epoch made for another database (staging and production
+    /// under one Redis prefix), or by an earlier release (no identity):
+    /// once, answered with a scan of this database.
+    fn check_identity(
+        &self,
+        epoch: u64,
+        meta: &std::collections::HashMap<String, String>,
+    ) -> Result<(), String> {
+        let want = self.sku_identity().ok_or("no database identity yet")?;
+        match meta.get("identity") {
+            Some(made) if *made == want => Ok(()),
+            made => Err(format!("epoch {epoch} holds {made:?}, not {want}")),
+        }
     }
 
     /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).

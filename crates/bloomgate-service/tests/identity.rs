@@ -1,0 +1,156 @@
+//! Snapshots and shared epochs name what their filter holds: the
+//! database's identity (a random number its outbox's migration wrote),
+//! the table, the key column and the key type. A filter made for anything
+//! else is refused and the table scanned, so every existing key is found:
+//! before, a snapshot of another key column, or an epoch of another
+//! database under the same Redis prefix (staging and production), was
+//! restored whenever its outbox position was not ahead of this one's, and
+//! every key the other filter lacked answered 404.
+
+mod common;
+
+use common::{counter, eventually, TestServer};
+use sqlx::Row;
+
+async fn users_table(url: &str, ids: &[&str]) {
+    let w = common::sql_pool(url).await;
+    sqlx::query(
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, email VARCHAR(100) NOT NULL)",
+    )
+    .execute(&w)
+    .await
+    .unwrap();
+    for id in ids {
+        sqlx::query(&format!(
+            "INSERT INTO users VALUES ('{id}', '{id}@example.com')"
+        ))
+        .execute(&w)
+        .await
+        .unwrap();
+    }
+    w.close().await;
+}
+
+/// A snapshot of `users` keyed by `id`, restarted keyed by `email` (same
+/// snapshot path): refused, scanned, every email found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_another_key_column_is_not_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url, &["u1", "u2", "u3"]).await;
+    let snap = dir.path().join("users.bgf");
+    let config = |key: &str| {
+        let mut c = common::config(&url, None, "identity-key");
+        let mut users = common::users_resource("users");
+        users.key = key.into();
+        users.bloom_snapshot_path = Some(snap.clone());
+        c.resources.push(users);
+        c
+    };
+    let a = TestServer::start(config("id"), 0).await;
+    eventually(10, "ready", || async { a.get("/readyz").await.0 == 200 }).await;
+    a.stop().await;
+    assert!(snap.is_file(), "saved at shutdown");
+    // The same path, restarted by id: restored, no scan.
+    let a = TestServer::start(config("id"), 0).await;
+    eventually(10, "ready", || async { a.get("/readyz").await.0 == 200 }).await;
+    let stats = a.stats().await;
+    assert_eq!(
+        counter(
+            &stats,
+            &["resources", "users", "filter", "snapshot_restores"]
+        ),
+        1,
+        "{stats}"
+    );
+    a.stop().await;
+    // Keyed by email now: the snapshot holds ids.
+    let b = TestServer::start(config("email"), 0).await;
+    eventually(10, "ready", || async { b.get("/readyz").await.0 == 200 }).await;
+    let stats = b.stats().await;
+    assert_eq!(
+        counter(
+            &stats,
+            &["resources", "users", "filter", "snapshot_restores"]
+        ),
+        0,
+        "{stats}"
+    );
+    for id in ["u1", "u2", "u3"] {
+        assert_eq!(
+            b.get(&format!("/api/users/{id}@example.com")).await.0,
+            200,
+            "{id}"
+        );
+    }
+    b.stop().await;
+}
+
+/// Two databases under one Redis prefix (staging and production): the
+/// second instance does not adopt the first one's start-up epoch, and
+/// finds its own rows; for the SKU table (the doorbell's epochs) and a
+/// resource (its own epochs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_epoch_of_another_database_is_not_adopted() {
+    let (Some(staging), Some(production), Some(redis)) = (
+        common::mysql_database("identity_staging").await,
+        common::mysql_database("identity_production").await,
+        common::redis_url().await,
+    ) else {
+        return;
+    };
+    users_table(&staging, &["u1", "u2"]).await;
+    users_table(&production, &["p1", "p2"]).await;
+    let config = |url: &str| {
+        let mut c = common::config(url, Some(&redis), "identity-shared");
+        c.resources.push(common::users_resource("users"));
+        c
+    };
+    common::redis_clear(&redis, &config(&staging).cache.redis_prefix).await;
+    let a = TestServer::start(config(&staging), 100).await;
+    eventually(10, "staging ready", || async {
+        a.get("/readyz").await.0 == 200
+    })
+    .await;
+    // Wait for staging's start-up epochs (the SKUs' and users') in Redis.
+    eventually(10, "staging's epochs stored", || async {
+        let s = a.stats().await;
+        counter(&s, &["resources", "skus", "epochs", "published"]) >= 1
+            && counter(&s, &["resources", "users", "epochs", "published"]) >= 1
+    })
+    .await;
+    let b = TestServer::start(config(&production), 0).await;
+    eventually(10, "production ready", || async {
+        b.get("/readyz").await.0 == 200
+    })
+    .await;
+    let stats = b.stats().await;
+    assert_eq!(
+        counter(&stats, &["resources", "skus", "epochs", "adopted"]),
+        0,
+        "{stats}"
+    );
+    assert_eq!(
+        counter(&stats, &["resources", "users", "epochs", "adopted"]),
+        0,
+        "{stats}"
+    );
+    for path in ["/api/users/p1", "/api/users/p2"] {
+        assert_eq!(b.get(path).await.0, 200, "{path}");
+    }
+    assert_eq!(b.get("/api/users/u1").await.0, 404);
+    // Each database has its own identity.
+    let id = |url: String| async move {
+        let p = common::sql_pool(&url).await;
+        let v: i64 =
+            sqlx::query("SELECT value FROM bloomgate_outbox_state WHERE name = 'identity'")
+                .fetch_one(&p)
+                .await
+                .unwrap()
+                .get(0);
+        v
+    };
+    assert_ne!(id(staging.clone()).await, id(production.clone()).await);
+    a.stop().await;
+    b.stop().await;
+}
