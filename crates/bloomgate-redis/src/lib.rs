@@ -6,7 +6,9 @@
 //! and bit positions as a [`BlockedBloom`] (so a local filter can be merged
 //! in and downloaded bit for bit). A lookup is one `GETRANGE` of the key's
 //! 32-byte block, tested in the client; an insert is one `BITFIELD` setting
-//! its `k` bits; batches of keys share one pipelined round trip.
+//! its `k` bits, in a script that refuses a segment that is not whole (a
+//! lost segment is never recreated as zeros, which would read as "no");
+//! batches of keys share one pipelined round trip.
 //!
 //! A string holds at most 512 MB in Redis, so a large filter is split into
 //! segments of a configurable size (whole blocks each) under keys of their
@@ -109,6 +111,17 @@ redis.call('HSET', KEYS[1], 'layout', 'blocked-v1', 'blocks', ARGV[1],
   'block_bits', ARGV[2], 'hashes', ARGV[3], 'seed', ARGV[4],
   'segment_bytes', ARGV[5])
 return 1
+";
+
+/// Sets a key's bits in its segment only when the segment is there whole:
+/// a plain `BITFIELD SET` on a lost segment (a flushed or restarted Redis)
+/// would create a string of zeros up to the block, and every other key of
+/// that segment would then read as a definite "no".
+const SET_IN_WHOLE: &str = r"
+if redis.call('STRLEN', KEYS[1]) < tonumber(ARGV[1]) then
+  return redis.error_reply('BLOOMGATE segment missing or short')
+end
+return redis.call('BITFIELD', KEYS[1], unpack(ARGV, 2))
 ";
 
 /// Where a key's block lives: segment, and the bit offsets and byte range
@@ -394,8 +407,14 @@ impl RedisBloom {
     }
 
     fn set_cmd(&self, spot: &Spot) -> Cmd {
-        let mut cmd = redis::cmd("BITFIELD");
-        cmd.arg(self.segment_key(spot.segment));
+        // `EVAL` with the script's text: a pipeline of `EVALSHA`s could
+        // not be retried whole after a `NOSCRIPT` (a restarted Redis), and
+        // inserts are rare beside lookups.
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SET_IN_WHOLE)
+            .arg(1)
+            .arg(self.segment_key(spot.segment))
+            .arg(self.segment_len(spot.segment));
         for off in &spot.offsets {
             cmd.arg("SET").arg("u1").arg(off).arg(1);
         }
@@ -410,11 +429,14 @@ impl RedisBloom {
         cmd
     }
 
-    /// Adds a key in one command (`BITFIELD … SET u1` for its `k` bits);
-    /// true when a bit was newly set.
+    /// Adds a key in one command (`BITFIELD … SET u1` for its `k` bits,
+    /// in a script that first checks its segment is whole); true when a
+    /// bit was newly set.
     ///
     /// # Errors
-    /// Redis errors.
+    /// Redis errors, among them a refusal when the key's segment is
+    /// missing or short (lost with a Redis flush or restart): the filter
+    /// must be filled again ([`RedisBloom::upload`]) before it takes keys.
     pub async fn insert<K: BloomKey + ?Sized>(&self, key: &K) -> Result<bool> {
         let old: Vec<u8> = self
             .set_cmd(&self.spot(key))

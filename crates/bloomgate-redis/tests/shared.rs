@@ -353,3 +353,46 @@ async fn bad_keys_and_segment_sizes_are_refused_with_a_reason() {
         }
     }
 }
+
+/// A lost segment (a flushed or restarted Redis) is never recreated by an
+/// insert: a plain `BITFIELD SET` would write zeros up to the key's block,
+/// and every key below it would then read as a definite "no". The insert
+/// is refused, lookups fail ("maybe" to a caller guarding a database),
+/// and an upload brings the segment back whole.
+#[tokio::test]
+async fn an_insert_into_a_lost_segment_is_refused_and_an_upload_restores_it() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:lost";
+    fresh(&c, key).await;
+    let f = RedisBloom::create(c.clone(), key, 2_000, 0.01, 0)
+        .await
+        .unwrap();
+    let mut local = BlockedBloom::new(f.params(), 0).unwrap();
+    for k in 0..1_000_u64 {
+        f.insert(&k).await.unwrap();
+        local.insert(&k);
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut c.clone())
+        .await
+        .unwrap();
+    assert!(f.insert(&5_000_u64).await.is_err(), "refused");
+    assert!(f.insert_many(&[5_001_u64, 5_002]).await.is_err(), "refused");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c.clone())
+        .await
+        .unwrap();
+    assert!(!exists, "no string of zeros");
+    for k in 0..1_000_u64 {
+        assert!(f.contains(&k).await.is_err(), "{k}: an error, never a no");
+    }
+    f.upload(&local).await.unwrap();
+    for k in 0..1_000_u64 {
+        assert!(f.contains(&k).await.unwrap(), "{k}");
+    }
+    f.insert(&5_000_u64).await.unwrap();
+    assert!(f.contains(&5_000_u64).await.unwrap());
+    fresh(&c, key).await;
+}

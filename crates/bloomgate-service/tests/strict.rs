@@ -270,3 +270,74 @@ async fn a_followed_create_reaches_the_shared_filter() {
     a.stop().await;
     b.stop().await;
 }
+
+/// `FLUSHALL` in `redis` and `strict` modes, then a create before any
+/// check finds the filter gone: its insert must not recreate the lost
+/// string as zeros (a plain `BITFIELD SET` did, up to its block, and
+/// every older id of that segment then read as a definite "no": a 404
+/// for a row that exists). Every seeded id answers 200 throughout; the
+/// refill uploads whole segments, and afterwards absent ids are refused
+/// again and the create is found.
+async fn a_flush_is_never_read_as_no(mode: BloomMode) {
+    let redis = common::OwnServer::redis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let mut c = config(&db, &redis.url(), mode);
+    // One segment: the zeros reached every id below the create's block.
+    c.cache.bloom_segment_bytes = 16 * 1024;
+    let server = TestServer::start(c, 1000).await;
+    assert_eq!(server.get("/api/seckill/1").await.0, 200);
+    let mut conn = common::redis_conn(&redis.url()).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    assert_eq!(server.create(5_000, "after the flush").await, 201);
+    // Its insert was refused: the lost string is not there as zeros.
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(format!("{PREFIX}bloom"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!exists, "{mode:?}: an insert recreated the flushed filter");
+    for id in (1..=1000).chain([5_000]) {
+        assert_eq!(
+            server.get(&format!("/api/seckill/{id}")).await.0,
+            200,
+            "{mode:?}: id {id} after the flush"
+        );
+    }
+    // An absent id: in strict mode the replica's "no" asks Redis, which
+    // finds the filter gone (a "maybe": SQL answers) and refills it.
+    assert_eq!(server.get("/api/seckill/900000000").await.0, 404);
+    let shared = server.state.skus.reader.shared.clone().unwrap();
+    eventually(10, "refilled", || async {
+        shared
+            .counters
+            .refills
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    })
+    .await;
+    // Refilled: absent ids refused on the shared filter's word again
+    // (redis mode asks it alone), and every id, the create too, found.
+    eventually(5, "the shared filter answers no again", || async {
+        shared.maybe_contains(&900_000_123_i64).await == false
+    })
+    .await;
+    for id in (1..=1000).chain([5_000]) {
+        assert!(
+            shared.maybe_contains(&id).await,
+            "{mode:?}: {id} in the refilled filter"
+        );
+        assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 200);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_is_never_read_as_no_in_redis_mode() {
+    a_flush_is_never_read_as_no(BloomMode::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_is_never_read_as_no_in_strict_mode() {
+    a_flush_is_never_read_as_no(BloomMode::Strict).await;
+}

@@ -9,8 +9,13 @@
 //! filter every create since it was filled. Any failure (timeout, Redis
 //! down, the bit string lost with a Redis restart) answers "maybe", never
 //! "no"; the SQL bulkhead bounds what then reaches the database. A lost
-//! string (or one lost segment) is recreated and refilled from SQL in the
-//! background.
+//! string (or one lost segment) is refilled from SQL in the background,
+//! and never read as zeros meanwhile: an insert refuses a segment that is
+//! not whole (it would create zeros up to its block), and the refill
+//! builds the filter here and uploads each segment whole in one step, so
+//! a segment is either missing ("maybe") or complete. Creates that arrive
+//! while the refill runs (their inserts refused) are kept and added into
+//! the upload and after it.
 //!
 //! Every resource in `strict` or `redis` mode has one of its own, under
 //! `{prefix}r:{name}:bloom`, filled from its source's key scan; its `keys`
@@ -20,12 +25,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bloomgate_filter::{BlockedBloom, BloomKey, HashPair};
 use bloomgate_redis::{Conn, RedisBloom};
 
 use crate::filter::KeyBatch;
 use crate::key::Key;
 use crate::redis_link::RedisTarget;
 use crate::source::KeyScan;
+
+/// A key as its hashes under the shared filter's seed (0): what a refill
+/// keeps of the creates that arrive while it runs.
+#[derive(Clone, Copy)]
+struct Hashed(HashPair);
+
+impl BloomKey for Hashed {
+    fn hash_pair(&self, _seed: u64) -> HashPair {
+        self.0
+    }
+}
 
 /// One page of a key scan, owned.
 enum Page {
@@ -60,6 +77,8 @@ pub struct SharedFilter {
     /// resource's source.
     keys: Arc<dyn KeyScan>,
     refilling: Arc<AtomicBool>,
+    /// Creates that arrived while a refill runs (their inserts refused).
+    pending: Arc<std::sync::Mutex<Vec<HashPair>>>,
     /// Counters, shared by clones.
     pub counters: Arc<SharedCounters>,
     /// The instance's shutdown signal (ends a refill).
@@ -137,6 +156,7 @@ impl SharedFilter {
             timeout,
             keys,
             refilling: Arc::default(),
+            pending: Arc::default(),
             counters: Arc::default(),
             background: crate::tasks::Background::new(),
         };
@@ -249,6 +269,7 @@ impl SharedFilter {
     /// Adds a created key (after its SQL commit). A failure is counted and
     /// logged; checks then answer maybe for it only if the string is lost.
     pub async fn insert<K: bloomgate_filter::BloomKey + ?Sized>(&self, key: &K) {
+        self.keep_if_refilling(std::iter::once(key.hash_pair(0)));
         if !matches!(
             tokio::time::timeout(self.timeout, self.bloom.insert(key)).await,
             Ok(Ok(_))
@@ -267,6 +288,7 @@ impl SharedFilter {
         &self,
         keys: &[K],
     ) -> Result<(), String> {
+        self.keep_if_refilling(keys.iter().map(|k| k.hash_pair(0)));
         match tokio::time::timeout(self.timeout, self.bloom.insert_many(keys)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
@@ -280,37 +302,78 @@ impl SharedFilter {
         }
     }
 
+    /// Keeps created keys for the refill that runs, if one does.
+    fn keep_if_refilling(&self, hashes: impl Iterator<Item = HashPair>) {
+        if self.refilling.load(Ordering::Acquire) {
+            crate::sync::lock(&self.pending).extend(hashes);
+        }
+    }
+
+    fn take_pending(&self) -> Vec<HashPair> {
+        std::mem::take(&mut *crate::sync::lock(&self.pending))
+    }
+
+    /// Builds the whole filter here from a scan (and the creates kept
+    /// meanwhile), uploads it segment by segment (each appears whole), then
+    /// restores the metadata and adds the creates kept since.
+    async fn refill(&self) -> Result<(), String> {
+        let (batches, scanned) = self.scan().await;
+        let scanned = scanned.map_err(|e| format!("scanning SQL: {e}"))?;
+        let mut local = BlockedBloom::new(self.bloom.params(), 0).map_err(|e| e.to_string())?;
+        for page in &batches {
+            match page {
+                Page::Ints(ids) => {
+                    for id in ids {
+                        local.insert(id);
+                    }
+                }
+                Page::Keys(keys) => {
+                    for k in keys {
+                        local.insert(k);
+                    }
+                }
+            }
+        }
+        for h in self.take_pending() {
+            local.insert_hash(h);
+        }
+        self.bloom.upload(&local).await.map_err(|e| e.to_string())?;
+        RedisBloom::create_or_open_segmented(
+            self.conn.clone(),
+            &self.key,
+            self.expected,
+            self.fpp,
+            0,
+            self.segment_bytes,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let late: Vec<Hashed> = self.take_pending().into_iter().map(Hashed).collect();
+        self.bloom
+            .insert_many(&late)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(key = %self.key, scanned, kept = late.len(), "shared filter refilled from SQL");
+        Ok(())
+    }
+
     fn refill_in_background(&self, why: &str) {
         if self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
         tracing::warn!(key = %self.key, why, "shared filter lost; recreating it from SQL");
         let this = self.clone();
-        // Tracked, not cancelled: stopping between reallocating a segment
-        // and refilling it would leave definite "no"s in Redis.
+        // Tracked, not cancelled: a refill cut short leaves segments
+        // missing ("maybe"), never zeros; the next check starts another.
         self.background.track(async move {
-            // Scan SQL while the lost segments are still missing (checks on
-            // them fail, so they answer "maybe" on every instance), then
-            // allocate them and add the ids at once: a reallocated segment
-            // is all zeros, a definite "no", until the ids are back in it.
-            let (batches, scanned) = this.scan().await;
-            match RedisBloom::create_or_open_segmented(
-                this.conn.clone(),
-                &this.key,
-                this.expected,
-                this.fpp,
-                0,
-                this.segment_bytes,
-            )
-            .await
-            {
-                Ok((_, true)) => {
-                    this.add_all(&batches, scanned).await;
+            match this.refill().await {
+                Ok(()) => {
                     this.counters.refills.fetch_add(1, Ordering::Relaxed);
                 }
-                // Another instance recreated it and fills it.
-                Ok((_, false)) => {}
-                Err(e) => tracing::warn!(error = %e, "recreating the shared filter failed"),
+                Err(e) => {
+                    this.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "refilling the shared filter failed; it answers maybe where it is lost");
+                }
             }
             this.refilling.store(false, Ordering::Release);
         });
