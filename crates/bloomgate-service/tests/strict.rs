@@ -319,7 +319,7 @@ async fn a_flush_is_never_read_as_no(mode: BloomMode) {
     // Refilled: absent ids refused on the shared filter's word again
     // (redis mode asks it alone), and every id, the create too, found.
     eventually(5, "the shared filter answers no again", || async {
-        shared.maybe_contains(&900_000_123_i64).await == false
+        !shared.maybe_contains(&900_000_123_i64).await
     })
     .await;
     for id in (1..=1000).chain([5_000]) {
