@@ -46,14 +46,47 @@ pub fn redact_url(url: &str) -> String {
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
+    let tail = redact_query(tail);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
             let hidden = if userinfo.contains(':') { ":***" } else { "" };
             format!("{scheme}://{user}{hidden}@{host}{tail}")
         }
-        None => url.to_string(),
+        None => format!("{scheme}://{authority}{tail}"),
     }
+}
+
+/// The path and query of a URL with the value of every secret query
+/// parameter (PostgreSQL's `password`, `sslpassword`; any `*password*`,
+/// `*secret*` or `*token*`) replaced by `***`.
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let (query, fragment) = query
+        .split_once('#')
+        .map_or((query, None), |(q, f)| (q, Some(f)));
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((name, _)) if is_secret(name) => format!("{name}=***"),
+            _ => p.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{path}?{}", params.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "secret", "token"]
+        .iter()
+        .any(|w| name.contains(w))
 }
 
 #[cfg(test)]
@@ -71,6 +104,15 @@ mod tests {
                 "postgres://u@h/db?sslmode=verify-full",
             ),
             ("mysql://u:p@ss@h:3306/db", "mysql://u:***@h:3306/db"),
+            (
+                "postgres://u@h/db?password=s3cret&sslmode=require",
+                "postgres://u@h/db?password=***&sslmode=require",
+            ),
+            (
+                "postgres://h/db?sslmode=verify-full&sslpassword=k3y#x",
+                "postgres://h/db?sslmode=verify-full&sslpassword=***#x",
+            ),
+            ("redis://h:6379/?Token=abc", "redis://h:6379/?Token=***"),
             ("sqlite://data/x.db", "sqlite://data/x.db"),
             ("not a url", "not a url"),
         ] {
