@@ -24,9 +24,10 @@ pub enum AppError {
     /// No credentials on an admin call: 401.
     #[error("missing bearer token")]
     Unauthorized,
-    /// Wrong credentials: 403.
-    #[error("invalid bearer token")]
-    Forbidden,
+    /// Wrong credentials, or (without a token) an admin call from a page
+    /// that is not this machine's: 403.
+    #[error("{0}")]
+    Forbidden(String),
     /// Conflicts with the current state: 409.
     #[error("{0}")]
     Conflict(String),
@@ -49,7 +50,7 @@ impl AppError {
             Self::BadRequest(_) => (400, "bad_request"),
             Self::NotFound(_) => (404, "not_found"),
             Self::Unauthorized => (401, "unauthorized"),
-            Self::Forbidden => (403, "forbidden"),
+            Self::Forbidden(_) => (403, "forbidden"),
             Self::Conflict(_) => (409, "conflict"),
             Self::UnsupportedMediaType(_) => (415, "unsupported_media_type"),
             Self::Unavailable(_) => (503, "unavailable"),

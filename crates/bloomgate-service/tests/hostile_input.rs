@@ -520,3 +520,46 @@ async fn a_warm_longer_than_the_request_timeout_answers_with_its_rebuild() {
     }
     server.stop().await;
 }
+
+/// Without `admin_token`, an admin call reaching loopback from a page
+/// elsewhere (DNS rebinding: `Host` is the page's name; a cross-site
+/// form: `Origin` is the page's) gets a JSON 403; seed 000's `curl -X POST
+/// localhost:8080/api/cache/warm` (Host `localhost:PORT`, no Origin) and
+/// the reads are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_without_a_token_come_from_this_machine_only() {
+    let server = server("hostile-host", |_| {}).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let warm = |host: String, origin: Option<&'static str>| {
+        let mut req = server
+            .client
+            .post(server.url("/api/cache/warm"))
+            .header("content-type", "application/json")
+            .header("host", host)
+            .body(r#"{"limit":1}"#);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send()
+    };
+    let r = warm(format!("localhost:{port}"), None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    for (host, origin) in [
+        (format!("rebound.attacker.example:{port}"), None),
+        (format!("127.0.0.1:{port}"), Some("http://attacker.example")),
+    ] {
+        let r = warm(host.clone(), origin).await.unwrap();
+        assert_eq!(r.status(), 403, "{host} {origin:?}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "forbidden", "{body}");
+    }
+    let r = server
+        .client
+        .get(server.url("/api/seckill/1"))
+        .header("host", "rebound.attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "reads are not admin calls");
+    server.stop().await;
+}
