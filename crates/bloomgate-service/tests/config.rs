@@ -479,3 +479,33 @@ fn a_resources_filter_is_checked_as_the_default_resources_is() {
         );
     }
 }
+
+/// A database URL naming a CA but no TLS mode verifies the server against
+/// it (the drivers' default would read the CA and check nothing).
+#[test]
+fn a_database_url_with_a_ca_and_no_mode_is_verified() {
+    let c = Config::load_from(
+        None,
+        env(&[(
+            "DATABASE_URL",
+            "postgres://app@db.internal/app?sslrootcert=/etc/ca.pem",
+        )]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.database_url,
+        "postgres://app@db.internal/app?sslrootcert=/etc/ca.pem&sslmode=verify-full"
+    );
+    let c = Config::load_from(
+        None,
+        env(&[(
+            "DATABASE_URL",
+            "mysql://app@db/app?ssl-ca=/etc/ca.pem&ssl-mode=REQUIRED",
+        )]),
+    )
+    .unwrap();
+    assert!(
+        c.database_url.ends_with("ssl-mode=REQUIRED"),
+        "an explicit mode stays"
+    );
+}

@@ -89,9 +89,59 @@ fn is_secret(name: &str) -> bool {
         .any(|w| name.contains(w))
 }
 
+/// A database URL that names a CA (`sslrootcert` on PostgreSQL, `ssl-ca`
+/// on MySQL) but no TLS mode, with the mode that checks the server against
+/// that CA and its name added (`sslmode=verify-full`,
+/// `ssl-mode=VERIFY_IDENTITY`): the drivers' default (`prefer`,
+/// `PREFERRED`) would read the CA and verify nothing. `None` when the URL
+/// needs no change.
+#[must_use]
+pub fn verify_named_ca(url: &str) -> Option<String> {
+    let (scheme, _) = url.split_once("://")?;
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let names = |want: &[&str]| {
+        query.split('&').any(|p| {
+            let name = p.split_once('=').map_or(p, |(n, _)| n);
+            want.iter().any(|w| name.eq_ignore_ascii_case(w))
+        })
+    };
+    let add = match scheme {
+        "postgres" | "postgresql" if names(&["sslrootcert"]) && !names(&["sslmode"]) => {
+            "sslmode=verify-full"
+        }
+        "mysql" | "mariadb"
+            if names(&["ssl-ca", "ssl_ca"]) && !names(&["ssl-mode", "ssl_mode"]) =>
+        {
+            "ssl-mode=VERIFY_IDENTITY"
+        }
+        _ => return None,
+    };
+    Some(format!("{url}&{add}"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{redact_url, verify_named_ca};
+
+    #[test]
+    fn a_named_ca_without_a_mode_is_verified() {
+        assert_eq!(
+            verify_named_ca("postgres://u@h/db?sslrootcert=/ca.pem").as_deref(),
+            Some("postgres://u@h/db?sslrootcert=/ca.pem&sslmode=verify-full")
+        );
+        assert_eq!(
+            verify_named_ca("mysql://u@h/db?ssl-ca=/ca.pem").as_deref(),
+            Some("mysql://u@h/db?ssl-ca=/ca.pem&ssl-mode=VERIFY_IDENTITY")
+        );
+        for unchanged in [
+            "postgres://u@h/db?sslrootcert=/ca.pem&sslmode=require",
+            "postgres://u@h/db",
+            "mysql://u@h/db?ssl-mode=DISABLED&ssl-ca=/ca.pem",
+            "sqlite://data/x.db",
+        ] {
+            assert_eq!(verify_named_ca(unchanged), None, "{unchanged}");
+        }
+    }
 
     #[test]
     fn a_urls_password_is_never_quoted() {
