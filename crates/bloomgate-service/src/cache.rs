@@ -24,6 +24,7 @@ use crate::model::Sku;
 
 mod guard;
 mod l1;
+mod sweep;
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;

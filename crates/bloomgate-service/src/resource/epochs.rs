@@ -185,6 +185,9 @@ impl<R: Guarded> Resource<R> {
         if !gate.finish_adopt(&filter, capacity) {
             return Err(format!("a rebuild took over; {AS_NEW}"));
         }
+        // A warm's rebuild: rows may have gone that no entry named (a
+        // TRUNCATE); the cached ones go too.
+        self.reader.invalidate_all_local();
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
         self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
         Ok((at, keys.len()))

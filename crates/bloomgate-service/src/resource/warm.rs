@@ -59,6 +59,9 @@ impl<R: Guarded> Resource<R> {
         } else {
             None
         };
+        if rebuild.is_some() {
+            self.sweep_cached().await;
+        }
         let (rows, outcome) = self.warm_first(limit).await?;
         let (report, epoch) = match rebuild {
             Some(task) => task
@@ -75,6 +78,27 @@ impl<R: Guarded> Resource<R> {
             epoch,
             duration_ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// A warm with `rebuild_bloom` is the remedy for changes no trigger
+    /// sees (`TRUNCATE`, cascades): the table's cached values go with the
+    /// old filter, from L1 here (the other instances drop theirs when they
+    /// adopt the rebuild, or rebuild themselves) and from Redis.
+    async fn sweep_cached(&self) {
+        self.reader.invalidate_all_local();
+        if let Some(redis) = &self.reader.redis {
+            match redis.sweep().await {
+                Ok(Some(n)) => {
+                    tracing::info!(resource = %self.name, deleted = n, "cached values dropped from Redis with the rebuild")
+                }
+                Ok(None) => {
+                    tracing::info!(resource = %self.name, "a Redis Cluster is not swept: cached values expire within cache.redis_ttl_secs")
+                }
+                Err(e) => {
+                    tracing::warn!(resource = %self.name, error = %e, "dropping cached values from Redis failed; they expire within cache.redis_ttl_secs")
+                }
+            }
+        }
     }
 
     /// Starts a warm's rebuild. The default resource's is led through the

@@ -129,10 +129,14 @@ impl Doorbell {
                                             capacity,
                                         )
                                         .await;
+                                        // A warm's rebuild: rows may have gone
+                                        // that no entry named (a TRUNCATE).
+                                        reader.invalidate_all_local();
                                     } else {
                                         tracing::info!(
                                             "another instance asked for a filter rebuild"
                                         );
+                                        reader.invalidate_all_local();
                                         drop(reader.gate.request_rebuild());
                                     }
                                 }
