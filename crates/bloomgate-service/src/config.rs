@@ -211,6 +211,15 @@ pub struct HttpConfig {
     pub rate_limit_per_sec: u64,
     /// Burst allowed above the rate, requests.
     pub rate_limit_burst: u32,
+    /// Longest wait for a request's headers, milliseconds, from the
+    /// moment the connection is ready for a request (so an idle
+    /// keep-alive connection is closed after it too): a client that opens
+    /// connections and sends nothing whole holds none for longer.
+    pub header_timeout_ms: u64,
+    /// Most connections open at once (the next wait in the kernel's
+    /// backlog); 0: the process's open-file limit less what the SQL pool,
+    /// the scan readers and Redis need.
+    pub max_connections: u64,
     /// Whether the edge answers a filter "no" and an L1 hit itself
     /// (`http::edge`). `false` sends every request through the router:
     /// the same answers, slower; for comparing the two.
@@ -226,6 +235,8 @@ impl Default for HttpConfig {
             rate_limit_per_sec: 0,
             rate_limit_burst: 50,
             fast_answers: true,
+            header_timeout_ms: 10_000,
+            max_connections: 0,
         }
     }
 }

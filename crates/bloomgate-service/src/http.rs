@@ -17,6 +17,7 @@ pub mod resources;
 pub mod route_table;
 pub mod router;
 pub mod routes;
+pub mod serve;
 pub mod telemetry;
 
 pub use router::router;
@@ -24,9 +25,9 @@ pub use router::router;
 use crate::state::AppState;
 
 /// Serves [`router`]`(state)` on `listener` until `signal` resolves, then
-/// drains (axum's graceful shutdown). The peer address is an extension on
-/// every request only when the per-client rate limit needs it (it costs
-/// an allocation each).
+/// drains (see [`serve::serve`]: the header timeout and the connection
+/// limit). The peer address is an extension on every request only when
+/// the per-client rate limit needs it (it costs an allocation each).
 ///
 /// # Errors
 /// I/O errors from the listener.
@@ -35,21 +36,20 @@ pub async fn serve(
     state: AppState,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let per_client = state.http.rate_limit_per_sec > 0;
-    let app = router(state);
-    if per_client {
-        let app = axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-            std::net::SocketAddr,
-        >(app);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .await
-    } else {
-        axum::serve(
-            listener,
-            axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
-        )
-        .with_graceful_shutdown(signal)
-        .await
-    }
+    let h = &state.http;
+    let max_connections = match h.max_connections {
+        0 => serve::default_max_connections(state.descriptors_needed()),
+        n => n,
+    };
+    let limits = serve::Limits {
+        header_timeout: std::time::Duration::from_millis(h.header_timeout_ms),
+        max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+        connect_info: h.rate_limit_per_sec > 0,
+    };
+    tracing::debug!(
+        max_connections,
+        header_timeout_ms = h.header_timeout_ms,
+        "serving"
+    );
+    serve::serve(listener, router(state), limits, signal).await
 }

@@ -32,6 +32,9 @@ pub struct AppState {
     /// shared filter, no snapshot): never created, seeded, scanned,
     /// routed or reported.
     pub demo: bool,
+    /// Descriptors the pools may hold (SQL, scan readers, Redis), which
+    /// client connections must leave free.
+    descriptors: u64,
     /// The cache settings resources are assembled with.
     cache: crate::config::CacheConfig,
     /// Where Redis is (a resource's shared filter connects there).
@@ -117,6 +120,12 @@ impl StartError {
 }
 
 impl AppState {
+    /// File descriptors the pools may hold beside client connections.
+    #[must_use]
+    pub fn descriptors_needed(&self) -> u64 {
+        self.descriptors
+    }
+
     /// The `[cache]` settings the service was started with.
     #[must_use]
     pub fn cache_config(&self) -> &crate::config::CacheConfig {
@@ -226,6 +235,11 @@ impl AppState {
         Self {
             skus,
             demo,
+            // The SQL pool and the scan readers' pool, and Redis's few
+            // (the tier, the doorbell, the shared filters, epochs).
+            descriptors: u64::from(config.sql.pool_size)
+                + 2 * u64::from(config.sql.scan_parallel)
+                + 16,
             admin_token: config.admin_token.as_deref().map(Arc::from),
             http: config.http.clone(),
             metrics,

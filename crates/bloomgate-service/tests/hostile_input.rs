@@ -563,3 +563,52 @@ async fn admin_calls_without_a_token_come_from_this_machine_only() {
     assert_eq!(r.status(), 200, "reads are not admin calls");
     server.stop().await;
 }
+
+/// Slow clients: 300 connections that each send the start of a request
+/// and nothing more, against a service allowed 100 connections with a
+/// 500 ms header timeout. Each is closed after the timeout, and a real
+/// client is answered meanwhile (it waits for a free slot, never for a
+/// slow client to finish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_do_not_hold_the_service() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = server("hostile-slow", |c| {
+        c.http.header_timeout_ms = 500;
+        c.http.max_connections = 100;
+    })
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"GET /api/seckill/1 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    let started = Instant::now();
+    let r = server
+        .client
+        .get(server.url("/api/seckill/1"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("a real client is answered");
+    assert_eq!(r.status(), 200);
+    let took = started.elapsed();
+    eprintln!("a real client beside 300 slow ones answered after {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The slow connections the server took are closed after the header
+    // timeout (an EOF, or a 408 first); none is held open.
+    let mut closed = 0;
+    for s in &mut slow {
+        let mut buf = Vec::new();
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 300, "every slow connection closed by the server");
+    server.stop().await;
+}

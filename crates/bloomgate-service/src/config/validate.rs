@@ -165,6 +165,7 @@ impl Config {
             ),
             ("http.body_limit_bytes", self.http.body_limit_bytes as u64),
             ("http.request_timeout_ms", self.http.request_timeout_ms),
+            ("http.header_timeout_ms", self.http.header_timeout_ms),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1"));

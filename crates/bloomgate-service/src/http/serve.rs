@@ -1,0 +1,157 @@
+//! The server loop: accepts connections up to a limit, serves each with
+//! hyper's HTTP/1 under a header timeout, and drains on a signal. What
+//! `axum::serve` does, plus what a service in front of attackers needs:
+//! a connection that sends no whole request head within
+//! `http.header_timeout_ms` (counted from when the connection is ready for
+//! a request, so an idle keep-alive one too) is closed, and at most
+//! `http.max_connections` are open at once (by default the open-file
+//! limit less what the pools need), the rest waiting in the kernel's
+//! backlog instead of taking the descriptors SQL and Redis need. An
+//! accept that fails (`EMFILE`, a connection reset before it was taken)
+//! is retried after a pause, never the end of the loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+
+use super::router::App;
+
+/// Descriptors kept for everything but client connections, beside the
+/// SQL pool and the scan readers: Redis, files, the listener, logs.
+const RESERVED_FDS: u64 = 64;
+
+/// The connection limit when none is configured: the soft open-file limit
+/// less `others` (the pools) and [`RESERVED_FDS`]; at least 16.
+#[must_use]
+pub fn default_max_connections(others: u64) -> u64 {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    soft.saturating_sub(others + RESERVED_FDS).max(16)
+}
+
+/// How the loop serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// See `http.header_timeout_ms`.
+    pub header_timeout: Duration,
+    /// See `http.max_connections` (already derived when 0).
+    pub max_connections: usize,
+    /// Whether each request carries the peer's address (`ConnectInfo`):
+    /// the per-client rate limit needs it.
+    pub connect_info: bool,
+}
+
+/// Serves `app` on `listener` until `signal`, then stops accepting and
+/// asks every connection to close after its request in flight; returns
+/// once they have (the caller bounds that wait).
+///
+/// # Errors
+/// None today: accept errors are retried.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: App,
+    limits: Limits,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut signal = std::pin::pin!(signal);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let builder = Arc::new(builder);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            () = &mut signal => break,
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            () = &mut signal => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = per_connection(&app, peer, limits.connect_info);
+        let (builder, mut stop) = (Arc::clone(&builder), stop_rx.clone());
+        tasks.spawn(async move {
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    changed = stop.changed() => {
+                        if changed.is_err() || *stop.borrow() {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.as_mut().await;
+                            break;
+                        }
+                    }
+                }
+            }
+            drop(permit);
+        });
+        // Finished connections' tasks, reaped as we go.
+        while tasks.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The hyper service of one connection: the app (cloned per request, as
+/// `axum::serve` does), with the peer's address on every request when
+/// the rate limit needs it.
+fn per_connection(
+    app: &App,
+    peer: SocketAddr,
+    connect_info: bool,
+) -> TowerToHyperService<
+    tower::util::MapRequest<
+        App,
+        impl Fn(hyper::Request<Incoming>) -> axum::extract::Request + Clone + Send + 'static,
+    >,
+> {
+    TowerToHyperService::new(tower::util::MapRequest::new(
+        app.clone(),
+        move |req: hyper::Request<Incoming>| {
+            let mut req = req.map(axum::body::Body::new);
+            if connect_info {
+                req.extensions_mut().insert(ConnectInfo(peer));
+            }
+            req
+        },
+    ))
+}
+
+/// Connection errors (the peer gone before its connection was taken)
+/// are retried at once; others (`EMFILE`, `ENFILE`, `ENOMEM`) after a
+/// pause, so the loop neither spins nor stops.
+async fn accept_failed(e: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(error = %e, "accepting a connection failed; retrying in 100 ms");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
