@@ -764,7 +764,7 @@ fn a_slow_statement_is_logged_once_and_counted_every_time() {
     let mut slow_pages = slow_range();
     for _ in 0..3 {
         let reply = call(&format!(
-            "POST /api/cache/warm HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "POST /api/cache/warm HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         ));
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
