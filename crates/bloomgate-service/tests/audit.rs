@@ -28,16 +28,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let w = common::sql_pool(&url).await;
-    sqlx::query(
-        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
-    )
-    .execute(&w)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO users VALUES ('u000001', 'one'), ('u000002', 'two')")
-        .execute(&w)
-        .await
-        .unwrap();
+    common::users_table(&w, &["u000001", "u000002"]).await;
     let mut c = common::config(&url, None, "audit");
     c.cache.bloom_audit_every_ms = 50;
     c.cache.bloom_monitor_ms = 100;

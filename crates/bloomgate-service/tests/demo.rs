@@ -32,16 +32,7 @@ async fn tables(pool: &sqlx::AnyPool, url: &str) -> Vec<String> {
 
 async fn users_only(url: &str) {
     let w = common::sql_pool(url).await;
-    sqlx::query(
-        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
-    )
-    .execute(&w)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO users VALUES ('u1001', 'one'), ('u1002', 'two')")
-        .execute(&w)
-        .await
-        .unwrap();
+    common::users_table(&w, &["u1001", "u1002"]).await;
     let before = tables(&w, url).await;
     let mut c = common::config(url, None, "demo-off");
     c.demo = None;

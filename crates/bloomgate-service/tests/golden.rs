@@ -108,16 +108,7 @@ async fn every_metric_and_stats_key_is_the_golden_lists() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let w = common::sql_pool(&url).await;
-    sqlx::query(
-        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
-    )
-    .execute(&w)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO users VALUES ('u1', 'one')")
-        .execute(&w)
-        .await
-        .unwrap();
+    common::users_table(&w, &["u1"]).await;
     let mut c = common::config(&url, Some(&redis), "golden");
     c.resources.push(common::users_resource("users"));
     common::redis_clear(&redis, &c.cache.redis_prefix).await;

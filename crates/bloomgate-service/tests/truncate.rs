@@ -17,16 +17,7 @@ async fn a_warm_after_a_truncate_drops_the_cached_rows_everywhere() {
         return;
     };
     let w = common::sql_pool(&db).await;
-    sqlx::query(
-        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
-    )
-    .execute(&w)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO users VALUES ('u000001', 'one'), ('u000002', 'two')")
-        .execute(&w)
-        .await
-        .unwrap();
+    common::users_table(&w, &["u000001", "u000002"]).await;
     let mut c = common::config(&db, Some(&redis), "truncate");
     c.resources.push(common::users_resource("users"));
     common::redis_clear(&redis, &c.cache.redis_prefix).await;

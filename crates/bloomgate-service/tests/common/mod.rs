@@ -826,3 +826,20 @@ pub async fn sql_pool(url: &str) -> sqlx::AnyPool {
     };
     sqlx::AnyPool::connect(&url).await.unwrap()
 }
+
+/// A `users (id, name)` table of the application's, with `ids` (each
+/// named after itself), made through `pool` as another program would.
+pub async fn users_table(pool: &sqlx::AnyPool, ids: &[&str]) {
+    sqlx::query(
+        "CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for id in ids {
+        sqlx::query(&format!("INSERT INTO users VALUES ('{id}', 'user {id}')"))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
