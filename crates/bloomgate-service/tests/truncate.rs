@@ -76,3 +76,55 @@ async fn a_warm_after_a_truncate_drops_the_cached_rows_everywhere() {
     b.stop().await;
     w.close().await;
 }
+
+/// Without Redis, a warm with `rebuild_bloom` shares no epoch: it asks
+/// the other instances to rebuild through the SQL outbox, so the remedy
+/// reaches the fleet (before, only the instance that got the warm
+/// rebuilt, and B served the truncated rows from L1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_redis_a_warms_rebuild_reaches_every_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let w = common::sql_pool(&db).await;
+    common::users_table(&w, &["u000001", "u000002"]).await;
+    let mut c = common::config(&db, None, "truncate-no-redis");
+    c.resources.push(common::users_resource("users"));
+    let a = TestServer::start(c.clone(), 50).await;
+    let b = TestServer::start(c, 0).await;
+    for s in [&a, &b] {
+        eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+        assert_eq!(s.get("/api/users/u000001").await.0, 200);
+        assert_eq!(s.get("/api/seckill/7").await.0, 200);
+    }
+    let rebuilds = |s: &TestServer| {
+        (
+            s.state.skus.reader.gate.stats().rebuilds,
+            s.state.resources[0].gate().stats().rebuilds,
+        )
+    };
+    let before = rebuilds(&b);
+    sqlx::query("DELETE FROM users").execute(&w).await.unwrap();
+    sqlx::query("DELETE FROM skus").execute(&w).await.unwrap();
+    for path in ["/api/users/warm", "/api/cache/warm"] {
+        let (status, body) = a
+            .send(
+                reqwest::Method::POST,
+                path,
+                Some(r#"{"limit":0,"rebuild_bloom":true}"#),
+            )
+            .await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    // The next poll (100 ms without a doorbell), then B's rebuilds.
+    eventually(3, "B rebuilt both filters and dropped its L1", || async {
+        let now = rebuilds(&b);
+        now.0 > before.0
+            && now.1 > before.1
+            && b.get("/api/users/u000001").await.0 == 404
+            && b.get("/api/seckill/7").await.0 == 404
+    })
+    .await;
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}

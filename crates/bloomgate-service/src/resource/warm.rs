@@ -183,6 +183,9 @@ impl<R: Guarded> Resource<R> {
                     RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
                     other => AppError::Unavailable(other.to_string()),
                 })?;
+                if epoch.is_none() {
+                    self.ask_others_to_rebuild().await;
+                }
                 Ok((Some(report), epoch))
             }
             WarmRebuild::Adopt(seen) => {
@@ -191,6 +194,27 @@ impl<R: Guarded> Resource<R> {
                     None => seen,
                 };
                 Ok((None, Some(epoch)))
+            }
+        }
+    }
+
+    /// A warm's rebuild that reached no other instance as an epoch (no
+    /// Redis, Redis not answering, a watched table): a rebuild entry in
+    /// the SQL outbox asks every other instance to rebuild from SQL, so the
+    /// remedy for a `TRUNCATE` reaches the whole fleet without Redis too.
+    async fn ask_others_to_rebuild(&self) {
+        let recorded = self
+            .store
+            .record_many(&self.name, &[String::new()], crate::wire::kind::REBUILD)
+            .await;
+        match recorded {
+            Ok(()) => {
+                if let Some(log) = &self.changes {
+                    log.ring().await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(resource = %self.name, error = %e, "the other instances were not asked to rebuild: each keeps its filter");
             }
         }
     }

@@ -525,6 +525,15 @@ impl Outbox {
             let Some(r) = lock(&self.resources).get(&e.resource).cloned() else {
                 return;
             };
+            if e.kind == kind::REBUILD {
+                // Another instance's warm asked for a rebuild it could not
+                // share: this one's filter may hold rows that are gone.
+                if !own {
+                    r.gate.rebuild_owed(|| {});
+                    r.invalidate_all_local();
+                }
+                return;
+            }
             let Ok(key) = Key::parse(r.store.0.key_type(), &e.key) else {
                 tracing::warn!(seq = e.seq, resource = %e.resource, key = %e.key, "change outbox: a key the resource cannot parse; skipped");
                 return;
