@@ -342,13 +342,11 @@ impl Outbox {
         self.late(reader).await
     }
 
-    /// The outbox went back below this instance's position (the database
-    /// restored to an earlier point, a failover to a lagging replica):
-    /// numbers at or below the position will be taken again by new
-    /// writes, which reading on from the position would never see. Goes
-    /// on from the outbox's end as it is now and rebuilds every filter
-    /// (its "no" is not trusted until then), since what the restored
-    /// database holds is unknown.
+    /// The outbox went back below this instance's position (a restore, a
+    /// failover to a lagging replica): new writes take numbers at or below
+    /// it, which reading on from it would never see. Goes on from the
+    /// outbox's end and rebuilds every filter (its "no" untrusted until
+    /// then): what the restored database holds is unknown.
     async fn rewound(&self, reader: &ShieldedReader, cursor: i64) -> Result<(), StoreError> {
         let to = self.max_seq().await?;
         tracing::error!(
@@ -461,15 +459,13 @@ impl Outbox {
     }
 
     /// What a change made elsewhere needs beyond [`Outbox::apply`]: its
-    /// key is deleted from Redis by every instance that applies it, in one
-    /// round trip per resource and page, then dropped from L1 again. The
-    /// writer's own `DEL` may have failed or be owed (its breaker open, a
-    /// timeout), and its debt is known only to the writer: without this,
-    /// a follower that drops L1 would refill it from the older value still
-    /// in Redis and serve it until L1's TTL. A failed `DEL` here is owed
-    /// by this instance too (its reads of the key bypass Redis until it
-    /// lands). A created key's cached "not found" goes the same way.
-    /// Captured deletes (origin [`CAPTURED`]) also count toward a rebuild.
+    /// key is deleted from Redis by every instance that applies it (one
+    /// round trip per resource and page), then dropped from L1 again. The
+    /// writer's own `DEL` may have failed or be owed, which only the writer
+    /// knows: a follower that only dropped L1 would refill it from the
+    /// older value still in Redis. A failed `DEL` here is owed here too. A
+    /// created key's cached "not found" goes the same way. Captured
+    /// deletes (origin [`CAPTURED`]) also count toward a rebuild.
     async fn invalidate_shared(&self, entries: &[Entry], reader: &ShieldedReader) {
         let mut ids = Vec::new();
         let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -526,8 +522,7 @@ impl Outbox {
                 return;
             };
             if e.kind == kind::REBUILD {
-                // Another instance's warm asked for a rebuild it could not
-                // share: this one's filter may hold rows that are gone.
+                // Another instance's warm, shared as no epoch.
                 if !own {
                     r.gate.rebuild_owed(|| {});
                     r.invalidate_all_local();
