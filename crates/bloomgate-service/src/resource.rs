@@ -334,7 +334,9 @@ impl<R: Guarded> Resource<R> {
             ShieldedReader::new(Arc::new(gate), l1, redis, rows, shared.bulkhead.clone());
         reader.audit = Arc::new(crate::reader::audit::Audit::every(
             c.bloom_audit_every_ms,
-            shared.outbox.out_of_step + Duration::from_millis(250),
+            // The feed's bound, or the late check's period (a commit whose
+            // number was given up is found by it), and a second more.
+            shared.outbox.out_of_step.max(Duration::from_secs(5)) + Duration::from_secs(1),
         ));
         let mode = options.mode.unwrap_or(c.bloom_mode);
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {

@@ -32,7 +32,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     let mut c = common::config(&url, None, "audit");
     c.cache.bloom_audit_every_ms = 50;
     c.cache.bloom_monitor_ms = 100;
-    // A refused row is judged after the feed's bound (250 ms more).
+    // A refused row is judged after max(out_of_step, 5 s) + 1 s.
     c.sql.out_of_step_ms = 1_000;
     c.resources.push(common::users_resource("users"));
     let s = TestServer::start(c, 100).await;
@@ -69,7 +69,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
         corrupt(&gate);
         // The false 404 the corruption causes, until the audit finds it.
         assert_eq!(s.get(path).await.0, 404, "{name}: the corruption works");
-        eventually(5, &format!("{name}: {path} answers 200 again"), || async {
+        eventually(10, &format!("{name}: {path} answers 200 again"), || async {
             s.get(path).await.0 == 200
         })
         .await;
@@ -107,6 +107,44 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
         s.stats().await["bloom"]["alarm"].is_null()
     })
     .await;
+    s.stop().await;
+    w.close().await;
+}
+
+/// MariaDB's default collation finds `u000001` for `U000001`: the filter,
+/// which holds exact keys, refuses the latter, and the audit must not call
+/// that a false negative (any client could otherwise keep every instance
+/// rebuilding). It looks rows up byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_only_the_collation_finds_is_not_a_false_negative() {
+    let Some(url) = common::mysql_database("audit_collation").await else {
+        return;
+    };
+    let w = common::sql_pool(&url).await;
+    common::users_table(&w, &["u000001"]).await;
+    let mut c = common::config(&url, None, "audit-collation");
+    c.cache.bloom_audit_every_ms = 50;
+    c.sql.out_of_step_ms = 1_000;
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 0).await;
+    eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    for _ in 0..5 {
+        assert_eq!(s.get("/api/users/U000001").await.0, 404);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    // Past the audit's wait (max(out_of_step, 5 s) + 1 s).
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    let stats = s.stats().await;
+    assert!(
+        counter(&stats, &["resources", "users", "audit", "sampled"]) >= 1,
+        "{stats}"
+    );
+    assert_eq!(
+        counter(&stats, &["resources", "users", "audit", "false_negatives"]),
+        0,
+        "{stats}"
+    );
+    assert_eq!(s.get("/readyz").await.0, 200);
     s.stop().await;
     w.close().await;
 }

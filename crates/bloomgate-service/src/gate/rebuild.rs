@@ -100,6 +100,11 @@ impl Gate {
     /// [`Verdict::Unvouched`]; a failed rebuild is retried with backoff.
     /// Calls `done` once a rebuild succeeded.
     pub fn rebuild_owed(self: &Arc<Self>, done: impl FnOnce() + Send + 'static) {
+        if !self.config.enabled {
+            // No filter to rebuild (the demo SKU table when it is off).
+            done();
+            return;
+        }
         self.owed_rebuilds.fetch_add(1, Ordering::Relaxed);
         let gate = Arc::downgrade(self);
         self.background.spawn(async move {
@@ -136,11 +141,12 @@ impl Gate {
     /// it is served as it is: its "no" is still exact.
     #[must_use]
     pub fn resizing(&self) -> bool {
-        let over = self
-            .current
-            .load()
-            .as_deref()
-            .is_some_and(|f| f.as_filter().items() > self.capacity.load(Ordering::Relaxed));
+        // Twice past: far from the target rate. An ordinary growth
+        // rebuild, just past capacity on every instance at once, keeps the
+        // fleet ready.
+        let over = self.current.load().as_deref().is_some_and(|f| {
+            f.as_filter().items() > self.capacity.load(Ordering::Relaxed).saturating_mul(2)
+        });
         over && (self.is_rebuilding() || {
             let r = lock(&self.requests);
             r.requested > r.started

@@ -4,9 +4,12 @@
 //! found there may be a create this instance has not applied yet (another
 //! instance's or program's, in flight on the change feed): the audit waits
 //! out the feed's bound (`sql.out_of_step_ms`, after which an instance
-//! that has not read the outbox stops vouching) and asks again. A key the
-//! filter still refuses while in step, with its row still there, is a
-//! false negative: the filter refused a key that exists.
+//! that has not read the outbox stops vouching, or the late check's 5 s
+//! if longer, plus a second) and asks again. A key the filter still
+//! refuses while in step, with its row still there byte for byte, is a
+//! false negative: the filter refused a key that exists. A key only the
+//! column's collation calls equal (MySQL's `_ci`) is not one: the filter
+//! holds exact keys (issue 43's collation item is open).
 //! That is counted (`false_negatives`), logged as an error, and the
 //! filter's "no" is not trusted again until a rebuild succeeds (the gate
 //! owes one, so every "no" is unvouched and readiness says
@@ -134,7 +137,10 @@ impl<R: Rows> ShieldedReader<R> {
             "FALSE NEGATIVE: the filter refused a key the database has; its no is not trusted until a rebuild"
         );
         self.gate.raise_false_negative();
-        self.gate.rebuild_owed(|| {});
+        // One rebuild answers them all.
+        if !self.gate.rebuild_is_owed() {
+            self.gate.rebuild_owed(|| {});
+        }
         self.invalidate_all_local();
     }
 }

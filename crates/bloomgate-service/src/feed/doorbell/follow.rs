@@ -114,7 +114,9 @@ impl Doorbell {
                                     if log.keeps_own_builds() {
                                         // A watched table: the epoch lacks
                                         // what this instance's watch admitted.
-                                        drop(reader.gate.request_rebuild());
+                                        if reader.gate.enabled() {
+                                            drop(reader.gate.request_rebuild());
+                                        }
                                     } else if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
                                         // Inline: this follower reads no other
                                         // entry until the swap (the outbox
@@ -137,7 +139,9 @@ impl Doorbell {
                                             "another instance asked for a filter rebuild"
                                         );
                                         reader.invalidate_all_local();
-                                        drop(reader.gate.request_rebuild());
+                                        if reader.gate.enabled() {
+                                            drop(reader.gate.request_rebuild());
+                                        }
                                     }
                                 }
                                 // A ring, or an entry of an older version
