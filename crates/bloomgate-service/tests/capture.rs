@@ -58,6 +58,15 @@ const BOUND: u64 = 2;
 /// late check, every 5 s, plus a poll and the margin.
 const LATE_BOUND: u64 = 7;
 
+/// The capture target of table `name` keyed by `id`, under its own name.
+fn target_of(name: &str) -> bloomgate_service::store::CaptureTarget {
+    bloomgate_service::store::CaptureTarget {
+        resource: name.into(),
+        table: name.into(),
+        key: "id".into(),
+    }
+}
+
 async fn status(s: &TestServer, path: &str) -> u16 {
     s.get(path).await.0
 }
@@ -414,11 +423,7 @@ async fn a_dropped_trigger_is_installed_again() {
     c.sql.outbox_gap_ms = 200;
     c.sql.outbox_retention_secs = 1;
     let a = TestServer::start(c, 0).await;
-    let target = bloomgate_service::store::CaptureTarget {
-        resource: "users".into(),
-        table: "users".into(),
-        key: "id".into(),
-    };
+    let target = target_of("users");
     let store = &a.state.skus.reader.store;
     assert!(store.capture_state(&target).await.unwrap().is_current());
     let insert_trigger = &target.trigger_names(store.backend())[0];
@@ -512,11 +517,7 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
     let dba = bloomgate_service::store::SkuStore::connect(admin_url)
         .await
         .unwrap();
-    let target = bloomgate_service::store::CaptureTarget {
-        resource: "users".into(),
-        table: "users".into(),
-        key: "id".into(),
-    };
+    let target = target_of("users");
     assert!(
         dba.install_capture(&target, true).await.unwrap(),
         "installed"
@@ -728,11 +729,7 @@ async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
     on_every(&[&a], "/api/users/u777777", 200, 2).await;
     on_every(&[&a], "/api/users/y777777", 200, 2).await;
 
-    let target = bloomgate_service::store::CaptureTarget {
-        resource: "users".into(),
-        table: "users".into(),
-        key: "id".into(),
-    };
+    let target = target_of("users");
     let store = &a.state.skus.reader.store;
     assert!(store.capture_state(&target).await.unwrap().is_current());
     exec(&w, "ALTER TABLE users DISABLE TRIGGER ALL").await;
@@ -781,11 +778,7 @@ async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
     users_table(&w).await;
     let a = TestServer::start(captured(&url, None, "capture-fight"), 0).await;
     let store = &a.state.skus.reader.store;
-    let mine = bloomgate_service::store::CaptureTarget {
-        resource: "users".into(),
-        table: "users".into(),
-        key: "id".into(),
-    };
+    let mine = target_of("users");
     let renamed = bloomgate_service::store::CaptureTarget {
         resource: "members".into(),
         ..mine.clone()
@@ -844,11 +837,7 @@ async fn a_captured_sku_table_that_lost_its_trigger_still_shares_creates() {
     users_table(&w).await;
     let a = TestServer::start(captured(&url, None, "capture-sku-lost"), 20).await;
     let b = TestServer::start(captured(&url, None, "capture-sku-lost"), 0).await;
-    let target = bloomgate_service::store::CaptureTarget {
-        resource: "skus".into(),
-        table: "skus".into(),
-        key: "id".into(),
-    };
+    let target = target_of("skus");
     let store = &a.state.skus.reader.store;
     assert!(store.capture_state(&target).await.unwrap().is_current());
     for name in target.trigger_names(store.backend()) {
