@@ -10,7 +10,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(snapshot_decode parse_id json_bodies)
+  targets=(snapshot_decode parse_id json_bodies resp_frame)
 fi
 status=0
 for t in "${targets[@]}"; do

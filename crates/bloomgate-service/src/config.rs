@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 mod load;
 pub mod resources;
+pub mod resp;
 pub mod text;
 mod validate;
 
@@ -78,6 +79,9 @@ pub struct Config {
     /// fresh checkout serves the seeds' commands and a database of your
     /// own gets no table of ours. See [`Config::demo`].
     pub demo: Option<bool>,
+    /// The Redis-protocol listener (`[resp]`): RedisBloom's `BF.*`
+    /// commands answered from the filters.
+    pub resp: resp::RespConfig,
 }
 
 impl std::fmt::Debug for Config {
@@ -107,6 +111,7 @@ impl std::fmt::Debug for Config {
             .field("http", &self.http)
             .field("resources", &self.resources)
             .field("demo", &self.demo)
+            .field("resp", &self.resp)
             .finish()
     }
 }
@@ -457,6 +462,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             resources: Vec::new(),
             demo: None,
+            resp: resp::RespConfig::default(),
         }
     }
 }

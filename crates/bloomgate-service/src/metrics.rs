@@ -23,6 +23,7 @@ use metrics_exporter_prometheus::{
 };
 
 mod latency;
+pub mod resp;
 
 use latency::LatencyHistogram;
 
@@ -285,6 +286,8 @@ pub struct ServiceMetrics {
     adding: Mutex<()>,
     /// Requests the edge answered itself, without the router.
     fast_answers: Counter,
+    /// The Redis-protocol listener's series.
+    pub resp: resp::RespMetrics,
 }
 
 impl Default for ServiceMetrics {
@@ -323,6 +326,7 @@ impl ServiceMetrics {
             routes,
             adding: Mutex::new(()),
             fast_answers: Counter::default(),
+            resp: resp::RespMetrics::default(),
         }
     }
 
@@ -512,6 +516,7 @@ impl ServiceMetrics {
             out.push('\n');
         }
         self.render_latency(&mut out);
+        self.resp.render(&mut out);
         out
     }
 }

@@ -26,6 +26,54 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    run_with_resp(listener, None, state, shutdown).await
+}
+
+/// [`run`], with the Redis-protocol listener (`[resp]`) on `resp` too:
+/// it stops accepting on the same signal and closes its connections.
+///
+/// # Errors
+/// I/O errors from the listener.
+pub async fn run_with_resp(
+    listener: tokio::net::TcpListener,
+    resp: Option<tokio::net::TcpListener>,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_all, stopped) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_all.send(true);
+    };
+    let resp_task = resp.map(|listener| {
+        let registry = crate::resp::Registry::of(&state, &state.resp.keys);
+        let max = match state.resp.max_connections {
+            0 => http::serve::default_max_connections(state.descriptors_needed()),
+            n => n,
+        };
+        let mut stopped = stopped.clone();
+        tokio::spawn(crate::resp::serve::serve(
+            listener,
+            registry,
+            state.resp.clone(),
+            usize::try_from(max).unwrap_or(usize::MAX),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ))
+    });
+    let result = run_http(listener, state, shutdown).await;
+    if let Some(task) = resp_task {
+        let _ = task.await;
+    }
+    result
+}
+
+async fn run_http(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
     let background = state.background.clone();
     // Every filter's snapshot: the SKUs' and each resource's.
@@ -269,7 +317,17 @@ pub async fn serve(
             source,
         })?;
     tracing::info!(addr = %config.listen, "listening");
-    run(listener, state.clone(), shutdown)
+    let resp = match config.resp.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { addr, source })?;
+            tracing::info!(%addr, "answering RESP (BF.*)");
+            Some(l)
+        }
+        None => None,
+    };
+    run_with_resp(listener, resp, state.clone(), shutdown)
         .await
         .map_err(|source| StartError::Bind {
             addr: config.listen,

@@ -32,6 +32,8 @@ pub struct AppState {
     /// shared filter, no snapshot): never created, seeded, scanned,
     /// routed or reported.
     pub demo: bool,
+    /// The Redis-protocol listener's settings (`[resp]`).
+    pub resp: crate::config::resp::RespConfig,
     /// Descriptors the pools may hold (SQL, scan readers, Redis), which
     /// client connections must leave free.
     descriptors: u64,
@@ -235,6 +237,7 @@ impl AppState {
         Self {
             skus,
             demo,
+            resp: config.resp.clone(),
             // The SQL pool and the scan readers' pool, and Redis's few
             // (the tier, the doorbell, the shared filters, epochs).
             descriptors: u64::from(config.sql.pool_size)

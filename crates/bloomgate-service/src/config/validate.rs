@@ -242,6 +242,11 @@ impl Config {
             ));
         }
         self.validate_redis_tls()?;
+        let mut served: Vec<&str> = self.resources.iter().map(|r| r.name.as_str()).collect();
+        if self.demo() {
+            served.push("skus");
+        }
+        self.resp.validate(&served, self.admin_token.is_some())?;
         if self.admin_token.as_deref() == Some("") {
             return Err(invalid("admin_token", "must not be empty"));
         }

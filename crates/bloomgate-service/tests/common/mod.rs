@@ -155,6 +155,9 @@ pub fn config(database_url: &str, redis_url: Option<&str>, prefix: &str) -> Conf
 /// The service running in-process on an ephemeral port.
 pub struct TestServer {
     pub base: String,
+    /// The Redis-protocol listener's address, when `resp.listen` was set
+    /// (the test binds port 0 instead).
+    pub resp: Option<std::net::SocketAddr>,
     pub state: AppState,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
@@ -180,11 +183,22 @@ impl TestServer {
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let resp = match config.resp.listen {
+            Some(_) => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let resp_addr = resp.as_ref().map(|l| l.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(bloomgate_service::run(listener, state.clone(), async {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(bloomgate_service::run_with_resp(
+            listener,
+            resp,
+            state.clone(),
+            async {
+                let _ = rx.await;
+            },
+        ));
         Self {
+            resp: resp_addr,
             base: format!("http://{addr}"),
             state,
             client: reqwest::Client::builder()
