@@ -622,3 +622,73 @@ async fn real_clients_on_mariadb_see_another_programs_writes() {
     }
     s.stop().await;
 }
+
+/// Strict and redis modes answer as the HTTP reads do: a key in the
+/// shared filter that the outbox has not brought yet is 1 there, and 0 on
+/// a local-mode instance (whose follower is parked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn strict_and_redis_modes_ask_the_shared_filter() {
+    use bloomgate_service::config::BloomMode;
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let prefix = "resp-modes";
+    common::redis_clear(&redis, &format!("bgtest:{prefix}:")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let server = |mode: BloomMode, seed: u64| {
+        let mut c = with_resp(common::config(&db, Some(&redis), prefix));
+        c.cache.bloom_mode = mode;
+        c.cache.bloom_expected = 10_000;
+        c.cache.bloom_fpp = 0.01;
+        TestServer::start(c, seed)
+    };
+    let strict = server(BloomMode::Strict, 1000).await;
+    let shared_only = server(BloomMode::Redis, 0).await;
+    let local = server(BloomMode::Local, 0).await;
+    let parked = common::quiet_sql(&local).await;
+    let shared = strict.state.skus.reader.shared.clone().unwrap();
+    // Absent from every filter (checked on the replica), then added to the
+    // shared one only.
+    let id = (2_000_000..2_001_000)
+        .find(|id| {
+            strict.state.skus.gate().check_many(&[*id])[0]
+                == bloomgate_service::gate::Verdict::Reject
+        })
+        .unwrap();
+    let ask = |s: &TestServer, cmd: String| {
+        let addr = s.resp.unwrap();
+        async move {
+            text(
+                &talk(addr, cmd.as_bytes(), Duration::from_millis(300))
+                    .await
+                    .0,
+            )
+        }
+    };
+    for s in [&strict, &shared_only] {
+        assert_eq!(ask(s, format!("BF.EXISTS skus {id}\r\n")).await, ":0\r\n");
+    }
+    shared.insert(&id).await;
+    for s in [&strict, &shared_only] {
+        assert_eq!(
+            ask(
+                s,
+                format!("BF.EXISTS skus {id}\r\nBF.MEXISTS skus {id} 1\r\n")
+            )
+            .await,
+            ":1\r\n*2\r\n:1\r\n:1\r\n",
+            "{}",
+            s.base
+        );
+    }
+    assert_eq!(
+        ask(&local, format!("BF.EXISTS skus {id}\r\n")).await,
+        ":0\r\n",
+        "the local replica has not heard of it"
+    );
+    parked.resume();
+    for s in [strict, shared_only, local] {
+        s.stop().await;
+    }
+}

@@ -160,6 +160,19 @@ impl<R: Guarded> Resource<R> {
             .collect())
     }
 
+    /// [`Resource::exists`] for one key, without the batch's buffers (the
+    /// Redis-protocol listener's `BF.EXISTS`).
+    pub async fn exists_one(&self, key: &R::Key) -> bool
+    where
+        R::Key: Clone,
+    {
+        self.counters.exists_checked.fetch_add(1, Ordering::Relaxed);
+        if self.reader.shared.is_none() || !self.reader.gate.enabled() {
+            return self.reader.gate.check(key) != Verdict::Reject;
+        }
+        self.reader.verdicts(std::slice::from_ref(key)).await[0] != Verdict::Reject
+    }
+
     /// Reads many keys: screened by the filter's batch call, then L1, then
     /// one `IN (…)` load of the rest through the SQL bulkhead (not written
     /// back to the caches).

@@ -4,12 +4,14 @@
 //! written), and closes on a protocol error, `QUIT`, an HTTP request, an
 //! idle timeout or the shutdown signal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
 
 use super::commands::execute;
 use super::connection::Session;
@@ -17,6 +19,7 @@ use super::frame::{self, Limits, Parsed};
 use super::reply::Out;
 use super::Registry;
 use crate::config::resp::RespConfig;
+use crate::sync::lock;
 
 /// Replies buffered before they are written, bytes.
 const FLUSH_AT: usize = 64 * 1024;
@@ -44,7 +47,9 @@ pub async fn serve(
     let permits = Arc::new(tokio::sync::Semaphore::new(
         max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
     ));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Each connection's stop: a oneshot of its own (polling one costs no
+    // lock, unlike a channel every connection shares), dropped at shutdown.
+    let stoppers: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
     let mut signal = std::pin::pin!(signal);
     let next_id = AtomicU64::new(1);
     let mut tasks = tokio::task::JoinSet::new();
@@ -68,18 +73,22 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let (reg, conf, stop) = (Arc::clone(&registry), Arc::clone(&conf), stop_rx.clone());
+        let (reg, conf) = (Arc::clone(&registry), Arc::clone(&conf));
         let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let (stop_tx, stop) = oneshot::channel();
+        lock(&stoppers).insert(id, stop_tx);
+        let stoppers = Arc::clone(&stoppers);
         tasks.spawn(async move {
             reg.metrics.resp.opened();
             connection(stream, &reg, &conf, limits, id, stop).await;
+            lock(&stoppers).remove(&id);
             reg.metrics.resp.closed();
             drop(permit);
         });
         while tasks.try_join_next().is_some() {}
     }
     drop(listener);
-    let _ = stop_tx.send(true);
+    lock(&stoppers).clear();
     while tasks.join_next().await.is_some() {}
     Ok(())
 }
@@ -91,9 +100,15 @@ async fn connection(
     conf: &RespConfig,
     limits: Limits,
     id: u64,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: oneshot::Receiver<()>,
 ) {
+    let mut stop = std::pin::pin!(stop);
     let idle = (conf.idle_timeout_secs > 0).then(|| Duration::from_secs(conf.idle_timeout_secs));
+    // One timer for the connection, moved on only when it fires early (a
+    // timer per read would touch the timer wheel on every command).
+    let mut last_read = quanta::Instant::now();
+    let idle_timer = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(3600)));
+    let mut idle_timer = std::pin::pin!(idle_timer);
     let mut session = Session::new(id, reg.token.is_some());
     let mut out = Out::new();
     let mut input = BytesMut::with_capacity(16 * 1024);
@@ -105,11 +120,21 @@ async fn connection(
         while answered < conf.max_pipeline && out.buf.len() < FLUSH_AT && !session.close {
             match frame::parse(&input, &limits, &mut parsed) {
                 Ok(Some(used)) => {
-                    if !parsed.args.is_empty() {
-                        let args: Vec<&[u8]> = (0..parsed.args.len())
-                            .map(|i| parsed.arg(&input, i))
-                            .collect();
-                        execute(reg, &mut session, &mut out, &args).await;
+                    let n = parsed.args.len();
+                    if n > 0 {
+                        // Most commands have a few arguments: no allocation.
+                        let mut few: [&[u8]; 8] = [&[]; 8];
+                        let many: Vec<&[u8]>;
+                        let args: &[&[u8]] = if n <= few.len() {
+                            for (i, a) in few.iter_mut().take(n).enumerate() {
+                                *a = parsed.arg(&input, i);
+                            }
+                            &few[..n]
+                        } else {
+                            many = (0..n).map(|i| parsed.arg(&input, i)).collect();
+                            &many
+                        };
+                        execute(reg, &mut session, &mut out, args).await;
                         answered += 1;
                     }
                     input.advance(used);
@@ -148,30 +173,34 @@ async fn connection(
         if !need_more {
             continue;
         }
+        // A buffer a large command grew goes back to its usual size.
+        if input.is_empty() && input.capacity() > 4 * FLUSH_AT {
+            input = BytesMut::with_capacity(16 * 1024);
+        }
         if input.capacity() - input.len() < 4096 {
             input.reserve(16 * 1024);
-        }
-        let read = async {
-            match idle {
-                Some(t) => tokio::time::timeout(t, stream.read_buf(&mut input))
-                    .await
-                    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
-                None => stream.read_buf(&mut input).await,
-            }
-        };
-        let n = tokio::select! {
-            r = read => r,
-            _ = stop.changed() => return,
-        };
-        match n {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
         }
         // Memory stays bounded: the parser refuses a command over the
         // limits, and nothing is read until the buffer's commands are
         // answered.
-        if input.is_empty() {
-            input = BytesMut::with_capacity(16 * 1024);
+        let n = tokio::select! {
+            biased;
+            r = stream.read_buf(&mut input) => r,
+            () = &mut idle_timer, if idle.is_some() => {
+                let idle = idle.unwrap_or_default();
+                if last_read.elapsed() >= idle {
+                    tracing::debug!(id, "RESP: idle connection closed");
+                    return;
+                }
+                let left = idle.saturating_sub(last_read.elapsed());
+                idle_timer.as_mut().reset(tokio::time::Instant::now() + left);
+                continue;
+            }
+            _ = &mut stop => return,
+        };
+        match n {
+            Ok(0) | Err(_) => return,
+            Ok(_) => last_read = quanta::Instant::now(),
         }
     }
 }
