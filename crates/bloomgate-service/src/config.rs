@@ -223,7 +223,8 @@ pub struct HttpConfig {
     pub header_timeout_ms: u64,
     /// Most connections open at once (the next wait in the kernel's
     /// backlog); 0: the process's open-file limit less what the SQL pool,
-    /// the scan readers and Redis need.
+    /// the scan readers and Redis need (half of it when `[resp]` listens
+    /// too: the two listeners share it).
     pub max_connections: u64,
     /// Whether the edge answers a filter "no" and an L1 hit itself
     /// (`http::edge`). `false` sends every request through the router:

@@ -24,6 +24,20 @@ pub use router::router;
 
 use crate::state::AppState;
 
+/// A listener's connection limit when none is configured: the
+/// open-file limit less what the pools need
+/// ([`serve::default_max_connections`]), halved when the Redis-protocol
+/// listener shares it with HTTP.
+#[must_use]
+pub fn default_max_connections(state: &AppState) -> u64 {
+    let all = serve::default_max_connections(state.descriptors_needed());
+    if state.resp.listen.is_some() {
+        (all / 2).max(16)
+    } else {
+        all
+    }
+}
+
 /// Serves [`router`]`(state)` on `listener` until `signal` resolves, then
 /// drains (see [`serve::serve`]: the header timeout and the connection
 /// limit). The peer address is an extension on every request only when
@@ -38,7 +52,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let h = &state.http;
     let max_connections = match h.max_connections {
-        0 => serve::default_max_connections(state.descriptors_needed()),
+        0 => default_max_connections(&state),
         n => n,
     };
     let limits = serve::Limits {

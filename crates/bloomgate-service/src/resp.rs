@@ -98,8 +98,12 @@ impl Registry {
             .map(|t| (Box::from(t.name().as_bytes()), t.clone()))
             .collect();
         for (alias, name) in keys {
+            // A resource's own name is never remapped (the config refuses
+            // it; an embedder's resource added later could collide).
             if let Some(t) = targets.iter().find(|t| t.name() == name) {
-                by_name.insert(Box::from(alias.as_bytes()), t.clone());
+                by_name
+                    .entry(Box::from(alias.as_bytes()))
+                    .or_insert_with(|| t.clone());
             }
         }
         let names: Vec<String> = targets.iter().map(|t| t.name().to_owned()).collect();

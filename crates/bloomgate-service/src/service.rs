@@ -30,7 +30,9 @@ pub async fn run(
 }
 
 /// [`run`], with the Redis-protocol listener (`[resp]`) on `resp` too:
-/// it stops accepting on the same signal and closes its connections.
+/// it stops accepting on the same signal, and its connections end (or
+/// are cut after `http.shutdown_grace_secs`) before the background loops
+/// stop, so none answers "no" once the change feed is no longer read.
 ///
 /// # Errors
 /// I/O errors from the listener.
@@ -48,7 +50,7 @@ pub async fn run_with_resp(
     let resp_task = resp.map(|listener| {
         let registry = crate::resp::Registry::of(&state, &state.resp.keys);
         let max = match state.resp.max_connections {
-            0 => http::serve::default_max_connections(state.descriptors_needed()),
+            0 => http::default_max_connections(&state),
             n => n,
         };
         let mut stopped = stopped.clone();
@@ -62,17 +64,31 @@ pub async fn run_with_resp(
             },
         ))
     });
-    let result = run_http(listener, state, shutdown).await;
-    if let Some(task) = resp_task {
-        let _ = task.await;
-    }
-    result
+    let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let before_background = async move {
+        let Some(mut task) = resp_task else { return };
+        match tokio::time::timeout(grace, &mut task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the RESP listener failed"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "the RESP listener's task failed"),
+            Err(_) => {
+                tracing::warn!(
+                    grace_secs = grace.as_secs(),
+                    "RESP connections still answering after the shutdown grace period; closing them"
+                );
+                task.abort();
+                let _ = task.await;
+            }
+        }
+    };
+    run_http(listener, state, shutdown, before_background).await
 }
 
 async fn run_http(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    before_background: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let grace = Duration::from_secs(state.http.shutdown_grace_secs);
     let background = state.background.clone();
@@ -109,6 +125,9 @@ async fn run_http(
             Ok(())
         }
     };
+    // The other listener's connections end before the change feed stops
+    // being read.
+    before_background.await;
     // The last snapshots, so the next start needs no SQL scan.
     for (persist, gate) in persist {
         let path = persist.path().display().to_string();

@@ -95,6 +95,7 @@ async fn replies_match_a_real_redis_where_both_have_the_command() {
         b"CLIENT SETNAME \"a b\"\r\nCLIENT SETNAME ok\r\nCLIENT GETNAME\r\n",
         b"*0\r\nPING\r\n\r\nPING\r\n",
         b"RESET\r\n",
+        b"AUTH default anything\r\nAUTH someone x\r\n",
         b"QUIT\r\nPING\r\n",
         b"*1\r\n$-5\r\n",
         b"*x\r\n",
@@ -177,7 +178,7 @@ async fn the_bf_commands_answer_from_the_filter() {
         format!(
             "*10\r\n+Capacity\r\n:{}\r\n+Size\r\n:{}\r\n+Number of filters\r\n:1\r\n+Number of items inserted\r\n:1000\r\n+Expansion rate\r\n$-1\r\n",
             g.capacity,
-            g.bits / 8
+            g.bits.div_ceil(8)
         )
     );
     assert_eq!(ask("BF.INFO skus items\r\n").await, "*1\r\n:1000\r\n");
@@ -298,6 +299,29 @@ async fn hostile_frames_close_only_their_own_connection() {
             "-ERR Protocol error: invalid bulk length\r\n",
         ),
         (
+            "a bulk over resp.max_bulk_bytes",
+            b"*2\r\n$4\r\nECHO\r\n$70000\r\n".to_vec(),
+            "-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            "a command over resp.max_request_bytes",
+            {
+                let mut big = b"*20\r\n".to_vec();
+                for _ in 0..20 {
+                    big.extend_from_slice(b"$60000\r\n");
+                    big.extend(std::iter::repeat_n(b'k', 60000));
+                    big.extend_from_slice(b"\r\n");
+                }
+                big
+            },
+            "-ERR Protocol error: request larger than resp.max_request_bytes\r\n",
+        ),
+        (
+            "4097 arguments",
+            b"*4097\r\n".to_vec(),
+            "-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
             "512 MB declared",
             b"*2\r\n$9\r\nBF.EXISTS\r\n$536870912\r\nxx".to_vec(),
             "-ERR Protocol error: invalid bulk length\r\n",
@@ -340,7 +364,7 @@ async fn hostile_frames_close_only_their_own_connection() {
     let m = s.metrics_text().await;
     assert_eq!(
         common::prom_value(&m, "bloomgate_resp_protocol_errors_total", &[]),
-        Some(5.0)
+        Some(8.0)
     );
     s.stop().await;
 }
@@ -394,21 +418,142 @@ async fn writes_need_the_token_reads_do_not() {
         text(&got),
         "-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n:1\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n-NOAUTH Authentication required.\r\n"
     );
-    let (got, _) = talk(addr, b"AUTH s3cret\r\nBF.ADD skus 99\r\nRESET\r\nBF.ADD skus 98\r\nHELLO 2 AUTH default s3cret\r\n", quiet).await;
+    let (got, _) = talk(addr, b"AUTH s3cret\r\nBF.ADD skus 99\r\nRESET\r\nBF.ADD skus 98\r\nHELLO 2 AUTH default s3cret\r\nBF.ADD skus 97\r\n", quiet).await;
     let got = text(&got);
     assert!(
         got.starts_with("+OK\r\n:1\r\n+RESET\r\n-NOAUTH Authentication required.\r\n*14\r\n"),
         "{got}"
     );
+    assert!(
+        got.ends_with("\r\n:1\r\n"),
+        "HELLO's AUTH lets writes through: {got}"
+    );
+    // A third wrong password closes the connection (guesses cost one
+    // connection each three), and the next command is not answered.
+    let (got, closed) = talk(addr, b"AUTH a\r\nAUTH b\r\nAUTH c\r\nPING\r\n", quiet).await;
+    assert_eq!(
+        text(&got).matches("-WRONGPASS").count(),
+        3,
+        "{}",
+        text(&got)
+    );
+    assert!(closed && !text(&got).contains("PONG"));
     assert_eq!(
         s.state
             .skus
             .counters
             .keys_added
             .load(std::sync::atomic::Ordering::Relaxed),
-        1
+        2
     );
     s.stop().await;
+}
+
+/// `BF.EXISTS`, `BF.MEXISTS` and HTTP `exists` give the same answers for
+/// the same keys: built and in step, and out of step (every "no" becomes
+/// "maybe").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp_and_http_answer_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sku_server(&dir, 1000, |_| {}).await;
+    let addr = s.resp.unwrap();
+    let ids: Vec<i64> = (990..1010).chain(7_000_000..7_000_040).collect();
+    // Out of step: the gate told it cannot vouch just before each call
+    // (the follower, parked, would say so within `out_of_step_ms`; its
+    // in-step watchdog may say otherwise between calls).
+    let compare = |want_all_maybe: bool| {
+        let ids = ids.clone();
+        let s = &s;
+        let out_of_step = move || {
+            if want_all_maybe {
+                s.state.skus.gate().set_in_step(false);
+            }
+        };
+        async move {
+            out_of_step();
+            let body = serde_json::json!({ "keys": ids }).to_string();
+            let (status, http) = s
+                .send(reqwest::Method::POST, "/api/skus/exists", Some(&body))
+                .await;
+            assert_eq!(status, 200);
+            let http: Vec<bool> = serde_json::from_value(http["exists"].clone()).unwrap();
+            let mut one = String::new();
+            for id in &ids {
+                one.push_str(&format!("BF.EXISTS skus {id}\r\n"));
+            }
+            let many = format!(
+                "BF.MEXISTS skus {}\r\n",
+                ids.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            out_of_step();
+            let (a, _) = talk(addr, one.as_bytes(), Duration::from_millis(300)).await;
+            out_of_step();
+            let (b, _) = talk(addr, many.as_bytes(), Duration::from_millis(300)).await;
+            let as_int = |v: &bool| if *v { ":1\r\n" } else { ":0\r\n" };
+            assert_eq!(text(&a), http.iter().map(as_int).collect::<String>());
+            assert_eq!(
+                text(&b),
+                format!(
+                    "*{}\r\n{}",
+                    ids.len(),
+                    http.iter().map(as_int).collect::<String>()
+                )
+            );
+            if want_all_maybe {
+                assert!(http.iter().all(|v| *v), "out of step: no refusals");
+            } else {
+                assert!(http[..11].iter().all(|v| *v), "ids 990..=1000 exist");
+                assert!(
+                    http.iter().filter(|v| !**v).count() > 30,
+                    "most absent ids refused"
+                );
+            }
+        }
+    };
+    compare(false).await;
+    // Out of step: the follower parked, the gate told it cannot vouch.
+    let parked = common::quiet_sql(&s).await;
+    compare(true).await;
+    s.state.skus.gate().set_in_step(true);
+    parked.resume();
+    s.stop().await;
+}
+
+/// A client that never stops sending does not hold the service open:
+/// shutdown ends its connection and `run` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_busy_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sku_server(&dir, 10, |c| c.http.shutdown_grace_secs = 2).await;
+    let addr = s.resp.unwrap();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let client = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if c.write_all(b"PING\r\nPING\r\nPING\r\n").await.is_err() {
+                return true;
+            }
+            match tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), s.stop())
+        .await
+        .expect("the service stops within the grace period and a margin");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(client.await.unwrap(), "the busy connection was closed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

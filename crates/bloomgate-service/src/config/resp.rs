@@ -18,10 +18,12 @@ pub struct RespConfig {
     /// (`"bf:users" = "users"`). A key not mapped is a resource name.
     pub keys: BTreeMap<String, String>,
     /// Most connections open at once (the next wait in the kernel's
-    /// backlog); 0: the same default as `http.max_connections`.
+    /// backlog); 0: half the open-file budget `http.max_connections`
+    /// would take alone (the other half is HTTP's).
     pub max_connections: u64,
     /// A connection that sends nothing for this long is closed, seconds
-    /// (a reply the client does not read for this long too); 0: never.
+    /// (a reply the client does not read for this long too); 0: never
+    /// (a reply not read is still dropped after 300 s).
     pub idle_timeout_secs: u64,
     /// Longest argument of a command, bytes (a key is at most 255).
     pub max_bulk_bytes: usize,
@@ -88,6 +90,14 @@ impl RespConfig {
             ));
         }
         for (redis_key, resource) in &self.keys {
+            if names.contains(&redis_key.as_str()) && redis_key != resource {
+                return Err(invalid(
+                    &format!("resp.keys.{redis_key}"),
+                    format!(
+                        "{redis_key:?} is a served resource's own name; mapping it to {resource:?} would hide that filter"
+                    ),
+                ));
+            }
             if !names.contains(&resource.as_str()) {
                 return Err(invalid(
                     &format!("resp.keys.{redis_key}"),
@@ -133,6 +143,14 @@ mod tests {
             key_of(mapped.validate(&["skus"], false)),
             "resp.keys.bf:users"
         );
+        let mut hiding = on("127.0.0.1:6390");
+        hiding.keys.insert("users".into(), "orders".into());
+        assert_eq!(
+            key_of(hiding.validate(&["users", "orders"], false)),
+            "resp.keys.users"
+        );
+        hiding.keys.insert("users".into(), "users".into());
+        assert!(hiding.validate(&["users", "orders"], false).is_ok());
         let mut tiny = on("127.0.0.1:6390");
         tiny.max_bulk_bytes = 10;
         assert_eq!(key_of(tiny.validate(&[], false)), "resp.max_bulk_bytes");

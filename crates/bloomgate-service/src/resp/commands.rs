@@ -262,13 +262,14 @@ where
     }
     let mut added = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(r.max_batch_keys) {
-        let before = r.gate().check_many(chunk);
+        // New: the filter said a vouched "no" before (not counted as a
+        // read). Where it cannot vouch, 0: "may have been there".
+        let before: Vec<bool> = chunk
+            .iter()
+            .map(|k| r.gate().probe(k) == crate::gate::Verdict::Reject)
+            .collect();
         r.add_keys(chunk).await.map_err(app_error)?;
-        added.extend(
-            before
-                .into_iter()
-                .map(|v| v == crate::gate::Verdict::Reject),
-        );
+        added.extend(before);
     }
     Ok(added)
 }

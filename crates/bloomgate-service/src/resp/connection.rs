@@ -9,18 +9,23 @@ use super::Registry;
 
 /// Redis's words for a command it does not know.
 pub(super) fn unknown_command(args: &[&[u8]]) -> String {
-    let clip = |b: &[u8]| {
-        let t = String::from_utf8_lossy(&b[..b.len().min(128)]).into_owned();
+    let clip = |b: &[u8], most: usize| {
+        let t = String::from_utf8_lossy(&b[..b.len().min(most)]).into_owned();
         t.replace(['\r', '\n'], " ")
     };
-    let mut m = format!(
-        "ERR unknown command '{}', with args beginning with: ",
-        clip(args[0])
-    );
+    // As Redis: each argument clipped to what is left of 128 bytes, and
+    // no more arguments once 128 are said.
+    let mut said = String::new();
     for a in &args[1..] {
-        m.push_str(&format!("'{}' ", clip(a)));
+        if said.len() >= 128 {
+            break;
+        }
+        said.push_str(&format!("'{}' ", clip(a, 128 - said.len())));
     }
-    m
+    format!(
+        "ERR unknown command '{}', with args beginning with: {said}",
+        clip(args[0], 128)
+    )
 }
 
 /// One connection's state.
@@ -37,7 +42,13 @@ pub struct Session {
     /// Close without a reply (a cross-protocol request: nothing is
     /// written back).
     pub silent: bool,
+    /// Wrong `AUTH`s so far (the connection closes at
+    /// [`MAX_FAILED_AUTHS`]).
+    pub failed_auths: u32,
 }
+
+/// Wrong passwords a connection may send before it is closed.
+pub const MAX_FAILED_AUTHS: u32 = 3;
 
 impl Session {
     /// A new connection's state.
@@ -49,6 +60,7 @@ impl Session {
             name: None,
             close: false,
             silent: false,
+            failed_auths: 0,
         }
     }
 }
@@ -234,22 +246,34 @@ pub(super) fn answer(reg: &Registry, s: &mut Session, out: &mut Out, name: &str,
 /// `AUTH [user] password`: the user is `default`, the password the admin
 /// token.
 fn auth(reg: &Registry, s: &mut Session, args: &[&[u8]]) -> Result<(), &'static str> {
-    let Some(token) = &reg.token else {
-        return Err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
-    };
     let (user, password) = match args {
-        [p] => (&b"default"[..], *p),
-        [u, p] => (*u, *p),
+        [p] => (None, *p),
+        [u, p] => (Some(*u), *p),
         _ => return Err("ERR syntax error"),
     };
+    let Some(token) = &reg.token else {
+        // As Redis's passwordless default user: the legacy one-argument
+        // form is an error, `default` with any password logs in.
+        return match user {
+            None => Err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"),
+            Some(b"default") => Ok(()),
+            Some(_) => Err("WRONGPASS invalid username-password pair or user is disabled."),
+        };
+    };
     use subtle::ConstantTimeEq;
-    if user == b"default" && bool::from(password.ct_eq(token.as_bytes())) {
+    if user.is_none_or(|u| u == b"default") && bool::from(password.ct_eq(token.as_bytes())) {
         s.authed = true;
-        Ok(())
-    } else {
-        tracing::warn!("RESP: AUTH with a wrong user or password");
-        Err("WRONGPASS invalid username-password pair or user is disabled.")
+        return Ok(());
     }
+    s.failed_auths += 1;
+    if s.failed_auths == 1 {
+        tracing::warn!(id = s.id, "RESP: AUTH with a wrong user or password");
+    }
+    // Guesses cost a connection each few tries.
+    if s.failed_auths >= MAX_FAILED_AUTHS {
+        s.close = true;
+    }
+    Err("WRONGPASS invalid username-password pair or user is disabled.")
 }
 
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
@@ -436,5 +460,13 @@ mod tests {
             unknown_command(&[b"FOO", b"a", b"b\r\n"]),
             "ERR unknown command 'FOO', with args beginning with: 'a' 'b  ' "
         );
+        // At most 128 bytes of arguments, however many there are.
+        let long = [b'x'; 100];
+        let many: Vec<&[u8]> = std::iter::once(&b"FOO"[..])
+            .chain(std::iter::repeat_n(&long[..], 4096))
+            .collect();
+        let m = unknown_command(&many);
+        let said = m.split_once("beginning with: ").unwrap().1;
+        assert!(said.len() <= 128 + 4, "{} bytes", said.len());
     }
 }

@@ -59,6 +59,10 @@ pub struct Parsed {
     /// inline commands with quotes), which `args` then index past the
     /// buffer's end: see [`Parsed::arg`].
     pub unquoted: Vec<u8>,
+    /// After an incomplete parse: the buffer length below which parsing
+    /// again cannot finish the command (the caller reads until then, so
+    /// a command sent a byte at a time is not parsed again per byte).
+    pub need: usize,
 }
 
 impl Parsed {
@@ -84,6 +88,7 @@ impl Parsed {
 pub fn parse(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usize>, FrameError> {
     out.args.clear();
     out.unquoted.clear();
+    out.need = buf.len() + 1;
     match buf.first() {
         None => Ok(None),
         Some(b'*') => multibulk(buf, limits, out),
@@ -158,6 +163,7 @@ fn multibulk(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usi
             return Err(FrameError::RequestTooLarge);
         }
         if buf.len() < data + len + 2 {
+            out.need = data + len + 2;
             return Ok(None);
         }
         if &buf[data + len..data + len + 2] != b"\r\n" {
@@ -177,6 +183,9 @@ fn inline(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usize>
         return Ok(None);
     };
     let text = &buf[..end];
+    if text.len() > limits.max_request {
+        return Err(FrameError::RequestTooLarge);
+    }
     let base = buf.len();
     let mut i = 0;
     while i < text.len() {
@@ -201,8 +210,16 @@ fn inline(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usize>
                 out.args.push(start..i);
             }
         }
+        if out.args.last().is_some_and(|a| a.len() > limits.max_bulk) {
+            return Err(FrameError::BulkLength);
+        }
     }
     Ok(Some(next))
+}
+
+/// The value of an ASCII hex digit.
+fn hex_digit(b: u8) -> Option<u8> {
+    char::from(b).to_digit(16).map(|d| d as u8)
 }
 
 /// Copies a quoted word from `text[i..]` up to its closing `q` into `out`;
@@ -232,9 +249,10 @@ fn unquote(text: &[u8], mut i: usize, q: u8, out: &mut Vec<u8>) -> Result<usize,
                 b'r' => out.push(b'\r'),
                 b't' => out.push(b'\t'),
                 b'x' if i + 1 < text.len() => {
-                    let hex = std::str::from_utf8(&text[i..i + 2])
-                        .ok()
-                        .and_then(|h| u8::from_str_radix(h, 16).ok());
+                    let hex = match (hex_digit(text[i]), hex_digit(text[i + 1])) {
+                        (Some(hi), Some(lo)) => Some(hi * 16 + lo),
+                        _ => None,
+                    };
                     match hex {
                         Some(v) => {
                             out.push(v);
@@ -281,9 +299,16 @@ mod tests {
         let (args, n) = words(input).unwrap().unwrap();
         assert_eq!(args, vec![b"PING".to_vec(), b"hi".to_vec()]);
         assert_eq!(n, input.len() - 4);
-        // Every prefix is incomplete, never an error.
+        // Every prefix is incomplete, never an error, and says how long
+        // the buffer must grow before another try can finish.
         for cut in 0..n {
-            assert_eq!(words(&input[..cut]).unwrap(), None, "cut at {cut}");
+            let mut p = Parsed::default();
+            assert_eq!(
+                parse(&input[..cut], &LIMITS, &mut p),
+                Ok(None),
+                "cut at {cut}"
+            );
+            assert!(p.need > cut && p.need <= n, "cut at {cut}: need {}", p.need);
         }
     }
 
@@ -340,5 +365,16 @@ mod tests {
         assert_eq!(words(b"\r\n").unwrap().unwrap().0.len(), 0);
         assert_eq!(words(b"ECHO \"open\r\n"), Err(FrameError::UnbalancedQuotes));
         assert_eq!(words(b"PING").unwrap(), None);
+        assert_eq!(
+            words(b"ECHO \"\\x+f\"\n").unwrap().unwrap().0[1],
+            b"x+f".to_vec()
+        );
+        let long_arg = format!("ECHO {}\r\n", "a".repeat(1025));
+        assert_eq!(words(long_arg.as_bytes()), Err(FrameError::BulkLength));
+        let long_line = format!("ECHO {}\r\n", "a ".repeat(2100));
+        assert_eq!(
+            words(long_line.as_bytes()),
+            Err(FrameError::RequestTooLarge)
+        );
     }
 }

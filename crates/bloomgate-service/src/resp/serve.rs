@@ -24,8 +24,9 @@ use crate::sync::lock;
 /// Replies buffered before they are written, bytes.
 const FLUSH_AT: usize = 64 * 1024;
 
-/// Serves RESP on `listener` until `signal`, then closes every connection
-/// after the command it is answering.
+/// Serves RESP on `listener` until `signal`; then every connection ends
+/// once the commands already in its buffer are answered (the caller
+/// bounds that wait and aborts what is left).
 ///
 /// # Errors
 /// None today: accept errors are retried.
@@ -113,11 +114,20 @@ async fn connection(
     let mut out = Out::new();
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut parsed = Parsed::default();
+    // The buffer length an incomplete command needs before it is parsed
+    // again.
+    let mut need = 0;
+    // Replies wait at most this long for a client that does not read.
+    let write_bound = idle.unwrap_or(Duration::from_secs(300));
     loop {
         // Every whole command in the buffer, in order, in batches.
         let mut answered = 0;
         let mut need_more = false;
         while answered < conf.max_pipeline && out.buf.len() < FLUSH_AT && !session.close {
+            if input.len() < need {
+                need_more = true;
+                break;
+            }
             match frame::parse(&input, &limits, &mut parsed) {
                 Ok(Some(used)) => {
                     let n = parsed.args.len();
@@ -138,8 +148,10 @@ async fn connection(
                         answered += 1;
                     }
                     input.advance(used);
+                    need = 0;
                 }
                 Ok(None) => {
+                    need = parsed.need;
                     need_more = true;
                     break;
                 }
@@ -155,12 +167,9 @@ async fn connection(
             return;
         }
         if !out.buf.is_empty() {
-            let written = match idle {
-                Some(t) => tokio::time::timeout(t, stream.write_all(&out.buf))
-                    .await
-                    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
-                None => stream.write_all(&out.buf).await,
-            };
+            let written = tokio::time::timeout(write_bound, stream.write_all(&out.buf))
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
             out.buf.clear();
             if written.is_err() {
                 return;
@@ -185,6 +194,9 @@ async fn connection(
         // answered.
         let n = tokio::select! {
             biased;
+            // First: a client that never stops sending still stops at
+            // shutdown.
+            _ = &mut stop => return,
             r = stream.read_buf(&mut input) => r,
             () = &mut idle_timer, if idle.is_some() => {
                 let idle = idle.unwrap_or_default();
@@ -196,7 +208,6 @@ async fn connection(
                 idle_timer.as_mut().reset(tokio::time::Instant::now() + left);
                 continue;
             }
-            _ = &mut stop => return,
         };
         match n {
             Ok(0) | Err(_) => return,
