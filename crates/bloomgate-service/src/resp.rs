@@ -73,6 +73,9 @@ pub struct Registry {
     pub started: std::time::Instant,
     /// The port it listens on (`INFO`).
     pub port: u16,
+    /// The per-client rate limit on reads (`http.rate_limit_per_sec`,
+    /// counted apart from HTTP's).
+    pub rate: Option<Arc<crate::http::limits::RateLimit>>,
 }
 
 impl Registry {
@@ -115,6 +118,7 @@ impl Registry {
             metrics: Arc::clone(&state.metrics),
             started: std::time::Instant::now(),
             port: 0,
+            rate: crate::http::limits::rate_limit(&state.http),
         }
     }
 

@@ -837,3 +837,42 @@ async fn strict_and_redis_modes_ask_the_shared_filter() {
         s.stop().await;
     }
 }
+
+/// `http.rate_limit_per_sec` holds on RESP reads too: one unit per item,
+/// per client address; writes are not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_rate_limited_per_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sku_server(&dir, 10, |c| {
+        c.http.rate_limit_per_sec = 1;
+        c.http.rate_limit_burst = 5;
+    })
+    .await;
+    let addr = s.resp.unwrap();
+    let mut input = String::new();
+    for _ in 0..8 {
+        input.push_str("BF.EXISTS skus 1\r\n");
+    }
+    input.push_str("BF.MEXISTS skus 1 2 3 4 5 6\r\nBF.ADD skus 77\r\nPING\r\n");
+    let (got, _) = talk(addr, input.as_bytes(), Duration::from_millis(300)).await;
+    let got = text(&got);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(&lines[..5], &[":1"; 5], "{lines:?}");
+    for l in &lines[5..8] {
+        assert!(
+            l.starts_with("-ERR too many requests from this client; retry in "),
+            "{l}"
+        );
+    }
+    assert!(
+        lines[8].starts_with("-ERR 6 items in one command are more than this client's burst"),
+        "{}",
+        lines[8]
+    );
+    assert_eq!(
+        &lines[9..],
+        &[":1", "+PONG"],
+        "writes and PING are not limited"
+    );
+    s.stop().await;
+}

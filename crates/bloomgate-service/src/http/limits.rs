@@ -94,15 +94,6 @@ impl RateLimit {
     /// with `Retry-After` to answer instead (also for more units than the
     /// burst holds: such a call can never pass, and says so).
     pub fn refuse(&self, client: IpAddr, units: usize) -> Option<Response> {
-        let checks = CHECKS.get() + 1;
-        CHECKS.set(checks % SWEEP_EVERY);
-        if checks == SWEEP_EVERY {
-            // Forget the clients whose bucket has refilled, so the table
-            // stays the size of the recent clients.
-            self.limiter.retain_recent();
-        }
-        let n =
-            NonZeroU32::new(u32::try_from(units).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN);
         let too_many = |secs: u64, message: &str| {
             let mut res = crate::http::error::error_response(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -113,17 +104,46 @@ impl RateLimit {
                 .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
             res
         };
-        match self.limiter.check_key_n(&client, n) {
-            Ok(Ok(())) => None,
-            Ok(Err(not_until)) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                Some(too_many(secs, "too many requests from this client; slow down"))
-            }
-            Err(_) => Some(too_many(
+        match self.admit(client, units) {
+            Admit::Yes => None,
+            Admit::Wait(secs) => Some(too_many(secs, "too many requests from this client; slow down")),
+            Admit::Never => Some(too_many(
                 1,
                 &format!("{units} keys in one call are more than this client's burst (http.rate_limit_burst): send fewer"),
             )),
         }
     }
+
+    /// Takes `units` from `client`'s bucket, if it holds them (the
+    /// protocol-free part of [`RateLimit::refuse`], for the RESP listener).
+    pub fn admit(&self, client: IpAddr, units: usize) -> Admit {
+        let checks = CHECKS.get() + 1;
+        CHECKS.set(checks % SWEEP_EVERY);
+        if checks == SWEEP_EVERY {
+            // Forget the clients whose bucket has refilled, so the table
+            // stays the size of the recent clients.
+            self.limiter.retain_recent();
+        }
+        let n =
+            NonZeroU32::new(u32::try_from(units).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN);
+        match self.limiter.check_key_n(&client, n) {
+            Ok(Ok(())) => Admit::Yes,
+            Ok(Err(not_until)) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Admit::Wait(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+            }
+            Err(_) => Admit::Never,
+        }
+    }
+}
+
+/// A rate limit's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Within the rate.
+    Yes,
+    /// Over it: retry in this many seconds.
+    Wait(u64),
+    /// More units than the burst: never.
+    Never,
 }

@@ -61,6 +61,26 @@ pub async fn execute(reg: &Registry, s: &mut Session, out: &mut Out, args: &[&[u
     // (`clock_gettime` took 8% of a pipelined run's profile).
     let started = quanta::Instant::now();
     let target = reg.target(args[1]);
+    // Reads take one unit per item from the client's rate, as HTTP's.
+    if let (Some(rate), 0 | 1) = (&reg.rate, command) {
+        use crate::http::limits::Admit;
+        let refused = match rate.admit(s.peer, args.len() - 2) {
+            Admit::Yes => None,
+            Admit::Wait(secs) => Some(format!(
+                "ERR too many requests from this client; retry in {secs} s"
+            )),
+            Admit::Never => Some(format!(
+                "ERR {} items in one command are more than this client's burst (http.rate_limit_burst): send fewer",
+                args.len() - 2
+            )),
+        };
+        if let Some(why) = refused {
+            out.error(&why);
+            let slot = target.map_or_else(|| reg.metrics.resp.no_resource(), |t| t.slot);
+            reg.metrics.resp.record(slot, command, None, true);
+            return;
+        }
+    }
     let before = out.buf.len();
     bloom(s, out, command, target, args).await;
     let error = out.buf.get(before) == Some(&b'-');

@@ -45,6 +45,8 @@ pub struct Session {
     /// Wrong `AUTH`s so far (the connection closes at
     /// [`MAX_FAILED_AUTHS`]).
     pub failed_auths: u32,
+    /// The client's address (the rate limit's key).
+    pub peer: std::net::IpAddr,
 }
 
 /// Wrong passwords a connection may send before it is closed.
@@ -53,7 +55,7 @@ pub const MAX_FAILED_AUTHS: u32 = 3;
 impl Session {
     /// A new connection's state.
     #[must_use]
-    pub fn new(id: u64, token: bool) -> Self {
+    pub fn new(id: u64, token: bool, peer: std::net::IpAddr) -> Self {
         Self {
             id,
             authed: !token,
@@ -61,6 +63,7 @@ impl Session {
             close: false,
             silent: false,
             failed_auths: 0,
+            peer,
         }
     }
 }

@@ -62,10 +62,10 @@ pub async fn serve(
                 Err(_) => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut signal => break,
             accepted = listener.accept() => match accepted {
-                Ok((s, _)) => s,
+                Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(error = %e, "RESP: accepting a connection failed; retrying in 100 ms");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -81,7 +81,7 @@ pub async fn serve(
         let stoppers = Arc::clone(&stoppers);
         tasks.spawn(async move {
             reg.metrics.resp.opened();
-            connection(stream, &reg, &conf, limits, id, stop).await;
+            connection(stream, peer.ip(), &reg, &conf, limits, id, stop).await;
             lock(&stoppers).remove(&id);
             reg.metrics.resp.closed();
             drop(permit);
@@ -97,6 +97,7 @@ pub async fn serve(
 /// One connection, to its end.
 async fn connection(
     mut stream: tokio::net::TcpStream,
+    peer: std::net::IpAddr,
     reg: &Registry,
     conf: &RespConfig,
     limits: Limits,
@@ -110,7 +111,7 @@ async fn connection(
     let mut last_read = quanta::Instant::now();
     let idle_timer = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(3600)));
     let mut idle_timer = std::pin::pin!(idle_timer);
-    let mut session = Session::new(id, reg.token.is_some());
+    let mut session = Session::new(id, reg.token.is_some(), peer);
     let mut out = Out::new();
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut parsed = Parsed::default();
