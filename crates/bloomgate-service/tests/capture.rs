@@ -906,3 +906,37 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
     a.stop().await;
     w.close().await;
 }
+
+/// The current schema is written into the capture function's body
+/// (quoted text): one that is not a plain identifier is refused with a
+/// message, never spliced in (issue 44's smaller holes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_name_that_is_no_identifier_is_refused() {
+    let Some(url) = common::postgres_database("odd_schema").await else {
+        return;
+    };
+    let admin = sql_pool(&url).await;
+    exec(&admin, r#"CREATE SCHEMA "a$$b""#).await;
+    exec(
+        &admin,
+        r#"ALTER DATABASE bg_odd_schema SET search_path TO "a$$b""#,
+    )
+    .await;
+    admin.close().await;
+    let store = bloomgate_service::store::SkuStore::connect(&url)
+        .await
+        .unwrap();
+    let e = store.outbox_for_triggers().await.unwrap_err();
+    assert!(e.to_string().contains("is not a plain identifier"), "{e}");
+    store.close().await;
+    // A plain one is named, quoted.
+    let plain = common::postgres_database("plain_schema").await.unwrap();
+    let store = bloomgate_service::store::SkuStore::connect(&plain)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.outbox_for_triggers().await.unwrap(),
+        "\"public\".bloomgate_changes"
+    );
+    store.close().await;
+}

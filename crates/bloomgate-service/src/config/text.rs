@@ -1,6 +1,7 @@
 //! Quoting what clients sent in error messages: at most [`MAX_QUOTED`]
-//! characters of it; and quoting a connection URL without its password
-//! ([`redact_url`]). Pure; below every module that explains a refusal.
+//! characters of it; quoting a connection URL without its password
+//! ([`redact_url`]); and a driver's error without the account it names
+//! ([`public_error`]). Pure; below every module that explains a refusal.
 
 /// The most characters of a client's input an error message quotes.
 pub const MAX_QUOTED: usize = 64;
@@ -34,6 +35,58 @@ pub fn clip_quoted(message: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// A database driver's error as the unauthenticated stats, readiness and
+/// dashboard may show it: the account names the drivers quote are
+/// replaced by `…` (MySQL's `'user'@'host'`, PostgreSQL's
+/// `user "name"` and `role "name"`, a URL's `user:password@`), so a
+/// failed login says what failed without telling every client who the
+/// service logs in as, or from where. The full text goes to the log.
+#[must_use]
+pub fn public_error(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    // MySQL/MariaDB: 'user'@'host' (also `user`@`host`).
+    while let Some(at) = rest.find("'@'").or_else(|| rest.find("`@`")) {
+        let q = &rest[at..=at];
+        let Some(open) = rest[..at].rfind(q) else {
+            break;
+        };
+        let after = &rest[at + 3..];
+        let Some(close) = after.find(q) else { break };
+        out.push_str(&rest[..open]);
+        out.push_str(&format!("{q}…{q}@{q}…{q}"));
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    // PostgreSQL: for user "name", role "name".
+    for word in ["user \"", "role \""] {
+        let mut done = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(word) {
+            let start = at + word.len();
+            let Some(close) = rest[start..].find('"') else {
+                break;
+            };
+            done.push_str(&rest[..start]);
+            done.push('…');
+            rest = &rest[start + close..];
+        }
+        done.push_str(rest);
+        out = done;
+    }
+    // A URL quoted whole.
+    out.split(' ')
+        .map(|w| {
+            if w.contains("://") {
+                redact_url(w)
+            } else {
+                w.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `url` with the password of its `user:password@` part replaced by `***`,
@@ -121,7 +174,35 @@ pub fn verify_named_ca(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{redact_url, verify_named_ca};
+    use super::{public_error, redact_url, verify_named_ca};
+
+    #[test]
+    fn driver_errors_lose_the_account_they_name() {
+        assert_eq!(
+            public_error("error returned from database: 1045 (28000): Access denied for user 'bg_svc'@'10.0.0.5' (using password: YES)"),
+            "error returned from database: 1045 (28000): Access denied for user '…'@'…' (using password: YES)"
+        );
+        assert_eq!(
+            public_error(
+                "error returned from database: password authentication failed for user \"bg_svc\""
+            ),
+            "error returned from database: password authentication failed for user \"…\""
+        );
+        assert_eq!(
+            public_error("permission denied for table users; role \"app\" lacks SELECT"),
+            "permission denied for table users; role \"…\" lacks SELECT"
+        );
+        assert_eq!(
+            public_error("cannot reach mysql://svc:hunter2@db:3306/app"),
+            "cannot reach mysql://svc:***@db:3306/app"
+        );
+        assert_eq!(public_error("statement timed out"), "statement timed out");
+        // A lone `'@'` with no closing quote is left as it is.
+        assert_eq!(
+            public_error("odd ' @ quote '@' alone"),
+            "odd ' @ quote '@' alone"
+        );
+    }
 
     #[test]
     fn a_named_ca_without_a_mode_is_verified() {

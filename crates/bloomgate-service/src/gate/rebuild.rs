@@ -233,7 +233,10 @@ impl Gate {
                 }
                 Err(e) => {
                     self.failures.fetch_add(1, Ordering::Relaxed);
-                    *lock(&self.last_error) = Some(e.to_string());
+                    // Shown to every client (stats, readiness): without
+                    // the account the driver's message names.
+                    *lock(&self.last_error) =
+                        Some(crate::config::text::public_error(&e.to_string()));
                 }
             }
             self.completed.send_replace(Completed { through, outcome });
@@ -246,7 +249,10 @@ impl Gate {
             finished_at_ms: crate::model::now_millis(),
             duration_ms: took.as_millis() as u64,
             added: outcome.as_ref().ok().map(|r| r.added),
-            error: outcome.as_ref().err().map(ToString::to_string),
+            error: outcome
+                .as_ref()
+                .err()
+                .map(|e| crate::config::text::public_error(&e.to_string())),
         };
         let mut h = lock(&self.history);
         if h.len() == HISTORY {

@@ -126,7 +126,7 @@ impl CaptureTarget {
 }
 
 /// `name` quoted for `backend` (a quote inside doubled).
-fn q(backend: Backend, name: &str) -> String {
+pub(super) fn q(backend: Backend, name: &str) -> String {
     match backend {
         Backend::MySql => format!("`{}`", name.replace('`', "``")),
         _ => format!("\"{}\"", name.replace('"', "\"\"")),
@@ -296,25 +296,6 @@ impl SkuStore {
             ],
             _ => vec![format!("DROP TRIGGER IF EXISTS {}", q(b, name))],
         }
-    }
-
-    /// The outbox table as triggers name it: schema-qualified on
-    /// PostgreSQL (a writer's `search_path` need not find it; the
-    /// function's is pinned).
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn outbox_for_triggers(&self) -> Result<String, StoreError> {
-        if self.backend != Backend::Postgres {
-            return Ok("bloomgate_changes".into());
-        }
-        let row = sqlx::query("SELECT CAST(current_schema() AS TEXT)")
-            .fetch_one(&self.pool)
-            .within(&self.bg_limit, "capture schema")
-            .await
-            .map_err(err("capture schema"))?;
-        let schema: String = row.try_get(0).map_err(err("capture schema"))?;
-        Ok(format!("{}.bloomgate_changes", q(self.backend, &schema)))
     }
 
     /// The `bloomgate_` triggers on `table`, each with whether it fires

@@ -1,10 +1,11 @@
 //! The change outbox's write side: every SKU write in one transaction with
 //! its entry (`write_recorded`, re-recording a late commit), single entries
 //! (`record`, kind `r` for rows written behind the outbox's back) and a
-//! resource's many (`record_many`, multi-row `INSERT`s).
+//! resource's many (`record_many`, multi-row `INSERT`s); and the outbox's
+//! name as capture triggers write it (`outbox_for_triggers`).
 
 use super::*;
-use capture::NOTIFY_CHANNEL;
+use capture::{q, NOTIFY_CHANNEL};
 
 impl SkuStore {
     /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
@@ -209,5 +210,29 @@ impl SkuStore {
                 .await;
         }
         Ok(())
+    }
+
+    /// The outbox table as triggers name it: schema-qualified on
+    /// PostgreSQL (a writer's `search_path` need not find it; the
+    /// function's is pinned).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn outbox_for_triggers(&self) -> Result<String, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Ok("bloomgate_changes".into());
+        }
+        let row = sqlx::query("SELECT CAST(current_schema() AS TEXT)")
+            .fetch_one(&self.pool)
+            .within(&self.bg_limit, "capture schema")
+            .await
+            .map_err(err("capture schema"))?;
+        let schema: String = row.try_get(0).map_err(err("capture schema"))?;
+        // Written into the function's (quoted) body: a plain identifier only.
+        if !crate::config::resources::is_identifier(&schema) {
+            let why = format!("the current schema {:?} is not a plain identifier (letters, digits, _): the capture function names it in its body; connect with a search_path whose first schema is one", crate::config::text::clip(&schema));
+            return Err(StoreError::new("capture schema", why));
+        }
+        Ok(format!("{}.bloomgate_changes", q(self.backend, &schema)))
     }
 }
