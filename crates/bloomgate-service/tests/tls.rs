@@ -679,3 +679,34 @@ async fn no_password_reaches_a_log_an_error_the_stats_metrics_or_the_dashboard()
         }
     }
 }
+
+/// A Redis whose certificate another CA signed, or that names another
+/// host, is refused: the service never speaks to it (the TLS tests above
+/// only ever gave the right CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_certificate_from_another_ca_or_host_is_refused() {
+    const PASSWORD: &str = "Acl-Tls-5c2d";
+    let pki = Pki::new();
+    let redis = tls_redis(&pki, PASSWORD).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let mut other_ca = redis_tls_config(&db, &redis, &pki, PASSWORD);
+    other_ca.redis_tls_ca = Some(pki.path("other_ca.crt"));
+    let e = start_error(&other_ca).await;
+    assert!(e.starts_with("redis_url: cannot connect: "), "{e}");
+    assert!(
+        e.contains("UnknownIssuer") && e.contains("check redis_tls_ca"),
+        "{e}"
+    );
+    let mut other_host = redis_tls_config(&db, &redis, &pki, PASSWORD);
+    other_host.redis_url = other_host
+        .redis_url
+        .map(|u| u.replace("127.0.0.1", "localhost"));
+    let e = start_error(&other_host).await;
+    assert!(e.contains("not valid for name \"localhost\""), "{e}");
+    // The right CA and host start (the control).
+    let ok = redis_tls_config(&db, &redis, &pki, PASSWORD);
+    AppState::connect(&ok)
+        .await
+        .expect("the test CA and 127.0.0.1");
+}
