@@ -22,6 +22,8 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         let Some(used) = found else {
+            // More is needed, and it says at least how much more.
+            assert!(whole.need > rest.len());
             return;
         };
         assert!(used > 0 && used <= rest.len());

@@ -39,9 +39,13 @@ pub async fn run(
 pub async fn run_with_resp(
     listener: tokio::net::TcpListener,
     resp: Option<tokio::net::TcpListener>,
-    state: AppState,
+    mut state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if resp.is_none() {
+        // No second listener: HTTP keeps the whole connection budget.
+        state.resp.listen = None;
+    }
     let (stop_all, stopped) = tokio::sync::watch::channel(false);
     let shutdown = async move {
         shutdown.await;
@@ -53,32 +57,42 @@ pub async fn run_with_resp(
             0 => http::default_max_connections(&state),
             n => n,
         };
-        let mut stopped = stopped.clone();
-        tokio::spawn(crate::resp::serve::serve(
+        let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+        let (mut signalled, mut cut) = (stopped.clone(), stopped.clone());
+        let served = crate::resp::serve::serve(
             listener,
             registry,
             state.resp.clone(),
             usize::try_from(max).unwrap_or(usize::MAX),
             async move {
-                let _ = stopped.wait_for(|s| *s).await;
+                let _ = signalled.wait_for(|s| *s).await;
             },
-        ))
-    });
-    let grace = Duration::from_secs(state.http.shutdown_grace_secs);
-    let before_background = async move {
-        let Some(mut task) = resp_task else { return };
-        match tokio::time::timeout(grace, &mut task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the RESP listener failed"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "the RESP listener's task failed"),
-            Err(_) => {
-                tracing::warn!(
-                    grace_secs = grace.as_secs(),
-                    "RESP connections still answering after the shutdown grace period; closing them"
-                );
-                task.abort();
-                let _ = task.await;
+        );
+        // Bounded from the signal, as the HTTP drain is (the two run at
+        // once): past the grace period the listener is dropped, which
+        // aborts its connections.
+        tokio::spawn(async move {
+            tokio::select! {
+                r = served => r,
+                () = async {
+                    let _ = cut.wait_for(|s| *s).await;
+                    tokio::time::sleep(grace).await;
+                } => {
+                    tracing::warn!(
+                        grace_secs = grace.as_secs(),
+                        "RESP connections still answering after the shutdown grace period; closing them"
+                    );
+                    Ok(())
+                }
             }
+        })
+    });
+    let before_background = async move {
+        let Some(task) = resp_task else { return };
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "the RESP listener failed"),
+            Err(e) => tracing::warn!(error = %e, "the RESP listener's task failed"),
         }
     };
     run_http(listener, state, shutdown, before_background).await

@@ -39,54 +39,70 @@ pub fn clip_quoted(message: &str) -> String {
 
 /// A database driver's error as the unauthenticated stats, readiness and
 /// dashboard may show it: the account names the drivers quote are
-/// replaced by `…` (MySQL's `'user'@'host'`, PostgreSQL's
-/// `user "name"` and `role "name"`, a URL's `user:password@`), so a
+/// replaced by `…` (MySQL's `'user'@'host'`, MariaDB's `Host '…'`,
+/// PostgreSQL's `user "…"`, `role "…"` and `host "…"`, a URL's
+/// `user:password@`), so a
 /// failed login says what failed without telling every client who the
 /// service logs in as, or from where. The full text goes to the log.
 #[must_use]
 pub fn public_error(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    // MySQL/MariaDB: 'user'@'host' (also `user`@`host`).
-    while let Some(at) = rest.find("'@'").or_else(|| rest.find("`@`")) {
-        let q = &rest[at..=at];
-        let Some(open) = rest[..at].rfind(q) else {
-            break;
-        };
-        let after = &rest[at + 3..];
-        let Some(close) = after.find(q) else { break };
-        out.push_str(&rest[..open]);
-        out.push_str(&format!("{q}…{q}@{q}…{q}"));
-        rest = &after[close + 1..];
+    // MySQL/MariaDB: 'user'@'host', `user`@`host`.
+    let mut out = message.to_owned();
+    for q in ['\'', '`'] {
+        out = account_at(&out, q);
     }
-    out.push_str(rest);
-    // PostgreSQL: for user "name", role "name".
-    for word in ["user \"", "role \""] {
-        let mut done = String::with_capacity(out.len());
-        let mut rest = out.as_str();
-        while let Some(at) = rest.find(word) {
-            let start = at + word.len();
-            let Some(close) = rest[start..].find('"') else {
-                break;
-            };
-            done.push_str(&rest[..start]);
-            done.push('…');
-            rest = &rest[start + close..];
-        }
-        done.push_str(rest);
-        out = done;
+    // PostgreSQL: user "name", role "name", host "address"; MariaDB:
+    // Host 'address' is not allowed to connect.
+    for word in ["user \"", "role \"", "host \"", "Host '"] {
+        out = quoted_after(&out, word);
     }
-    // A URL quoted whole.
+    // A URL quoted whole: no user, no password.
     out.split(' ')
-        .map(|w| {
-            if w.contains("://") {
-                redact_url(w)
-            } else {
-                w.to_owned()
+        .map(|w| match w.split_once("://") {
+            Some((scheme, rest)) if rest.contains('@') => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+                format!("{scheme}://…@{host}")
             }
+            _ => w.to_owned(),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `s` with every `{q}a{q}@{q}b{q}` as `{q}…{q}@{q}…{q}`.
+fn account_at(s: &str, q: char) -> String {
+    let sep = format!("{q}@{q}");
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(&sep) {
+        let (Some(open), Some(close)) = (rest[..at].rfind(q), rest[at + 3..].find(q)) else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&format!("{q}…{q}@{q}…{q}"));
+        rest = &rest[at + 3 + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `s` with what follows each `word` (which ends in a quote) up to the
+/// closing quote as `…`.
+fn quoted_after(s: &str, word: &str) -> String {
+    let q = word.chars().last().unwrap_or('"');
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(word) {
+        let start = at + word.len();
+        let Some(close) = rest[start..].find(q) else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        out.push('…');
+        rest = &rest[start + close..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `url` with the password of its `user:password@` part replaced by `***`,
@@ -194,8 +210,19 @@ mod tests {
         );
         assert_eq!(
             public_error("cannot reach mysql://svc:hunter2@db:3306/app"),
-            "cannot reach mysql://svc:***@db:3306/app"
+            "cannot reach mysql://…@db:3306/app"
         );
+        assert_eq!(
+            public_error(
+                "no pg_hba.conf entry for host \"10.0.0.5\", user \"svc\", database \"app\""
+            ),
+            "no pg_hba.conf entry for host \"…\", user \"…\", database \"app\""
+        );
+        assert_eq!(
+            public_error("Host '10.0.0.5' is not allowed to connect to this MariaDB server"),
+            "Host '…' is not allowed to connect to this MariaDB server"
+        );
+        assert_eq!(public_error("`a`@`h` then 'b'@'i'"), "`…`@`…` then '…'@'…'");
         assert_eq!(public_error("statement timed out"), "statement timed out");
         // A lone `'@'` with no closing quote is left as it is.
         assert_eq!(

@@ -32,11 +32,20 @@ use crate::config::HttpConfig;
 /// bucket is full again.
 const SWEEP_EVERY: u64 = 1 << 16;
 
+/// Limiters that keep a sweep count of their own (the HTTP one and the
+/// Redis-protocol listener's; more share slots, still each swept).
+const COUNTED: usize = 4;
+
 thread_local! {
-    /// Checks on this thread since its last sweep: counted per thread, so
-    /// the cores share no counter on the limited route.
-    static CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Checks on this thread since its limiter's last sweep, per limiter:
+    /// counted per thread, so the cores share no counter on the limited
+    /// route, and per limiter, so one's traffic never takes the other's
+    /// sweeps.
+    static CHECKS: [std::cell::Cell<u64>; COUNTED] = const { [const { std::cell::Cell::new(0) }; COUNTED] };
 }
+
+/// The next limiter's slot in [`CHECKS`].
+static NEXT_SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The limiter of the SKU reads (one bucket per client for both routes),
 /// when `http.rate_limit_per_sec` is set.
@@ -44,6 +53,8 @@ thread_local! {
 pub struct RateLimit {
     limiter: DefaultKeyedRateLimiter<IpAddr>,
     warned: AtomicBool,
+    /// Its slot in the per-thread sweep counts.
+    slot: usize,
 }
 
 /// A limiter for `c`, or `None` when rate limiting is off.
@@ -58,6 +69,7 @@ pub fn rate_limit(c: &HttpConfig) -> Option<Arc<RateLimit>> {
     Some(Arc::new(RateLimit {
         limiter: RateLimiter::keyed(quota),
         warned: AtomicBool::new(false),
+        slot: NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % COUNTED,
     }))
 }
 
@@ -117,8 +129,11 @@ impl RateLimit {
     /// Takes `units` from `client`'s bucket, if it holds them (the
     /// protocol-free part of [`RateLimit::refuse`], for the RESP listener).
     pub fn admit(&self, client: IpAddr, units: usize) -> Admit {
-        let checks = CHECKS.get() + 1;
-        CHECKS.set(checks % SWEEP_EVERY);
+        let checks = CHECKS.with(|c| {
+            let n = c[self.slot].get() + 1;
+            c[self.slot].set(n % SWEEP_EVERY);
+            n
+        });
         if checks == SWEEP_EVERY {
             // Forget the clients whose bucket has refilled, so the table
             // stays the size of the recent clients.

@@ -71,25 +71,8 @@ pub async fn serve(
         .keep_alive(true);
     let builder = Arc::new(builder);
     let mut tasks = tokio::task::JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            () = &mut signal => break,
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let (stream, peer) = tokio::select! {
-            () = &mut signal => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    accept_failed(&e).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, peer, permit)) = next_connection(&listener, &permits, &mut signal).await
+    {
         let service = per_connection(&app, peer, limits.connect_info);
         let (builder, mut stop) = (Arc::clone(&builder), stop_rx.clone());
         tasks.spawn(async move {
@@ -118,6 +101,37 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The next connection within the limit: a permit first (the rest wait
+/// in the kernel's backlog), then an accepted socket with `TCP_NODELAY`
+/// (accept errors retried: [`accept_failed`]); `None` once `signal`
+/// resolves. The HTTP and the Redis-protocol listeners' one accept loop.
+pub async fn next_connection<F: std::future::Future<Output = ()>>(
+    listener: &tokio::net::TcpListener,
+    permits: &Arc<tokio::sync::Semaphore>,
+    signal: &mut std::pin::Pin<&mut F>,
+) -> Option<(
+    tokio::net::TcpStream,
+    SocketAddr,
+    tokio::sync::OwnedSemaphorePermit,
+)> {
+    let permit = tokio::select! {
+        () = signal.as_mut() => return None,
+        p = Arc::clone(permits).acquire_owned() => p.ok()?,
+    };
+    loop {
+        tokio::select! {
+            () = signal.as_mut() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Some((stream, peer, permit));
+                }
+                Err(e) => accept_failed(&e).await,
+            },
+        }
+    }
 }
 
 /// The hyper service of one connection: the app (cloned per request, as

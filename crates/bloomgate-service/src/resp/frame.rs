@@ -63,6 +63,10 @@ pub struct Parsed {
     /// again cannot finish the command (the caller reads until then, so
     /// a command sent a byte at a time is not parsed again per byte).
     pub need: usize,
+    /// After an incomplete parse: whether it waits for the end of a line
+    /// (a header or an inline command), which only a `\n` read from
+    /// `need - 1` on brings.
+    pub need_line: bool,
 }
 
 impl Parsed {
@@ -89,6 +93,7 @@ pub fn parse(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usi
     out.args.clear();
     out.unquoted.clear();
     out.need = buf.len() + 1;
+    out.need_line = true;
     match buf.first() {
         None => Ok(None),
         Some(b'*') => multibulk(buf, limits, out),
@@ -164,6 +169,7 @@ fn multibulk(buf: &[u8], limits: &Limits, out: &mut Parsed) -> Result<Option<usi
         }
         if buf.len() < data + len + 2 {
             out.need = data + len + 2;
+            out.need_line = false;
             return Ok(None);
         }
         if &buf[data + len..data + len + 2] != b"\r\n" {

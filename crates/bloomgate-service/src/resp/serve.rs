@@ -54,26 +54,9 @@ pub async fn serve(
     let mut signal = std::pin::pin!(signal);
     let next_id = AtomicU64::new(1);
     let mut tasks = tokio::task::JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            () = &mut signal => break,
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let (stream, peer) = tokio::select! {
-            () = &mut signal => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "RESP: accepting a connection failed; retrying in 100 ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, peer, permit)) =
+        crate::http::serve::next_connection(&listener, &permits, &mut signal).await
+    {
         let (reg, conf) = (Arc::clone(&registry), Arc::clone(&conf));
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let (stop_tx, stop) = oneshot::channel();
@@ -116,8 +99,9 @@ async fn connection(
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut parsed = Parsed::default();
     // The buffer length an incomplete command needs before it is parsed
-    // again.
+    // again, and whether it waits for a line's end (see `waits`).
     let mut need = 0;
+    let mut need_line = false;
     // Replies wait at most this long for a client that does not read.
     let write_bound = idle.unwrap_or(Duration::from_secs(300));
     loop {
@@ -125,7 +109,7 @@ async fn connection(
         let mut answered = 0;
         let mut need_more = false;
         while answered < conf.max_pipeline && out.buf.len() < FLUSH_AT && !session.close {
-            if input.len() < need {
+            if waits(&input, need, need_line) {
                 need_more = true;
                 break;
             }
@@ -150,9 +134,11 @@ async fn connection(
                     }
                     input.advance(used);
                     need = 0;
+                    need_line = false;
                 }
                 Ok(None) => {
                     need = parsed.need;
+                    need_line = parsed.need_line;
                     need_more = true;
                     break;
                 }
@@ -197,7 +183,11 @@ async fn connection(
             biased;
             // First: a client that never stops sending still stops at
             // shutdown.
-            _ = &mut stop => return,
+            _ = &mut stop => {
+                // What was answered reaches the client (no reset).
+                linger(&mut stream).await;
+                return;
+            }
             r = stream.read_buf(&mut input) => r,
             () = &mut idle_timer, if idle.is_some() => {
                 let idle = idle.unwrap_or_default();
@@ -217,6 +207,23 @@ async fn connection(
     }
 }
 
+/// Whether an incomplete command cannot be finished by the bytes that
+/// arrived since it was last parsed (`need - 1` bytes then): too few for
+/// the bulk it waits for, or, waiting for a line's end, no `\n` among
+/// them. Past 4 KiB without one it is parsed again anyway, so an
+/// over-long line is refused. A command trickled a byte at a time is
+/// parsed once per line, not once per byte.
+fn waits(input: &[u8], need: usize, need_line: bool) -> bool {
+    if input.len() < need {
+        return true;
+    }
+    if !need_line || need == 0 {
+        return false;
+    }
+    let fresh = &input[need - 1..];
+    fresh.len() < 4096 && !fresh.contains(&b'\n')
+}
+
 /// Closes the write side, then reads and drops what the client still
 /// sends (at most 1 MiB, at most a second), so the error written last
 /// reaches it instead of being lost to a reset (a lingering close).
@@ -230,5 +237,25 @@ async fn linger(stream: &mut tokio::net::TcpStream) {
             Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waits;
+
+    #[test]
+    fn an_incomplete_line_waits_for_its_end() {
+        // Parsed at 10 bytes, waiting for a line: 5 more without `\n` wait.
+        let mut input = vec![b'x'; 15];
+        assert!(waits(&input, 11, true));
+        input.push(b'\n');
+        assert!(!waits(&input, 11, true));
+        // 4 KiB without one: parsed again (an over-long line is refused).
+        assert!(!waits(&vec![b'x'; 10 + 4096], 11, true));
+        // A bulk waits for its length only.
+        assert!(waits(&[0; 99], 100, false));
+        assert!(!waits(&[0; 100], 100, false));
+        assert!(!waits(&[], 0, false));
     }
 }
