@@ -37,6 +37,7 @@ use crate::filter::BloomLayout;
 pub use crate::filter::{filter_bytes, GateFilter};
 use crate::sync::lock;
 
+mod adopt;
 mod alarm;
 mod progress;
 mod rebuild;
@@ -47,6 +48,7 @@ use crate::metrics::Counter;
 use crate::pause::PausePoint;
 use crate::source::{KeyBatch, KeyRange, KeyScan};
 use crate::store::StoreError;
+pub use adopt::{AdoptError, ChangeLog, FilterMeta, How, MetaRead, Want};
 pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
 pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};
 use rebuild::{Completed, Requests};
@@ -295,19 +297,6 @@ impl Gate {
         self.capacity.load(Ordering::Relaxed)
     }
 
-    /// Publishes a filter restored from a snapshot, sized for `capacity`,
-    /// if none is published and no rebuild runs; false otherwise (the
-    /// filter is then dropped).
-    pub fn install(&self, filter: GateFilter, capacity: u64) -> bool {
-        if self.is_rebuilding() || self.current.load().is_some() {
-            return false;
-        }
-        self.capacity.store(capacity, Ordering::Relaxed);
-        self.current.store(Some(Arc::new(filter)));
-        self.restores.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
     /// Starts adopting a filter another instance built (a shared
     /// rebuild): it becomes the filter being built, so every insert from
     /// now on reaches it too. `None` when a rebuild runs here (its filter,
@@ -338,6 +327,11 @@ impl Gate {
     /// does: `current` first, then `building` cleared, under the slots
     /// lock, so every insert reaches the filter that ends up published.
     pub fn finish_adopt(&self, filter: &Arc<GateFilter>, capacity: u64) -> bool {
+        self.finish(filter, capacity, How::Adopt)
+    }
+
+    /// [`Gate::finish_adopt`], counted as `how`.
+    fn finish(&self, filter: &Arc<GateFilter>, capacity: u64, how: How) -> bool {
         let _slots = lock(&self.slots);
         if !self
             .building
@@ -354,7 +348,10 @@ impl Gate {
             self.building
                 .compare_and_swap(&Some(Arc::clone(filter)), None),
         );
-        self.adoptions.fetch_add(1, Ordering::Relaxed);
+        match how {
+            How::Adopt => self.adoptions.fetch_add(1, Ordering::Relaxed),
+            How::Restore => self.restores.fetch_add(1, Ordering::Relaxed),
+        };
         true
     }
 

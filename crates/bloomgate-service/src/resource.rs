@@ -498,11 +498,12 @@ impl<R: Guarded> Resource<R> {
             tracing::info!(resource = %self.name, "a watched table scans at start; its snapshot is not used");
             return None;
         }
-        match persist
-            .restore(self.gate(), &self.name, self.key_type())
-            .await
-        {
+        match persist.restore(self.gate(), &self.name).await {
             Ok(restored) => Some(restored),
+            Err(crate::gate::AdoptError::Gone) => {
+                tracing::info!(resource = %self.name, path = %persist.path().display(), "no filter snapshot yet; scanning its source");
+                None
+            }
             Err(why) => {
                 tracing::warn!(resource = %self.name, %why, "filter snapshot not used; scanning its source");
                 None

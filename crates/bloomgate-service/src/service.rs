@@ -198,6 +198,8 @@ pub async fn prepare(
         .metrics
         .spawn_upkeep(Duration::from_secs(5), &state.background);
     let mut restored = false;
+    // The start-up filter replaces the stored epoch (see below).
+    let mut replace_epoch = seeded;
     // Where the outbox follower starts: before the scan (or the snapshot's
     // or epoch's own position), so every create after it is followed.
     let outbox = &state.outbox;
@@ -225,16 +227,18 @@ pub async fn prepare(
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && skus_on && !seeded && !state.skus.is_watched() {
-            match changes
-                .adopt_latest(&state.skus.reader.gate, c.bloom_fpp)
-                .await
-            {
+            match changes.adopt_latest(&state.skus.reader.gate).await {
                 Ok((at, c)) => {
                     restored = true;
                     outbox_from = at;
                     covered = c;
                 }
-                Err(why) => tracing::info!(%why, "no filter adopted from Redis; building from SQL"),
+                Err(why) => {
+                    // An earlier release's epoch is refused once: the
+                    // filter this instance builds replaces it.
+                    replace_epoch = matches!(why, crate::gate::AdoptError::EarlierRelease(_));
+                    tracing::info!(%why, "no filter adopted from Redis; building from SQL");
+                }
             }
         }
         // The doorbell, from the stream's end (read again by the follower
@@ -324,7 +328,7 @@ pub async fn prepare(
             Arc::clone(&gate).build_until_ready(min, max).await;
             // The first instance's build, kept for the next ones to adopt.
             if let Some(log) = share {
-                log.publish_first(&gate, (outbox_from, covered), seeded)
+                log.publish_first(&gate, (outbox_from, covered), replace_epoch)
                     .await;
             }
         })));

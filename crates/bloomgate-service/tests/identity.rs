@@ -154,3 +154,66 @@ async fn an_epoch_of_another_database_is_not_adopted() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A rolling upgrade: an epoch of the SKU table the previous release
+/// stored (its meta lacks `key_type`; made here by deleting the field) is
+/// refused once at start. The instance scans SQL and stores its own filter
+/// in the old one's place, with every field the previous release reads,
+/// and the next instance adopts that without a scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_earlier_release_epoch_is_refused_once_and_replaced() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "identity-upgrade");
+    let prefix = config.cache.redis_prefix.clone();
+    common::redis_clear(&redis, &prefix).await;
+    let a = TestServer::start(config.clone(), 2_000).await;
+    assert_eq!(counter(&a.stats().await, &["changes", "epoch"]), 1);
+    a.stop().await;
+    let counter_key = bloomgate_service::wire::epoch_counter_key(&prefix);
+    let meta_key = |n| bloomgate_service::wire::epoch_meta_key(&counter_key, n);
+    let mut conn = common::redis_conn(&redis).await;
+    let removed: i64 = redis::cmd("HDEL")
+        .arg(meta_key(1))
+        .arg("key_type")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "this release writes key_type");
+
+    let b = TestServer::start(config.clone(), 0).await;
+    let s = b.stats().await;
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 0, "refused: {s}");
+    eventually(10, "the scan's filter stored as epoch 2", || async {
+        counter(&b.stats().await, &["changes", "epoch"]) == 2
+    })
+    .await;
+    assert_eq!(counter(&b.stats().await, &["sql", "id_scans"]), 1);
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(meta_key(2))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for field in [
+        "outbox", "covered", "capacity", "fpp", "layout", "identity", "key_type",
+    ] {
+        assert!(fields.contains_key(field), "{field} in {fields:?}");
+    }
+
+    let c = TestServer::start(config, 0).await;
+    let s = c.stats().await;
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "adopted: {s}");
+    assert_eq!(counter(&s, &["sql", "id_scans"]), 0, "{s}");
+    for id in (1..=2_000).step_by(13) {
+        assert_eq!(
+            c.state.skus.reader.gate.check(id),
+            bloomgate_service::gate::Verdict::Pass,
+            "id {id}"
+        );
+    }
+    for s in [b, c] {
+        s.stop().await;
+    }
+}

@@ -1022,8 +1022,8 @@ async fn a_resources_integer_looking_key_is_no_sku_create() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(s.create(7, "a sku").await, 201);
     assert_eq!(
-        s.state.outbox.created_after(0).await.unwrap(),
-        Some(vec![7]),
+        s.state.outbox.created_keys_after(0, "skus").await.unwrap(),
+        Some(vec!["7".to_string()]),
         "the SKU creates after position 0"
     );
     s.stop().await;

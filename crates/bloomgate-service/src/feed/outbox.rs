@@ -489,24 +489,6 @@ impl Outbox {
         Ok(out)
     }
 
-    /// The SKU ids created after `from` (other resources' entries skipped),
-    /// for a filter that is complete up to `from` (a snapshot, another
-    /// instance's rebuild); `None` when entries after `from` were trimmed,
-    /// so what it lacks cannot be known.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn created_after(&self, from: i64) -> Result<Option<Vec<i64>>, StoreError> {
-        Ok(self
-            .created_keys_after(from, SKU_RESOURCE)
-            .await?
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| k.parse().ok())
-                    .collect::<Vec<i64>>()
-            }))
-    }
-
     /// The keys of `resource` created after `from`, as the entries spell
     /// them (a resource's keys are no SKU ids, even when they parse); `None`
     /// when entries after `from` were trimmed.
@@ -596,5 +578,19 @@ impl Outbox {
         .rows_affected();
         self.counters.trimmed.fetch_add(deleted, Ordering::Relaxed);
         Ok(deleted)
+    }
+}
+
+impl crate::gate::ChangeLog for Outbox {
+    fn max_seq(&self) -> impl std::future::Future<Output = Result<i64, StoreError>> + Send {
+        Outbox::max_seq(self)
+    }
+
+    fn created_keys_after(
+        &self,
+        from: i64,
+        resource: &str,
+    ) -> impl std::future::Future<Output = Result<Option<Vec<String>>, StoreError>> + Send {
+        Outbox::created_keys_after(self, from, resource)
     }
 }

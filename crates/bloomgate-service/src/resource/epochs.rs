@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Guarded, Resource};
-use crate::filter::{decode, key_kind};
+use crate::filter::key_kind;
+use crate::gate::{AdoptError, FilterMeta, How, Want};
 
 /// A resource's shared-rebuild counters.
 #[derive(Debug, Default)]
@@ -32,10 +33,6 @@ pub struct EpochCounters {
     /// A rebuild after deletes is on its way (one at a time).
     rebuild_pending: AtomicBool,
 }
-
-/// How an adoption ends that a local rebuild made needless (its filter,
-/// published when it finishes, is as new).
-const AS_NEW: &str = "its filter is as new";
 
 impl EpochCounters {
     /// The figures under `epochs` in the stats.
@@ -76,23 +73,22 @@ impl<R: Guarded> Resource<R> {
         let kind = key_kind(self.key_type());
         let encoded = crate::filter::encode_one(filter, kind).await?;
         let bytes = &encoded.bytes;
-        let epoch = log
-            .store_epoch(
-                counter,
-                bytes,
-                &[
-                    ("outbox", at.to_string()),
-                    ("capacity", gate.capacity().to_string()),
-                    ("fpp", gate.fpp().to_string()),
-                    ("layout", format!("{:?}", gate.layout())),
-                    ("key_type", format!("{:?}", self.key_type())),
-                    (
-                        "identity",
-                        self.identity.as_deref().unwrap_or("").to_owned(),
-                    ),
-                ],
-            )
-            .await?;
+        let meta = FilterMeta {
+            outbox: at,
+            // Rebuild requests are the SKU table's; a resource's epoch
+            // covers those up to its own position, the least it holds.
+            covered: at,
+            capacity: gate.capacity(),
+            fpp: gate.fpp(),
+            layout: gate.layout(),
+            key_type: self.key_type(),
+            identity: self
+                .identity
+                .as_deref()
+                .ok_or("this database has no identity yet")?
+                .to_owned(),
+        };
+        let epoch = log.store_epoch(counter, bytes, &meta).await?;
         if announce {
             self.store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
@@ -105,125 +101,55 @@ impl<R: Guarded> Resource<R> {
         Ok(epoch)
     }
 
-    /// Adopts epoch `epoch`: verified, made the filter being built (so
-    /// every insert from now on reaches it), the keys created after its
-    /// position replayed from the outbox, then published. Returns the
-    /// epoch's outbox position and the keys replayed.
+    /// Adopts epoch `epoch` (see [`crate::gate::adopt`]), then drops the
+    /// cached rows: a warm's rebuild may follow rows gone that no entry
+    /// named (a `TRUNCATE`). Returns the epoch's outbox position and the
+    /// keys replayed.
     ///
     /// # Errors
     /// Why not (the caller scans the source instead).
-    pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, usize), String> {
-        let (log, counter) = self
-            .epoch_store()
-            .ok_or("this resource does not share its rebuilds")?;
+    pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, usize), AdoptError> {
+        let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
         let gate = self.gate();
-        let meta = log.epoch_meta(counter, epoch).await?;
-        let field = |name: &str| {
-            meta.get(name)
-                .cloned()
-                .ok_or_else(|| format!("epoch {epoch} has no {name}"))
-        };
-        if field("fpp")? != gate.fpp().to_string()
-            || field("layout")? != format!("{:?}", gate.layout())
-            || field("key_type")? != format!("{:?}", self.key_type())
-        {
-            return Err(format!(
-                "epoch {epoch} was made for another layout, rate or key type"
-            ));
-        }
-        // Made for another database, table or key column (staging and
-        // production under one prefix; an earlier release's names none).
-        let want = self.identity.as_deref().ok_or("no database identity yet")?;
-        if meta.get("identity").map(String::as_str) != Some(want) {
-            return Err(format!(
-                "epoch {epoch} holds {:?}, not {want}",
-                meta.get("identity")
-            ));
-        }
-        let at: i64 = field("outbox")?
-            .parse()
-            .map_err(|_| "bad outbox position")?;
-        let capacity: u64 = field("capacity")?.parse().map_err(|_| "bad capacity")?;
-        // Made against another database under the same Redis prefix: what
-        // it lacks could not be replayed (at start and on an announcement).
-        let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
-        if at > max {
-            return Err(format!(
-                "epoch {epoch} is positioned at {at}, ahead of this database's outbox ({max})"
-            ));
-        }
-        let bytes = log.read_epoch_in(counter, epoch).await?;
-        let (layout, kind) = (gate.layout(), key_kind(self.key_type()));
-        let filter = tokio::task::spawn_blocking(move || decode(layout, &bytes, kind))
+        let fields = log
+            .epoch_meta(counter, epoch)
             .await
-            .map_err(|e| e.to_string())??;
-        let filter = gate
-            .begin_adopt(filter)
-            .ok_or_else(|| format!("a rebuild runs here; {AS_NEW}"))?;
-        let replayed = async {
-            let created = self
-                .outbox
-                .created_keys_after(at, &self.name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("the change outbox was trimmed past the epoch's position")?;
-            let mut keys = Vec::with_capacity(created.len());
-            for raw in &created {
-                keys.push(self.reader.store.parse_key(raw)?);
-            }
-            Ok::<_, String>(keys)
-        }
-        .await;
-        let keys = match replayed {
-            Ok(keys) => keys,
-            Err(why) => {
-                gate.abandon_adopt(&filter);
-                return Err(why);
-            }
+            .map_err(AdoptError::Read)?;
+        let meta = FilterMeta::from_fields(&fields)?;
+        let want = Want {
+            layout: gate.layout(),
+            fpp: gate.fpp(),
+            key_type: self.key_type(),
+            identity: self.identity.as_deref(),
         };
-        filter.insert_many(&keys);
-        if !gate.finish_adopt(&filter, capacity) {
-            return Err(format!("a rebuild took over; {AS_NEW}"));
-        }
-        // A warm's rebuild: rows may have gone that no entry named (a
-        // TRUNCATE); the cached ones go too.
+        let bytes = async {
+            log.read_epoch_in(counter, epoch)
+                .await
+                .map_err(AdoptError::Read)
+        };
+        let replayed = gate
+            .adopt(&meta, &want, &self.outbox, &self.name, How::Adopt, bytes)
+            .await?;
         self.reader.invalidate_all_local();
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
         self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
-        Ok((at, keys.len()))
+        Ok((meta.outbox, replayed))
     }
 
     /// At start, with no snapshot: adopts the newest epoch, if one was
     /// stored. Returns its outbox position (the follower starts there or
-    /// before); `None` when the filter must be built from the source.
+    /// before); `None` when the filter must be built from the source (and
+    /// is then stored as a new epoch: see `service::prepare`).
     pub async fn adopt_latest(&self) -> Option<i64> {
         let (log, counter) = self.epoch_store()?;
-        let (epoch, meta) = match log.latest_epoch(counter).await {
-            Ok(Some(found)) => found,
+        let epoch = match log.latest_epoch(counter).await {
+            Ok(Some((epoch, _))) => epoch,
             Ok(None) => return None,
             Err(e) => {
                 tracing::warn!(resource = %self.name, error = %e, "reading the resource's epoch failed; scanning its source");
                 return None;
             }
         };
-        // An epoch ahead of this database's outbox was made against another
-        // database (one recreated, or restored from a backup) under the
-        // same Redis prefix.
-        let at: i64 = meta
-            .get("outbox")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(i64::MAX);
-        match self.outbox.max_seq().await {
-            Ok(max) if at <= max => {}
-            Ok(max) => {
-                tracing::info!(resource = %self.name, epoch, at, max, "resource epoch is ahead of this database's outbox; scanning its source");
-                return None;
-            }
-            Err(e) => {
-                tracing::warn!(resource = %self.name, error = %e, "reading the outbox failed; scanning the source");
-                return None;
-            }
-        }
         match self.adopt_epoch(epoch).await {
             Ok((at, replayed)) => {
                 tracing::info!(resource = %self.name, epoch, replayed, "resource filter adopted from Redis at start; no scan");
@@ -291,7 +217,7 @@ impl<R: Guarded> Resource<R> {
                     }
                     match r.adopt_epoch(latest).await {
                         Ok(_) => {}
-                        Err(why) if why.ends_with(AS_NEW) => {}
+                        Err(why) if why.is_superseded() => {}
                         Err(why) => {
                             r.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(resource = %r.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");

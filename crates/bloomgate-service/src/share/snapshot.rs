@@ -34,38 +34,34 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::BloomLayout;
 use crate::feed::outbox::Outbox;
-use crate::filter::decode;
-use crate::gate::{Gate, GateFilter};
-use crate::key::{Key, KeyType};
-use bloomgate_filter::KeyKind;
+use crate::gate::{AdoptError, FilterMeta, Gate, How, MetaRead, Want};
+use crate::key::KeyType;
 
 /// The metadata file's format version.
 const VERSION: u32 = 1;
 
-/// What sits beside the snapshot.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// What sits beside the snapshot: the one positioned-filter metadata
+/// ([`FilterMeta`], flattened), its format version, and the file's hash.
+/// Fields this release does not know are ignored, as the previous release
+/// ignores `key_type`.
+#[derive(Debug, Serialize)]
 struct Meta {
     version: u32,
-    /// The outbox watermark the snapshot is complete up to (absent in
-    /// files written before the outbox: such a file is not used).
-    #[serde(default)]
-    outbox: Option<i64>,
-    /// Rebuild requests in the outbox up to here are held by the file.
-    #[serde(default)]
-    covered: i64,
-    /// Items the filter was sized for.
-    capacity: u64,
-    layout: BloomLayout,
-    fpp: f64,
+    #[serde(flatten)]
+    filter: FilterMeta,
     /// XXH3-64 of the snapshot file, so a file and a metadata file written
     /// by different saves never pair up.
     file_xxh3: String,
-    /// What the filter holds (`Resource::identity`: the database, table,
-    /// key column and key type). Absent in files of earlier releases:
-    /// such a file is not restored (once: the next save writes it).
-    #[serde(default)]
-    identity: Option<String>,
     saved_at_ms: u64,
+}
+
+/// [`Meta`] as read (an earlier release's lacks fields).
+#[derive(Debug, Deserialize)]
+struct MetaFile {
+    version: u32,
+    #[serde(flatten)]
+    filter: MetaRead,
+    file_xxh3: String,
 }
 
 /// Where and how this instance keeps its snapshot.
@@ -75,9 +71,9 @@ pub struct Persist {
     layout: BloomLayout,
     fpp: f64,
     outbox: Outbox,
-    /// How the filter's keys are hashed, as the file records it.
-    kind: KeyKind,
-    /// What the filter holds (see [`Meta`]).
+    /// The filter's keys.
+    key_type: KeyType,
+    /// What the filter holds (see [`FilterMeta`]).
     identity: Option<Arc<str>>,
 }
 
@@ -135,12 +131,12 @@ impl Persist {
             layout,
             fpp,
             outbox,
-            kind: crate::filter::key_kind(key_type),
+            key_type,
             identity: None,
         }
     }
 
-    /// Snapshots of a filter holding `identity` (see [`Meta`]).
+    /// Snapshots of a filter holding `identity` (see [`FilterMeta`]).
     #[must_use]
     pub fn with_identity(mut self, identity: Option<Arc<str>>) -> Self {
         self.identity = identity;
@@ -165,29 +161,35 @@ impl Persist {
         if gate.rebuild_is_owed() {
             return Ok(false);
         }
-        let outbox = Some(self.outbox.watermark());
+        let outbox = self.outbox.watermark();
         let covered = self.outbox.rebuilds_covered();
         let Some(filter) = gate.published() else {
             return Ok(false);
         };
-        let capacity = gate.capacity();
-        let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
-        let identity = self.identity.clone();
-        let encoded = crate::filter::encode_one(filter, kind)
+        let Some(identity) = self.identity.as_deref().map(str::to_owned) else {
+            // Not restorable without one: nothing worth writing.
+            return Ok(false);
+        };
+        let meta = FilterMeta {
+            outbox,
+            covered,
+            capacity: gate.capacity(),
+            fpp: self.fpp,
+            layout: self.layout,
+            key_type: self.key_type,
+            identity,
+        };
+        let path = self.path.clone();
+        let encoded = crate::filter::encode_one(filter, crate::filter::key_kind(self.key_type))
             .await
             .map_err(std::io::Error::other)?;
         tokio::task::spawn_blocking(move || {
             let bytes = &encoded.bytes;
             let meta = Meta {
                 version: VERSION,
-                outbox,
-                covered,
-                capacity,
-                layout,
-                fpp,
+                filter: meta,
                 file_xxh3: hash_hex(bytes),
                 saved_at_ms: crate::model::now_millis(),
-                identity: identity.as_deref().map(str::to_owned),
             };
             write_atomic(&path, bytes)?;
             let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
@@ -205,77 +207,34 @@ impl Persist {
     ///
     /// # Errors
     /// A sentence for the log: the resource then scans its source.
-    pub async fn restore(
-        &self,
-        gate: &Gate,
-        resource: &str,
-        key_type: KeyType,
-    ) -> Result<(i64, i64), String> {
-        let (filter, meta) = self.load().await?;
-        let want = self
-            .identity
-            .as_deref()
-            .ok_or("this database has no identity yet")?;
-        match meta.identity.as_deref() {
-            Some(made) if made == want => {}
-            Some(made) => {
-                return Err(format!(
-                    "the snapshot holds {made}, not {want}: made against another database, table or key column"
-                ))
-            }
-            None => return Err("the snapshot names no database (an earlier release's)".into()),
-        }
-        let at = meta.outbox.ok_or("the snapshot has no outbox position")?;
-        self.not_ahead(at).await?;
-        let created = match self.outbox.created_keys_after(at, resource).await {
-            Ok(Some(keys)) => keys,
-            Ok(None) => {
-                return Err(format!(
-                    "the change outbox was trimmed past the snapshot's position {at}"
-                ))
-            }
-            Err(e) => return Err(format!("reading the change outbox: {e}")),
+    pub async fn restore(&self, gate: &Gate, resource: &str) -> Result<(i64, i64), AdoptError> {
+        let path = self.path.clone();
+        let (meta, file_xxh3) = tokio::task::spawn_blocking(move || read_meta(&path))
+            .await
+            .map_err(|e| AdoptError::Read(e.to_string()))??;
+        let want = Want {
+            layout: self.layout,
+            fpp: self.fpp,
+            key_type: self.key_type,
+            identity: self.identity.as_deref(),
         };
-        let mut keys = Vec::with_capacity(created.len());
-        for raw in &created {
-            keys.push(Key::parse(key_type, raw).map_err(|e| {
-                format!("the outbox holds a key of {resource} that does not parse: {e}")
-            })?);
-        }
-        keys.sort_unstable();
-        keys.dedup();
-        filter.insert_many(&keys);
-        if !gate.install(filter, meta.capacity) {
-            return Err("a filter was published meanwhile".into());
-        }
+        let path = self.path.clone();
+        let bytes = async move {
+            tokio::task::spawn_blocking(move || read_file(&path, &file_xxh3))
+                .await
+                .map_err(|e| AdoptError::Read(e.to_string()))?
+        };
+        let replayed = gate
+            .adopt(&meta, &want, &self.outbox, resource, How::Restore, bytes)
+            .await?;
         tracing::info!(
             resource,
             path = %self.path.display(),
-            outbox = at,
-            replayed = keys.len(),
+            outbox = meta.outbox,
+            replayed,
             "filter restored from its snapshot; no scan"
         );
-        Ok((at, meta.covered))
-    }
-
-    /// A snapshot positioned past the end of this database's outbox was
-    /// made against another database (one recreated, or restored from a
-    /// backup): what it lacks could not be replayed.
-    async fn not_ahead(&self, at: i64) -> Result<(), String> {
-        let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
-        if at > max {
-            return Err(format!(
-                "the snapshot's outbox position {at} is ahead of this database's outbox ({max}): it was made against another database"
-            ));
-        }
-        Ok(())
-    }
-
-    async fn load(&self) -> Result<(GateFilter, Meta), String> {
-        let (path, layout, fpp, kind) = (self.path.clone(), self.layout, self.fpp, self.kind);
-        tokio::task::spawn_blocking(move || load(&path, layout, fpp, kind))
-            .await
-            .map_err(|e| e.to_string())?
+        Ok((meta.outbox, meta.covered))
     }
 
     /// Saves after every rebuild (checked each second) and every `every`,
@@ -309,35 +268,142 @@ impl Persist {
     }
 }
 
-/// Reads, pairs and verifies the two files.
-fn load(
-    path: &Path,
-    layout: BloomLayout,
-    fpp: f64,
-    kind: KeyKind,
-) -> Result<(GateFilter, Meta), String> {
+/// Reads the metadata file: the filter's metadata and the snapshot
+/// file's hash.
+fn read_meta(path: &Path) -> Result<(FilterMeta, String), AdoptError> {
     let meta_file = meta_path(path);
-    let json = std::fs::read(&meta_file)
-        .map_err(|e| format!("no snapshot metadata at {}: {e}", meta_file.display()))?;
-    let meta: Meta = serde_json::from_slice(&json)
-        .map_err(|e| format!("unreadable snapshot metadata {}: {e}", meta_file.display()))?;
+    let json = match std::fs::read(&meta_file) {
+        Ok(json) => json,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(AdoptError::Gone),
+        Err(e) => {
+            return Err(AdoptError::Read(format!(
+                "no snapshot metadata at {}: {e}",
+                meta_file.display()
+            )))
+        }
+    };
+    let meta: MetaFile = serde_json::from_slice(&json).map_err(|e| {
+        AdoptError::Read(format!(
+            "unreadable snapshot metadata {}: {e}",
+            meta_file.display()
+        ))
+    })?;
     if meta.version != VERSION {
-        return Err(format!(
+        return Err(AdoptError::Read(format!(
             "snapshot metadata version {} (this build writes {VERSION})",
             meta.version
+        )));
+    }
+    Ok((meta.filter.complete()?, meta.file_xxh3))
+}
+
+/// The snapshot file's bytes, if they are the ones the metadata names.
+fn read_file(path: &Path, file_xxh3: &str) -> Result<Vec<u8>, AdoptError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| AdoptError::Read(format!("no snapshot at {}: {e}", path.display())))?;
+    if hash_hex(&bytes) != file_xxh3 {
+        return Err(AdoptError::Read(
+            "the snapshot file does not match its metadata (a save was cut short)".into(),
         ));
     }
-    if meta.layout != layout || meta.fpp != fpp {
-        return Err(format!(
-            "snapshot made for layout {:?} at fpp {}, configured {:?} at {}",
-            meta.layout, meta.fpp, layout, fpp
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    // The metadata file in a rolling upgrade, against fixtures of the
+    // previous release's file and reader.
+
+    use super::*;
+
+    /// A metadata file as the previous release wrote it: no `key_type`.
+    const PREVIOUS_FILE: &str = r#"{
+      "version": 1,
+      "outbox": 120,
+      "covered": 118,
+      "capacity": 5000,
+      "layout": "blocked",
+      "fpp": 0.01,
+      "file_xxh3": "00000000deadbeef",
+      "identity": "sqlite:/tmp/a.db:skus.id:Int",
+      "saved_at_ms": 1700000000000
+    }"#;
+
+    /// The previous release's reader of the file (its `Meta`, as it was).
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct PreviousMeta {
+        version: u32,
+        #[serde(default)]
+        outbox: Option<i64>,
+        #[serde(default)]
+        covered: i64,
+        capacity: u64,
+        layout: BloomLayout,
+        fpp: f64,
+        file_xxh3: String,
+        #[serde(default)]
+        identity: Option<String>,
+        saved_at_ms: u64,
+    }
+
+    #[test]
+    fn a_previous_release_file_is_refused_by_the_field_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skus.bgf");
+        std::fs::write(meta_path(&path), PREVIOUS_FILE).unwrap();
+        let err = read_meta(&path).unwrap_err();
+        assert!(
+            matches!(err, AdoptError::EarlierRelease("key_type")),
+            "{err}"
+        );
+        // And no file at all is "gone", not an error to warn about.
+        std::fs::remove_file(meta_path(&path)).unwrap();
+        assert!(matches!(read_meta(&path), Err(AdoptError::Gone)));
+    }
+
+    #[test]
+    fn this_release_writes_a_file_both_releases_read() {
+        let meta = Meta {
+            version: VERSION,
+            filter: FilterMeta {
+                outbox: 120,
+                covered: 118,
+                capacity: 5000,
+                fpp: 0.01,
+                layout: BloomLayout::Classic,
+                key_type: KeyType::Int,
+                identity: "sqlite:/tmp/a.db:skus.id:Int".into(),
+            },
+            file_xxh3: "00000000deadbeef".into(),
+            saved_at_ms: 1,
+        };
+        let json = serde_json::to_vec_pretty(&meta).unwrap();
+        let previous: PreviousMeta = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            previous.version, 1,
+            "the previous release checks the version"
+        );
+        assert_eq!(
+            (previous.outbox, previous.covered, previous.capacity),
+            (Some(120), 118, 5000)
+        );
+        assert_eq!(previous.layout, BloomLayout::Classic);
+        assert_eq!(
+            previous.identity.as_deref(),
+            Some(meta.filter.identity.as_str())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("skus.bgf");
+        std::fs::write(meta_path(&path), &json).unwrap();
+        let (read, hash) = read_meta(&path).unwrap();
+        assert_eq!(read, meta.filter);
+        assert_eq!(hash, "00000000deadbeef");
+        // The bytes must be the ones the metadata names.
+        std::fs::write(&path, b"not the saved filter").unwrap();
+        assert!(matches!(
+            read_file(&path, &hash),
+            Err(AdoptError::Read(why)) if why.contains("cut short")
         ));
     }
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("no snapshot at {}: {e}", path.display()))?;
-    if hash_hex(&bytes) != meta.file_xxh3 {
-        return Err("the snapshot file does not match its metadata (a save was cut short)".into());
-    }
-    let filter = decode(layout, &bytes, kind)?;
-    Ok((filter, meta))
 }

@@ -4,6 +4,7 @@
 //! their adoption by the others (verified, then the creates since replayed).
 
 use super::*;
+use crate::gate::{AdoptError, FilterMeta, How, Want};
 
 /// Releases the shared-rebuild lock only if this instance still holds it.
 const RELEASE: &str = r"
@@ -128,56 +129,28 @@ impl Doorbell {
         }
     }
 
-    /// At start: adopts the newest epoch (made for this layout and rate)
-    /// instead of scanning SQL, replaying the creates since its scan
-    /// began from the outbox. Returns the outbox position the epoch is
+    /// At start: adopts the newest epoch instead of scanning SQL (see
+    /// [`crate::gate::adopt`]). Returns the outbox position the epoch is
     /// complete up to and the rebuild requests it covers.
     ///
     /// # Errors
-    /// Why not (the caller scans SQL).
-    pub async fn adopt_latest(&self, gate: &Gate, fpp: f64) -> Result<(i64, i64), String> {
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
-        let epoch: Option<u64> = redis::cmd("GET")
-            .arg(crate::wire::epoch_counter_key(&self.prefix))
-            .query_async(&mut conn)
+    /// Why not (the caller scans SQL; after [`AdoptError::EarlierRelease`]
+    /// it stores its own filter in place of the epoch).
+    pub async fn adopt_latest(&self, gate: &Gate) -> Result<(i64, i64), AdoptError> {
+        let counter = crate::wire::epoch_counter_key(&self.prefix);
+        let (epoch, fields) = self
+            .latest_epoch(&counter)
             .await
-            .map_err(|e| e.to_string())?;
-        let epoch = epoch.ok_or("no epoch in Redis")?;
-        let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(crate::wire::epoch_meta_key(
-                &crate::wire::epoch_counter_key(&self.prefix),
-                epoch,
-            ))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let field = |name: &str| {
-            meta.get(name)
-                .cloned()
-                .ok_or_else(|| format!("epoch {epoch} has no {name}"))
-        };
-        let capacity = field("capacity")?;
-        let outbox_at: i64 = field("outbox")?
-            .parse()
-            .map_err(|_| format!("epoch {epoch} has a bad outbox position"))?;
-        let covered: i64 = field("covered")?
-            .parse()
-            .map_err(|_| format!("epoch {epoch} has a bad rebuild coverage"))?;
-        if field("fpp")? != fpp.to_string() || field("layout")? != format!("{:?}", gate.layout()) {
-            return Err(format!("epoch {epoch} was made for another layout or rate"));
-        }
-        self.check_identity(epoch, &meta)?;
-        let capacity = capacity.parse().map_err(|_| "bad capacity".to_string())?;
-        let replayed = self
-            .load_epoch(gate, epoch, Some(outbox_at), capacity)
-            .await?;
+            .map_err(AdoptError::Read)?
+            .ok_or(AdoptError::Gone)?;
+        let (meta, replayed) = self.adopt_epoch(gate, epoch, &fields).await?;
         self.epoch.send_replace(epoch);
         tracing::info!(
             epoch,
             replayed,
             "filter adopted from Redis at start; no SQL scan"
         );
-        Ok((outbox_at, covered))
+        Ok((meta.outbox, meta.covered))
     }
 
     /// `outbox`: the outbox watermark before the filter's scan (replays
@@ -194,20 +167,16 @@ impl Doorbell {
         let encoded = crate::filter::encode_one(filter, bloomgate_filter::KeyKind::Integer).await?;
         let bytes = &encoded.bytes;
         let counter = crate::wire::epoch_counter_key(&self.prefix);
-        let epoch = self
-            .store_epoch(
-                &counter,
-                bytes,
-                &[
-                    ("outbox", outbox_at.to_string()),
-                    ("covered", covered.to_string()),
-                    ("capacity", gate.capacity().to_string()),
-                    ("fpp", gate.fpp().to_string()),
-                    ("layout", format!("{:?}", gate.layout())),
-                    ("identity", self.sku_identity().unwrap_or_default()),
-                ],
-            )
-            .await?;
+        let meta = FilterMeta {
+            outbox: outbox_at,
+            covered,
+            capacity: gate.capacity(),
+            fpp: gate.fpp(),
+            layout: gate.layout(),
+            key_type: crate::key::KeyType::Int,
+            identity: self.sku_identity().ok_or("no database identity yet")?,
+        };
+        let epoch = self.store_epoch(&counter, bytes, &meta).await?;
         self.counters.epochs_stored.fetch_add(1, Ordering::Relaxed);
         if !announce {
             return Ok(epoch);
@@ -228,8 +197,8 @@ impl Doorbell {
     /// SKUs' `{prefix}bloom:epoch`, a resource's
     /// `{prefix}r:{name}:bloom:epoch`): its segments first, one string each
     /// (a cluster spreads them over its nodes), then the meta that names
-    /// them with `fields`, so an epoch whose meta exists has every segment
-    /// written. The epoch before it is deleted. Returns its number.
+    /// them with `meta`'s fields, so an epoch whose meta exists has every
+    /// segment written. The epoch before it is deleted. Returns its number.
     ///
     /// # Errors
     /// Redis failed.
@@ -237,7 +206,7 @@ impl Doorbell {
         &self,
         counter: &str,
         bytes: &[u8],
-        fields: &[(&str, String)],
+        meta: &FilterMeta,
     ) -> Result<u64, String> {
         let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
         let epoch: u64 = redis::cmd("INCR")
@@ -256,6 +225,7 @@ impl Doorbell {
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        let fields = meta.fields();
         let meta = crate::wire::epoch_meta_key(counter, epoch);
         let mut hset = redis::cmd("HSET");
         hset.arg(&meta)
@@ -264,7 +234,7 @@ impl Doorbell {
             .arg("bytes")
             .arg(bytes.len());
         for (k, v) in fields {
-            hset.arg(*k).arg(v);
+            hset.arg(k).arg(v);
         }
         let _: () = redis::pipe()
             .add_command(hset)
@@ -317,21 +287,18 @@ impl Doorbell {
             .map_err(|e| e.to_string())
     }
 
-    /// Adopts another instance's epoch: load, verify, replay the creates
-    /// since its outbox position, swap in. Falls back to a rebuild from SQL.
-    pub(super) async fn adopt(
-        &self,
-        gate: &Arc<Gate>,
-        epoch: u64,
-        outbox_at: Option<i64>,
-        covered: Option<i64>,
-        capacity: u64,
-    ) {
-        match self.load_epoch(gate, epoch, outbox_at, capacity).await {
-            Ok(replayed) => {
-                if let Some(c) = covered {
-                    self.outbox.cover(c);
-                }
+    /// Adopts another instance's announced epoch (its meta read from
+    /// Redis: the announcement's copy of the position is not needed).
+    /// Falls back to a rebuild from SQL.
+    pub(super) async fn adopt(&self, gate: &Arc<Gate>, epoch: u64) {
+        let counter = crate::wire::epoch_counter_key(&self.prefix);
+        let adopted = match self.epoch_meta(&counter, epoch).await {
+            Ok(fields) => self.adopt_epoch(gate, epoch, &fields).await,
+            Err(e) => Err(AdoptError::Read(e)),
+        };
+        match adopted {
+            Ok((meta, replayed)) => {
+                self.outbox.cover(meta.covered);
                 self.counters
                     .rebuilds_adopted
                     .fetch_add(1, Ordering::Relaxed);
@@ -342,6 +309,7 @@ impl Doorbell {
                     "adopted another instance's rebuild; no SQL scan"
                 );
             }
+            Err(why) if why.is_superseded() => {}
             Err(why) => {
                 self.counters.adopt_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(epoch, %why, "cannot adopt another instance's rebuild; rebuilding from SQL");
@@ -350,73 +318,34 @@ impl Doorbell {
         }
     }
 
-    async fn load_epoch(
+    /// Adopts the SKU table's epoch `epoch`, whose meta is `fields` (see
+    /// [`crate::gate::adopt`]). Returns its meta and the ids replayed.
+    async fn adopt_epoch(
         &self,
         gate: &Gate,
         epoch: u64,
-        outbox_at: Option<i64>,
-        capacity: u64,
-    ) -> Result<usize, String> {
-        // An epoch ahead of this database's outbox was made against another
-        // database (one recreated, or restored from a backup) under the
-        // same Redis prefix: what it lacks could not be replayed. At start
-        // and when another instance announces one.
-        if let Some(at) = outbox_at {
-            let max = self.outbox.max_seq().await.map_err(|e| e.to_string())?;
-            if at > max {
-                return Err(format!(
-                    "epoch {epoch} is positioned at {at}, ahead of this database's outbox ({max}): it was made against another database"
-                ));
-            }
-        }
-        // An announced epoch names its identity in its meta only.
-        let meta = self
-            .epoch_meta(&crate::wire::epoch_counter_key(&self.prefix), epoch)
+        fields: &std::collections::HashMap<String, String>,
+    ) -> Result<(FilterMeta, usize), AdoptError> {
+        let meta = FilterMeta::from_fields(fields)?;
+        let identity = self.sku_identity();
+        let want = Want {
+            layout: gate.layout(),
+            fpp: gate.fpp(),
+            key_type: crate::key::KeyType::Int,
+            identity: identity.as_deref(),
+        };
+        let bytes = async { self.read_epoch(epoch).await.map_err(AdoptError::Read) };
+        let replayed = gate
+            .adopt(
+                &meta,
+                &want,
+                &self.outbox,
+                crate::store::SKU_RESOURCE,
+                How::Adopt,
+                bytes,
+            )
             .await?;
-        self.check_identity(epoch, &meta)?;
-        let bytes = self.read_epoch(epoch).await?;
-        let layout = gate.layout();
-        let filter = tokio::task::spawn_blocking(move || {
-            crate::filter::decode(layout, &bytes, bloomgate_filter::KeyKind::Integer)
-        })
-        .await
-        .map_err(|e| e.to_string())??;
-        // From here every insert here reaches the new filter too; the
-        // replay adds what was created (anywhere) since the leader's scan
-        // began. An own create inserted before and appended after the
-        // replay's read is added again after its append (see the create
-        // route).
-        let filter = gate
-            .begin_adopt(filter)
-            .ok_or("a rebuild runs here; its filter is as new")?;
-        // The outbox in SQL holds every create after the scan began.
-        let from_sql = match outbox_at {
-            Some(from) => self.outbox.created_after(from).await,
-            None => {
-                gate.abandon_adopt(&filter);
-                return Err("the epoch predates the change outbox".into());
-            }
-        };
-        let mut created = match from_sql {
-            Ok(Some(ids)) => ids,
-            Ok(None) => {
-                gate.abandon_adopt(&filter);
-                return Err("the change outbox was trimmed past the rebuild's start".into());
-            }
-            Err(e) => {
-                gate.abandon_adopt(&filter);
-                return Err(e.to_string());
-            }
-        };
-        created.sort_unstable();
-        created.dedup();
-        for &id in &created {
-            filter.insert(id);
-        }
-        if !gate.finish_adopt(&filter, capacity) {
-            return Err("a rebuild took over; its filter is as new".into());
-        }
-        Ok(created.len())
+        Ok((meta, replayed))
     }
 
     /// What the SKU table's filter holds (see [`crate::wire::filter_identity`]).
@@ -427,21 +356,6 @@ impl Doorbell {
             "skus.id",
             crate::key::KeyType::Int,
         ))
-    }
-
-    /// Refuses an epoch made for another database (staging and production
-    /// under one Redis prefix), or by an earlier release (no identity):
-    /// once, answered with a scan of this database.
-    fn check_identity(
-        &self,
-        epoch: u64,
-        meta: &std::collections::HashMap<String, String>,
-    ) -> Result<(), String> {
-        let want = self.sku_identity().ok_or("no database identity yet")?;
-        match meta.get("identity") {
-            Some(made) if *made == want => Ok(()),
-            made => Err(format!("epoch {epoch} holds {made:?}, not {want}")),
-        }
     }
 
     /// Bytes per epoch segment (whole `usize`s; Redis's limit at most).

@@ -108,29 +108,19 @@ impl Doorbell {
                                         .rebuilds_requested
                                         .fetch_add(1, Ordering::Relaxed);
                                     let epoch = entry.get::<u64>("epoch");
-                                    let outbox_at = entry.get::<i64>("outbox");
-                                    let covered = entry.get::<i64>("covered");
-                                    let capacity = entry.get::<u64>("capacity");
                                     if log.keeps_own_builds() {
                                         // A watched table: the epoch lacks
                                         // what this instance's watch admitted.
                                         if reader.gate.enabled() {
                                             drop(reader.gate.request_rebuild());
                                         }
-                                    } else if let (Some(epoch), Some(capacity)) = (epoch, capacity) {
+                                    } else if let Some(epoch) = epoch {
                                         // Inline: this follower reads no other
                                         // entry until the swap (the outbox
                                         // follower goes on; its creates reach
                                         // the adopted filter through the
                                         // gate's building slot).
-                                        log.adopt(
-                                            &reader.gate,
-                                            epoch,
-                                            outbox_at,
-                                            covered,
-                                            capacity,
-                                        )
-                                        .await;
+                                        log.adopt(&reader.gate, epoch).await;
                                         // A warm's rebuild: rows may have gone
                                         // that no entry named (a TRUNCATE).
                                         reader.invalidate_all_local();

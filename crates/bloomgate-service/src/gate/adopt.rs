@@ -1,0 +1,596 @@
+//! Adopting a positioned filter: one copied elsewhere (a snapshot file, a
+//! shared rebuild's epoch in Redis) that holds every key created up to a
+//! position in the change outbox. Every adoption takes these steps, for
+//! the SKU table and every resource alike, at start and when another
+//! instance announces a rebuild:
+//!
+//! 1. its metadata ([`FilterMeta`]) must describe this filter: the same
+//!    layout, rate, key type and identity (database, table, key column).
+//!    Metadata that lacks a field (an earlier release's) is refused; the
+//!    caller answers with a scan and, at start, a republish;
+//! 2. its position must not be ahead of this database's outbox: such a
+//!    filter was made against another database (one recreated, or
+//!    restored from a backup), and what it lacks could not be replayed;
+//! 3. its bytes are read and decoded (the filter library verifies them);
+//! 4. it becomes the filter being built, so every insert from then on
+//!    reaches it too;
+//! 5. the keys created after its position are replayed from the outbox
+//!    (refused when the outbox was trimmed past it);
+//! 6. it is published, unless a rebuild took over meanwhile (its filter,
+//!    published when it finishes, is as new).
+//!
+//! Why that holds every key: the position is the outbox watermark noted
+//! before the filter's scan began (or before a snapshot's copy), so every
+//! key created up to it is in the bytes, every key created after it is in
+//! the replay or, once step 4 ran, inserted straight into the filter.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+use super::Gate;
+use crate::config::BloomLayout;
+use crate::key::Key;
+use crate::key::KeyType;
+use crate::store::StoreError;
+
+/// What a positioned filter's metadata says, in a snapshot's JSON file and
+/// in an epoch's Redis hash alike.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FilterMeta {
+    /// The outbox watermark the filter holds every create up to.
+    pub outbox: i64,
+    /// Rebuild requests in the outbox up to here are held by the filter.
+    pub covered: i64,
+    /// Items the filter was sized for.
+    pub capacity: u64,
+    /// The target rate it was sized for.
+    pub fpp: f64,
+    /// Its layout.
+    pub layout: BloomLayout,
+    /// How its keys are hashed.
+    pub key_type: KeyType,
+    /// What it holds (see [`crate::wire::filter_identity`]).
+    pub identity: String,
+}
+
+/// [`FilterMeta`] as read: any field may be missing (an earlier release
+/// wrote fewer).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct MetaRead {
+    #[serde(default)]
+    outbox: Option<i64>,
+    #[serde(default)]
+    covered: Option<i64>,
+    #[serde(default)]
+    capacity: Option<u64>,
+    #[serde(default)]
+    fpp: Option<f64>,
+    #[serde(default)]
+    layout: Option<BloomLayout>,
+    #[serde(default)]
+    key_type: Option<KeyType>,
+    #[serde(default)]
+    identity: Option<String>,
+}
+
+impl MetaRead {
+    /// The whole metadata, or the first field it lacks.
+    ///
+    /// # Errors
+    /// [`AdoptError::EarlierRelease`].
+    pub fn complete(self) -> Result<FilterMeta, AdoptError> {
+        let lacks = AdoptError::EarlierRelease;
+        Ok(FilterMeta {
+            outbox: self.outbox.ok_or(lacks("outbox"))?,
+            covered: self.covered.ok_or(lacks("covered"))?,
+            capacity: self.capacity.ok_or(lacks("capacity"))?,
+            fpp: self.fpp.ok_or(lacks("fpp"))?,
+            layout: self.layout.ok_or(lacks("layout"))?,
+            key_type: self.key_type.ok_or(lacks("key_type"))?,
+            identity: self.identity.ok_or(lacks("identity"))?,
+        })
+    }
+}
+
+impl FilterMeta {
+    /// The fields of an epoch's Redis hash. Every release since epochs
+    /// exist reads these spellings: numbers in decimal, the layout and key
+    /// type by their Rust names (`Blocked`, `Int`).
+    #[must_use]
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("outbox", self.outbox.to_string()),
+            ("covered", self.covered.to_string()),
+            ("capacity", self.capacity.to_string()),
+            ("fpp", self.fpp.to_string()),
+            ("layout", format!("{:?}", self.layout)),
+            ("key_type", format!("{:?}", self.key_type)),
+            ("identity", self.identity.clone()),
+        ]
+    }
+
+    /// Reads an epoch's Redis hash (fields it does not know, such as the
+    /// segment count, are ignored).
+    ///
+    /// # Errors
+    /// [`AdoptError::Gone`] for an empty hash, [`AdoptError::EarlierRelease`]
+    /// for a missing field, [`AdoptError::Unreadable`] for a bad one.
+    pub fn from_fields(fields: &HashMap<String, String>) -> Result<Self, AdoptError> {
+        if fields.is_empty() {
+            return Err(AdoptError::Gone);
+        }
+        fn parsed<T: std::str::FromStr>(
+            fields: &HashMap<String, String>,
+            name: &'static str,
+        ) -> Result<Option<T>, AdoptError> {
+            fields
+                .get(name)
+                .map(|v| v.parse().map_err(|_| AdoptError::Unreadable(name)))
+                .transpose()
+        }
+        let layout = fields
+            .get("layout")
+            .map(|v| match v.as_str() {
+                "Blocked" => Ok(BloomLayout::Blocked),
+                "Classic" => Ok(BloomLayout::Classic),
+                _ => Err(AdoptError::Unreadable("layout")),
+            })
+            .transpose()?;
+        let key_type = fields
+            .get("key_type")
+            .map(|v| match v.as_str() {
+                "Int" => Ok(KeyType::Int),
+                "Text" => Ok(KeyType::Text),
+                _ => Err(AdoptError::Unreadable("key_type")),
+            })
+            .transpose()?;
+        MetaRead {
+            outbox: parsed(fields, "outbox")?,
+            covered: parsed(fields, "covered")?,
+            capacity: parsed(fields, "capacity")?,
+            fpp: parsed(fields, "fpp")?,
+            layout,
+            key_type,
+            identity: fields.get("identity").cloned(),
+        }
+        .complete()
+    }
+
+    /// Whether it describes the filter `want` asks for.
+    ///
+    /// # Errors
+    /// [`AdoptError::NoIdentity`], [`AdoptError::OtherShape`],
+    /// [`AdoptError::OtherIdentity`].
+    pub fn check(&self, want: &Want<'_>) -> Result<(), AdoptError> {
+        let want_identity = want.identity.ok_or(AdoptError::NoIdentity)?;
+        if self.layout != want.layout || self.fpp != want.fpp || self.key_type != want.key_type {
+            return Err(AdoptError::OtherShape {
+                made: format!(
+                    "{:?} at {} over {:?} keys",
+                    self.layout, self.fpp, self.key_type
+                ),
+                want: format!(
+                    "{:?} at {} over {:?} keys",
+                    want.layout, want.fpp, want.key_type
+                ),
+            });
+        }
+        if self.identity != want_identity {
+            return Err(AdoptError::OtherIdentity {
+                made: self.identity.clone(),
+                want: want_identity.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The filter this instance would build: what an adopted one must match.
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    /// The configured layout.
+    pub layout: BloomLayout,
+    /// The configured rate.
+    pub fpp: f64,
+    /// The keys' type.
+    pub key_type: KeyType,
+    /// This database's identity for the table (`None` until it is known).
+    pub identity: Option<&'a str>,
+}
+
+/// How an adopted filter is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// Restored from this instance's snapshot file.
+    Restore,
+    /// Adopted from another instance's epoch.
+    Adopt,
+}
+
+/// Why a positioned filter was not adopted (the caller scans instead).
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    /// Nothing is there (no file, no epoch, or one a newer replaced).
+    #[error("nothing to adopt: it is gone (a newer one replaced it) or was never stored")]
+    Gone,
+    /// Metadata without a field this release needs.
+    #[error("made by an earlier release: its metadata has no `{0}`")]
+    EarlierRelease(&'static str),
+    /// A field that does not parse.
+    #[error("its metadata has an unreadable `{0}`")]
+    Unreadable(&'static str),
+    /// This database's identity is not known yet.
+    #[error("this database has no identity yet")]
+    NoIdentity,
+    /// Made for another layout, rate or key type.
+    #[error("made as {made}, configured {want}")]
+    OtherShape {
+        /// What the metadata says.
+        made: String,
+        /// What this instance builds.
+        want: String,
+    },
+    /// Made for another database, table or key column.
+    #[error("it holds {made}, not {want}: made against another database, table or key column")]
+    OtherIdentity {
+        /// What the metadata says.
+        made: String,
+        /// What this instance's filter holds.
+        want: String,
+    },
+    /// Positioned past the end of this database's outbox.
+    #[error("positioned at {at}, ahead of this database's outbox ({max}): made against another database")]
+    Ahead {
+        /// Its position.
+        at: i64,
+        /// The outbox's largest seq.
+        max: i64,
+    },
+    /// The outbox no longer holds every entry after its position.
+    #[error("the change outbox was trimmed past its position {0}")]
+    Trimmed(i64),
+    /// The outbox could not be read.
+    #[error("reading the change outbox: {0}")]
+    Outbox(#[source] StoreError),
+    /// The outbox holds a key this table's type cannot parse.
+    #[error("the outbox holds a key that does not parse: {0}")]
+    BadKey(String),
+    /// Its bytes could not be read (I/O, Redis, a save cut short).
+    #[error("{0}")]
+    Read(String),
+    /// Its bytes do not decode as a filter of this layout.
+    #[error("it does not decode: {0}")]
+    Decode(String),
+    /// A rebuild runs (or took over) here: its filter is as new.
+    #[error("a rebuild runs here; its filter is as new")]
+    Superseded,
+}
+
+impl AdoptError {
+    /// A rebuild here made the adoption needless: nothing to answer.
+    #[must_use]
+    pub fn is_superseded(&self) -> bool {
+        matches!(self, Self::Superseded)
+    }
+}
+
+/// The change outbox as an adoption reads it.
+pub trait ChangeLog: Sync {
+    /// The largest seq in the outbox (0 when empty).
+    fn max_seq(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The keys of `resource` created after `from`, as entries spell them;
+    /// `None` when entries after `from` were trimmed.
+    fn created_keys_after(
+        &self,
+        from: i64,
+        resource: &str,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, StoreError>> + Send;
+}
+
+impl Gate {
+    /// Adopts the positioned filter `meta` describes, whose bytes `bytes`
+    /// reads (only once the metadata passed), replaying from `log` the
+    /// keys of `resource` created after its position (see the module
+    /// docs). Returns how many keys were replayed.
+    ///
+    /// # Errors
+    /// [`AdoptError`]: the caller scans instead (nothing was published).
+    pub async fn adopt<L, B>(
+        &self,
+        meta: &FilterMeta,
+        want: &Want<'_>,
+        log: &L,
+        resource: &str,
+        how: How,
+        bytes: B,
+    ) -> Result<usize, AdoptError>
+    where
+        L: ChangeLog,
+        B: Future<Output = Result<Vec<u8>, AdoptError>>,
+    {
+        meta.check(want)?;
+        let max = log.max_seq().await.map_err(AdoptError::Outbox)?;
+        if meta.outbox > max {
+            return Err(AdoptError::Ahead {
+                at: meta.outbox,
+                max,
+            });
+        }
+        let bytes = bytes.await?;
+        let (layout, kind) = (want.layout, crate::filter::key_kind(want.key_type));
+        let filter =
+            tokio::task::spawn_blocking(move || crate::filter::decode(layout, &bytes, kind))
+                .await
+                .map_err(|e| AdoptError::Decode(e.to_string()))?
+                .map_err(AdoptError::Decode)?;
+        let filter = self.begin_adopt(filter).ok_or(AdoptError::Superseded)?;
+        let keys = match replay(log, meta.outbox, resource, want.key_type).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                self.abandon_adopt(&filter);
+                return Err(e);
+            }
+        };
+        filter.insert_many(&keys);
+        if !self.finish(&filter, meta.capacity, how) {
+            return Err(AdoptError::Superseded);
+        }
+        Ok(keys.len())
+    }
+}
+
+/// The keys of `resource` created after `from`, parsed, sorted, unique.
+async fn replay<L: ChangeLog>(
+    log: &L,
+    from: i64,
+    resource: &str,
+    key_type: KeyType,
+) -> Result<Vec<Key>, AdoptError> {
+    let created = log
+        .created_keys_after(from, resource)
+        .await
+        .map_err(AdoptError::Outbox)?
+        .ok_or(AdoptError::Trimmed(from))?;
+    let mut keys = created
+        .iter()
+        .map(|raw| Key::parse(key_type, raw).map_err(|e| AdoptError::BadKey(e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    // The metadata's two directions in a rolling upgrade, against fixtures
+    // of what the previous release wrote and read (no second build).
+
+    use super::*;
+
+    fn meta() -> FilterMeta {
+        FilterMeta {
+            outbox: 41,
+            covered: 43,
+            capacity: 1_000_000,
+            fpp: 0.001,
+            layout: BloomLayout::Blocked,
+            key_type: KeyType::Text,
+            identity: "mysql:3306/shop:users.id:Text".into(),
+        }
+    }
+
+    fn as_map(meta: &FilterMeta) -> HashMap<String, String> {
+        meta.fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    fn map(fields: &[(&str, &str)]) -> HashMap<String, String> {
+        fields
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    /// The SKU table's epoch meta as the previous release wrote it (the
+    /// doorbell's `publish_epoch`): no `key_type`.
+    const PREVIOUS_SKU_EPOCH: &[(&str, &str)] = &[
+        ("segments", "1"),
+        ("bytes", "1200"),
+        ("outbox", "17"),
+        ("covered", "18"),
+        ("capacity", "5000"),
+        ("fpp", "0.01"),
+        ("layout", "Blocked"),
+        ("identity", "sqlite:/tmp/a.db:skus.id:Int"),
+    ];
+
+    /// A resource's epoch meta as the previous release wrote it
+    /// (`Resource::publish_epoch`): no `covered`.
+    const PREVIOUS_RESOURCE_EPOCH: &[(&str, &str)] = &[
+        ("segments", "1"),
+        ("bytes", "1200"),
+        ("outbox", "17"),
+        ("capacity", "5000"),
+        ("fpp", "0.01"),
+        ("layout", "Classic"),
+        ("key_type", "Text"),
+        ("identity", "sqlite:/tmp/a.db:users.id:Text"),
+    ];
+
+    /// What the previous release required of the SKU table's epoch meta
+    /// (the doorbell's `adopt_latest`), spelled as it parsed them.
+    fn previous_sku_reads(
+        meta: &HashMap<String, String>,
+        fpp: f64,
+        layout: BloomLayout,
+        identity: &str,
+    ) -> Result<(i64, i64, u64), String> {
+        let field = |name: &str| meta.get(name).cloned().ok_or(format!("no {name}"));
+        let outbox = field("outbox")?.parse().map_err(|_| "outbox")?;
+        let covered = field("covered")?.parse().map_err(|_| "covered")?;
+        let capacity = field("capacity")?.parse().map_err(|_| "capacity")?;
+        if field("fpp")? != fpp.to_string() || field("layout")? != format!("{layout:?}") {
+            return Err("another layout or rate".into());
+        }
+        if meta.get("identity").map(String::as_str) != Some(identity) {
+            return Err("another identity".into());
+        }
+        Ok((outbox, covered, capacity))
+    }
+
+    /// What the previous release required of a resource's epoch meta
+    /// (`Resource::adopt_epoch`).
+    fn previous_resource_reads(
+        meta: &HashMap<String, String>,
+        fpp: f64,
+        layout: BloomLayout,
+        key_type: KeyType,
+        identity: &str,
+    ) -> Result<(i64, u64), String> {
+        let field = |name: &str| meta.get(name).cloned().ok_or(format!("no {name}"));
+        if field("fpp")? != fpp.to_string()
+            || field("layout")? != format!("{layout:?}")
+            || field("key_type")? != format!("{key_type:?}")
+        {
+            return Err("another layout, rate or key type".into());
+        }
+        if meta.get("identity").map(String::as_str) != Some(identity) {
+            return Err("another identity".into());
+        }
+        let outbox = field("outbox")?.parse().map_err(|_| "outbox")?;
+        let capacity = field("capacity")?.parse().map_err(|_| "capacity")?;
+        Ok((outbox, capacity))
+    }
+
+    #[test]
+    fn the_fields_read_back_as_written() {
+        let m = meta();
+        let mut fields = as_map(&m);
+        fields.insert("segments".into(), "3".into());
+        assert_eq!(FilterMeta::from_fields(&fields).unwrap(), m);
+        let classic = FilterMeta {
+            layout: BloomLayout::Classic,
+            key_type: KeyType::Int,
+            fpp: 1e-7,
+            ..meta()
+        };
+        assert_eq!(FilterMeta::from_fields(&as_map(&classic)).unwrap(), classic);
+    }
+
+    #[test]
+    fn an_earlier_release_epoch_is_refused_by_the_field_it_lacks() {
+        let sku = FilterMeta::from_fields(&map(PREVIOUS_SKU_EPOCH)).unwrap_err();
+        assert!(
+            matches!(sku, AdoptError::EarlierRelease("key_type")),
+            "{sku}"
+        );
+        let resource = FilterMeta::from_fields(&map(PREVIOUS_RESOURCE_EPOCH)).unwrap_err();
+        assert!(
+            matches!(resource, AdoptError::EarlierRelease("covered")),
+            "{resource}"
+        );
+        assert!(matches!(
+            FilterMeta::from_fields(&HashMap::new()),
+            Err(AdoptError::Gone)
+        ));
+        let mut bad = map(PREVIOUS_RESOURCE_EPOCH);
+        bad.insert("covered".into(), "17".into());
+        bad.insert("layout".into(), "Sideways".into());
+        assert!(matches!(
+            FilterMeta::from_fields(&bad),
+            Err(AdoptError::Unreadable("layout"))
+        ));
+    }
+
+    #[test]
+    fn the_previous_release_reads_what_this_one_writes() {
+        let sku = FilterMeta {
+            key_type: KeyType::Int,
+            identity: "sqlite:/tmp/a.db:skus.id:Int".into(),
+            ..meta()
+        };
+        let fields: HashMap<String, String> = as_map(&sku);
+        assert_eq!(
+            previous_sku_reads(&fields, 0.001, BloomLayout::Blocked, &sku.identity),
+            Ok((41, 43, 1_000_000))
+        );
+        let resource = meta();
+        let fields: HashMap<String, String> = as_map(&resource);
+        assert_eq!(
+            previous_resource_reads(
+                &fields,
+                0.001,
+                BloomLayout::Blocked,
+                KeyType::Text,
+                &resource.identity
+            ),
+            Ok((41, 1_000_000))
+        );
+        // And the fixtures are what it read (the readers are not vacuous).
+        assert!(previous_sku_reads(
+            &map(PREVIOUS_SKU_EPOCH),
+            0.01,
+            BloomLayout::Blocked,
+            "sqlite:/tmp/a.db:skus.id:Int"
+        )
+        .is_ok());
+        assert!(previous_sku_reads(
+            &map(PREVIOUS_SKU_EPOCH),
+            0.001,
+            BloomLayout::Blocked,
+            "sqlite:/tmp/a.db:skus.id:Int"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn a_filter_of_another_shape_or_table_is_refused() {
+        let m = meta();
+        let want = Want {
+            layout: BloomLayout::Blocked,
+            fpp: 0.001,
+            key_type: KeyType::Text,
+            identity: Some("mysql:3306/shop:users.id:Text"),
+        };
+        m.check(&want).unwrap();
+        let refused = |w: Want<'_>| m.check(&w).unwrap_err();
+        assert!(matches!(
+            refused(Want {
+                identity: None,
+                ..want
+            }),
+            AdoptError::NoIdentity
+        ));
+        assert!(matches!(
+            refused(Want { fpp: 0.01, ..want }),
+            AdoptError::OtherShape { .. }
+        ));
+        assert!(matches!(
+            refused(Want {
+                layout: BloomLayout::Classic,
+                ..want
+            }),
+            AdoptError::OtherShape { .. }
+        ));
+        assert!(matches!(
+            refused(Want {
+                key_type: KeyType::Int,
+                ..want
+            }),
+            AdoptError::OtherShape { .. }
+        ));
+        let other = refused(Want {
+            identity: Some("mysql:3306/staging:users.id:Text"),
+            ..want
+        });
+        assert!(
+            other.to_string().contains("another database, table"),
+            "{other}"
+        );
+    }
+}
