@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Screenshot of /dashboard after it has run for a while in real time (the
-README's picture). Chromium's --screenshot flag shoots at load time, so
+the operations guide's picture, docs/operate.md). Chromium's --screenshot flag shoots at load time, so
 this drives headless Chromium over the DevTools protocol instead.
 
 Usage: scripts/dashboard_shot.py URL OUT.png [SECONDS]

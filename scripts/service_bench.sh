@@ -42,7 +42,7 @@ python3 scripts/http_anchors.py "$BIN" "$BARE"
 [ "${WRK_ONLY:-}" = 1 ] && exit 0
 echo "== 100,000-request random-id attack, MariaDB + Redis"
 # The attack tool reads MariaDB's Com_select and Redis's DBSIZE itself;
-# PLOTS=dir keeps its SVGs (docs/ for README).
+# PLOTS=dir keeps its SVGs (docs/ for docs/cli.md).
 mariadb -uroot -e 'DROP DATABASE IF EXISTS bg_attack; CREATE DATABASE bg_attack'
 for mode in on off; do
   prefix="bgattack:$mode:"

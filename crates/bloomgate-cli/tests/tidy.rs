@@ -804,3 +804,131 @@ fn axum_outside_http_is_found() {
     found.sort();
     assert_eq!(found, ["cache/l1.rs", "httpish.rs"]);
 }
+
+/// The Markdown files a reader follows links through.
+fn markdown_files() -> Vec<PathBuf> {
+    let root = root();
+    let mut files: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "BENCHMARKS.md",
+        "RELIABILITY.md",
+    ]
+    .iter()
+    .map(|f| root.join(f))
+    .collect();
+    for dir in ["docs", "crates/bloomgate-filter", "crates/bloomgate-redis"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces
+/// as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut fence = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            out.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// `[text](target)` links outside code blocks and code spans.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fence = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+            continue;
+        }
+        if fence {
+            continue;
+        }
+        // Code spans hold no links.
+        let prose: String = line
+            .split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(_, s)| s)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// Every relative link and anchor in the Markdown resolves.
+#[test]
+fn every_relative_link_and_anchor_in_the_markdown_resolves() {
+    let files = markdown_files();
+    assert!(files.len() >= 8, "the docs were found: {files:?}");
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", file.display()));
+                continue;
+            }
+            if !anchor.is_empty() {
+                let target_text = std::fs::read_to_string(&target).unwrap_or_default();
+                if !anchors(&target_text).contains(anchor) {
+                    broken.push(format!("{}: {link} (no such heading)", file.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The link checker finds links and anchors as GitHub makes them.
+#[test]
+fn the_link_checker_reads_links_and_headings() {
+    assert_eq!(slug(" Local, strict or redis"), "local-strict-or-redis");
+    assert_eq!(
+        slug(" `[resp]`: the Redis protocol"),
+        "resp-the-redis-protocol"
+    );
+    assert_eq!(
+        links("see [a](docs/a.md#x) and `[b](c)` ![i](p.svg)\n```\n[no](z)\n```"),
+        ["docs/a.md#x", "p.svg"]
+    );
+    assert!(anchors("# Top\n```\n# not a heading\n```\n## Watch it").contains("watch-it"));
+}

@@ -509,3 +509,101 @@ fn a_database_url_with_a_ca_and_no_mode_is_verified() {
         "an explicit mode stays"
     );
 }
+
+/// The keys `section` accepts, as the configuration types list them (every
+/// table denies unknown fields; serde's error names the ones it expects).
+fn accepted_keys(section: &str) -> Vec<String> {
+    let f = toml_file(&format!("{section}\nzz_not_a_key = 1\n"));
+    let err = Config::load_from(Some(f.path()), env(&[]))
+        .expect_err("an unknown key is refused")
+        .to_string();
+    let list = err
+        .split("expected one of ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("the error lists the keys: {err}"));
+    list.split(", ")
+        .map(|k| k.trim().trim_matches(|c| c == '`' || c == '.').to_string())
+        .take_while(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+        })
+        .collect()
+}
+
+/// The keys docs/configuration.md shows, by section (`""` for the top
+/// level): `key = …` lines, commented or not, in its TOML blocks; a
+/// table's header names its key in the section above.
+fn documented_keys() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut section = String::new();
+    let mut in_toml = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_toml = line == "```toml";
+            section.clear();
+            continue;
+        }
+        if !in_toml {
+            continue;
+        }
+        let bare = line.trim_start_matches('#').trim();
+        if let Some(header) = bare.strip_prefix('[') {
+            let name = header.trim_matches(|c| c == '[' || c == ']');
+            let (parent, key) = name.rsplit_once('.').unwrap_or(("", name));
+            out.entry(parent.to_string())
+                .or_default()
+                .insert(key.to_string());
+            section = name.to_string();
+            continue;
+        }
+        if let Some((key, _)) = bare.split_once('=') {
+            let key = key.trim();
+            if !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+            {
+                out.entry(section.clone())
+                    .or_default()
+                    .insert(key.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Every key the configuration types accept is in the reference: a key
+/// added in code and not documented fails here.
+#[test]
+fn the_configuration_reference_names_every_key() {
+    let documented = documented_keys();
+    let mut missing = Vec::new();
+    for (section, header) in [
+        ("", ""),
+        ("cache", "[cache]"),
+        ("sql", "[sql]"),
+        ("http", "[http]"),
+        ("resp", "[resp]"),
+        ("resources", "[[resources]]"),
+    ] {
+        let keys = accepted_keys(header);
+        assert!(keys.len() >= 5, "{header}: {keys:?}");
+        for key in keys {
+            if !documented.get(section).is_some_and(|d| d.contains(&key)) {
+                missing.push(format!("{header} {key}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md lacks: {missing:?}"
+    );
+}

@@ -89,15 +89,18 @@ impl Prometheus {
     }
 }
 
-/// README's PromQL block: (comment, expression) pairs.
+/// The operations guide's PromQL block: (comment, expression) pairs.
 fn readme_queries() -> Vec<(String, String)> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operate.md"
+    ))
+    .unwrap();
     let block = readme
         .split("```promql\n")
         .nth(1)
         .and_then(|b| b.split("```").next())
-        .expect("README.md has a ```promql block");
+        .expect("docs/operate.md has a ```promql block");
     let lines: Vec<&str> = block.lines().collect();
     lines
         .chunks(2)
