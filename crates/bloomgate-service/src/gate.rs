@@ -297,8 +297,8 @@ impl Gate {
         self.capacity.load(Ordering::Relaxed)
     }
 
-    /// Starts adopting a filter another instance built (a shared
-    /// rebuild): it becomes the filter being built, so every insert from
+    /// Starts adopting a filter made elsewhere (a snapshot, another
+    /// instance's shared rebuild): it becomes the filter being built, so every insert from
     /// now on reaches it too. `None` when a rebuild runs here (its filter,
     /// published when it finishes, is as new).
     pub fn begin_adopt(&self, filter: GateFilter) -> Option<Arc<GateFilter>> {

@@ -500,6 +500,10 @@ impl<R: Guarded> Resource<R> {
         }
         match persist.restore(self.gate(), &self.name).await {
             Ok(restored) => Some(restored),
+            Err(why @ crate::gate::AdoptError::EarlierRelease(_)) => {
+                tracing::info!(resource = %self.name, %why, "filter snapshot of an earlier release not used; scanning its source (the next save writes this release's)");
+                None
+            }
             Err(crate::gate::AdoptError::Gone) => {
                 tracing::info!(resource = %self.name, path = %persist.path().display(), "no filter snapshot yet; scanning its source");
                 None

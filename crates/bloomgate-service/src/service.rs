@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::feed::doorbell::Replace;
 use crate::http;
 use crate::state::{AppState, StartError};
 
@@ -198,8 +199,12 @@ pub async fn prepare(
         .metrics
         .spawn_upkeep(Duration::from_secs(5), &state.background);
     let mut restored = false;
-    // The start-up filter replaces the stored epoch (see below).
-    let mut replace_epoch = seeded;
+    // Whether the start-up filter replaces the stored epoch (see below).
+    let mut replace_epoch = if seeded {
+        Replace::Always
+    } else {
+        Replace::IfNone
+    };
     // Where the outbox follower starts: before the scan (or the snapshot's
     // or epoch's own position), so every create after it is followed.
     let outbox = &state.outbox;
@@ -236,7 +241,9 @@ pub async fn prepare(
                 Err(why) => {
                     // An earlier release's epoch is refused once: the
                     // filter this instance builds replaces it.
-                    replace_epoch = matches!(why, crate::gate::AdoptError::EarlierRelease(_));
+                    if matches!(why, crate::gate::AdoptError::EarlierRelease(_)) {
+                        replace_epoch = Replace::IfEarlier;
+                    }
                     tracing::info!(%why, "no filter adopted from Redis; building from SQL");
                 }
             }

@@ -19,10 +19,9 @@
 //! 6. it is published, unless a rebuild took over meanwhile (its filter,
 //!    published when it finishes, is as new).
 //!
-//! Why that holds every key: the position is the outbox watermark noted
-//! before the filter's scan began (or before a snapshot's copy), so every
-//! key created up to it is in the bytes, every key created after it is in
-//! the replay or, once step 4 ran, inserted straight into the filter.
+//! So every key is held: those created up to the position (the watermark
+//! noted before the scan or copy) are in the bytes, the rest in the replay
+//! or, once step 4 ran, inserted straight into the filter.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,8 +34,7 @@ use crate::key::Key;
 use crate::key::KeyType;
 use crate::store::StoreError;
 
-/// What a positioned filter's metadata says, in a snapshot's JSON file and
-/// in an epoch's Redis hash alike.
+/// A positioned filter's metadata (a snapshot's JSON, an epoch's hash).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FilterMeta {
     /// The outbox watermark the filter holds every create up to.
@@ -55,8 +53,7 @@ pub struct FilterMeta {
     pub identity: String,
 }
 
-/// [`FilterMeta`] as read: any field may be missing (an earlier release
-/// wrote fewer).
+/// [`FilterMeta`] as read (an earlier release wrote fewer fields).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct MetaRead {
     #[serde(default)]
@@ -187,14 +184,13 @@ impl FilterMeta {
     }
 }
 
-/// The filter this instance would build: what an adopted one must match.
+/// The filter this instance would build: what an adopted one must match
+/// (the configured layout and rate, the keys' type).
 #[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
 pub struct Want<'a> {
-    /// The configured layout.
     pub layout: BloomLayout,
-    /// The configured rate.
     pub fpp: f64,
-    /// The keys' type.
     pub key_type: KeyType,
     /// This database's identity for the table (`None` until it is known).
     pub identity: Option<&'a str>,
@@ -212,7 +208,7 @@ pub enum How {
 /// Why a positioned filter was not adopted (the caller scans instead).
 #[derive(Debug, thiserror::Error)]
 pub enum AdoptError {
-    /// Nothing is there (no file, no epoch, or one a newer replaced).
+    /// Nothing is there (none stored, or a newer one replaced it).
     #[error("nothing to adopt: it is gone (a newer one replaced it) or was never stored")]
     Gone,
     /// Metadata without a field this release needs.
@@ -253,7 +249,7 @@ pub enum AdoptError {
     Trimmed(i64),
     /// The outbox could not be read.
     #[error("reading the change outbox: {0}")]
-    Outbox(#[source] StoreError),
+    Outbox(StoreError),
     /// The outbox holds a key this table's type cannot parse.
     #[error("the outbox holds a key that does not parse: {0}")]
     BadKey(String),
@@ -263,16 +259,21 @@ pub enum AdoptError {
     /// Its bytes do not decode as a filter of this layout.
     #[error("it does not decode: {0}")]
     Decode(String),
-    /// A rebuild runs (or took over) here: its filter is as new.
-    #[error("a rebuild runs here; its filter is as new")]
-    Superseded,
+    /// A rebuild runs here (or, at a restore, a filter is published); its
+    /// scan may predate the filter offered: a caller asks for another.
+    #[error("a rebuild runs here")]
+    Busy,
+    /// A rebuild took over during the replay: its filter is as new.
+    #[error("a rebuild took over; its filter is as new")]
+    TookOver,
 }
 
 impl AdoptError {
-    /// A rebuild here made the adoption needless: nothing to answer.
+    /// A rebuild here that began after the adoption made it needless:
+    /// nothing to answer.
     #[must_use]
     pub fn is_superseded(&self) -> bool {
-        matches!(self, Self::Superseded)
+        matches!(self, Self::TookOver)
     }
 }
 
@@ -326,7 +327,10 @@ impl Gate {
                 .await
                 .map_err(|e| AdoptError::Decode(e.to_string()))?
                 .map_err(AdoptError::Decode)?;
-        let filter = self.begin_adopt(filter).ok_or(AdoptError::Superseded)?;
+        if how == How::Restore && self.published().is_some() {
+            return Err(AdoptError::Busy);
+        }
+        let filter = self.begin_adopt(filter).ok_or(AdoptError::Busy)?;
         let keys = match replay(log, meta.outbox, resource, want.key_type).await {
             Ok(keys) => keys,
             Err(e) => {
@@ -336,7 +340,7 @@ impl Gate {
         };
         filter.insert_many(&keys);
         if !self.finish(&filter, meta.capacity, how) {
-            return Err(AdoptError::Superseded);
+            return Err(AdoptError::TookOver);
         }
         Ok(keys.len())
     }

@@ -75,9 +75,9 @@ impl<R: Guarded> Resource<R> {
         let bytes = &encoded.bytes;
         let meta = FilterMeta {
             outbox: at,
-            // Rebuild requests are the SKU table's; a resource's epoch
-            // covers those up to its own position, the least it holds.
-            covered: at,
+            // Rebuild requests (`r` entries) are the SKU table's: a
+            // resource's epoch covers none of them.
+            covered: 0,
             capacity: gate.capacity(),
             fpp: gate.fpp(),
             layout: gate.layout(),
@@ -155,6 +155,10 @@ impl<R: Guarded> Resource<R> {
                 tracing::info!(resource = %self.name, epoch, replayed, "resource filter adopted from Redis at start; no scan");
                 Some(at)
             }
+            Err(why @ (AdoptError::Outbox(_) | AdoptError::Read(_))) => {
+                tracing::warn!(resource = %self.name, epoch, error = %why, "resource epoch not adopted; scanning its source");
+                None
+            }
             Err(why) => {
                 tracing::info!(resource = %self.name, epoch, %why, "resource epoch not adopted; scanning its source");
                 None
@@ -212,12 +216,18 @@ impl<R: Guarded> Resource<R> {
                         },
                         None => epoch,
                     };
-                    if latest <= r.epochs.held.load(Ordering::Relaxed) || r.gate().is_rebuilding() {
+                    if latest <= r.epochs.held.load(Ordering::Relaxed) {
                         return;
                     }
                     match r.adopt_epoch(latest).await {
                         Ok(_) => {}
                         Err(why) if why.is_superseded() => {}
+                        Err(AdoptError::Busy) => {
+                            // The rebuild running here may have begun its
+                            // scan before the other instance's: one more,
+                            // begun after the announcement.
+                            drop(r.gate().request_rebuild());
+                        }
                         Err(why) => {
                             r.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(resource = %r.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");

@@ -4,10 +4,11 @@
 //! and at shutdown, beside a small JSON file naming the change-outbox
 //! position it is complete up to. At start the instance loads it (the
 //! library verifies its checksum), replays the keys created after that
-//! position from the outbox, and serves at once; it scans SQL only when
-//! the snapshot is missing, does not verify, was made for another layout
-//! or rate, or names a position the outbox was trimmed past (or one
-//! beyond its end: another database). Rows written behind the outbox's
+//! position from the outbox, and serves at once (all through
+//! [`Gate::adopt`]); it scans SQL only when the snapshot is missing, does
+//! not verify, was made for another layout, rate, key type, database or
+//! table, or by an earlier release, or names a position the outbox was
+//! trimmed past (or one beyond its end: another database). Rows written behind the outbox's
 //! back (as `bloomgate seed` does) are found afterwards, by the gate's
 //! background row check ([`Gate::verify_rows`]): no full count stands
 //! between a restart and readiness.
@@ -206,7 +207,7 @@ impl Persist {
     /// it covers.
     ///
     /// # Errors
-    /// A sentence for the log: the resource then scans its source.
+    /// [`AdoptError`]: the resource then scans its source.
     pub async fn restore(&self, gate: &Gate, resource: &str) -> Result<(i64, i64), AdoptError> {
         let path = self.path.clone();
         let (meta, file_xxh3) = tokio::task::spawn_blocking(move || read_meta(&path))

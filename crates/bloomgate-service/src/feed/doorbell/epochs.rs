@@ -6,6 +6,18 @@
 use super::*;
 use crate::gate::{AdoptError, FilterMeta, How, Want};
 
+/// When a start-up filter is stored as the epoch ([`Doorbell::publish_first`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// Only where Redis holds no epoch.
+    IfNone,
+    /// Also over an earlier release's epoch, which this one refused.
+    IfEarlier,
+    /// Always: this instance seeded the database, and an epoch left from
+    /// before describes other data.
+    Always,
+}
+
 /// Releases the shared-rebuild lock only if this instance still holds it.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -102,19 +114,26 @@ impl Doorbell {
     }
 
     /// After a start-up build from a scan that began after the outbox
-    /// position `outbox.0`:
-    /// stores the filter as a new epoch if Redis holds none, or always
-    /// when `replace` (this instance seeded the database: an epoch left
-    /// from before describes other data), so the next instances to start
-    /// adopt it instead of scanning SQL. Not announced: running instances
-    /// keep their filters.
-    pub async fn publish_first(&self, gate: &Gate, outbox: (i64, i64), replace: bool) {
-        let mut conn = self.conn.clone();
-        let exists: redis::RedisResult<bool> = redis::cmd("EXISTS")
-            .arg(crate::wire::epoch_counter_key(&self.prefix))
-            .query_async(&mut conn)
-            .await;
-        if !replace && !matches!(exists, Ok(false)) {
+    /// position `outbox.0`: stores the filter as a new epoch, so the next
+    /// instances to start adopt it instead of scanning SQL, as `replace`
+    /// says. Not announced: running instances keep their filters.
+    pub async fn publish_first(&self, gate: &Gate, outbox: (i64, i64), replace: Replace) {
+        let counter = crate::wire::epoch_counter_key(&self.prefix);
+        let store = match replace {
+            Replace::Always => true,
+            Replace::IfNone => matches!(self.latest_epoch(&counter).await, Ok(None)),
+            // Only while the newest is still an earlier release's: one
+            // stored since (a leader of this release) is kept.
+            Replace::IfEarlier => match self.latest_epoch(&counter).await {
+                Ok(None) => true,
+                Ok(Some((_, fields))) => matches!(
+                    FilterMeta::from_fields(&fields),
+                    Err(AdoptError::EarlierRelease(_))
+                ),
+                Err(_) => false,
+            },
+        };
+        if !store {
             return;
         }
         match self.publish_epoch(gate, outbox, false).await {
@@ -310,6 +329,11 @@ impl Doorbell {
                 );
             }
             Err(why) if why.is_superseded() => {}
+            Err(AdoptError::Busy) => {
+                // The rebuild running here may have begun its scan before
+                // the leader's: one more, begun after the announcement.
+                drop(gate.request_rebuild());
+            }
             Err(why) => {
                 self.counters.adopt_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(epoch, %why, "cannot adopt another instance's rebuild; rebuilding from SQL");
