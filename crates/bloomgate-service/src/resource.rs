@@ -27,6 +27,7 @@ use crate::store::SkuStore;
 
 mod calls;
 mod epochs;
+mod follow;
 mod guarded;
 mod warm;
 mod watch;
@@ -355,7 +356,6 @@ impl<R: Guarded> Resource<R> {
             );
             reader.shared_only = mode == BloomMode::Redis;
         }
-        R::follow(&shared.outbox, name, &reader);
         let snapshot = options.snapshot_path.clone().or_else(|| {
             c.bloom_snapshot_path
                 .as_ref()
@@ -376,7 +376,7 @@ impl<R: Guarded> Resource<R> {
                 path,
                 options.layout,
                 options.fpp,
-                key_type,
+                (name, key_type),
                 shared.outbox.clone(),
             )
             .with_identity(identity.clone())
@@ -401,26 +401,9 @@ impl<R: Guarded> Resource<R> {
             background: shared.background.clone(),
             watch_every_ms: AtomicU64::new(0),
         });
-        if &*r.name != crate::store::SKU_RESOURCE {
-            // The default resource's epochs are announced on the doorbell.
-            r.follow_epochs();
-        }
-        // Deletes other programs' writes recorded (capture triggers) count
-        // as the calls' do (weakly held: the owners decide when it ends).
-        let weak = Arc::downgrade(&r);
-        shared.outbox.on_captured_deletes(
-            name,
-            crate::feed::outbox::DeletedHook(Arc::new(move |n| {
-                let Some(r) = weak.upgrade() else { return };
-                let mut due = false;
-                for _ in 0..n {
-                    due |= r.gate().note_delete(r.rebuild_after_deletes);
-                }
-                if due {
-                    r.rebuild_shared();
-                }
-            })),
-        );
+        // Weakly held: the owners decide when it ends.
+        let weak: std::sync::Weak<dyn crate::feed::outbox::Follower> = Arc::downgrade(&r) as _;
+        shared.outbox.register(name, weak);
         Ok(r)
     }
 

@@ -280,7 +280,9 @@ pub async fn prepare(
         }
         restored_resources.push(at.is_some());
     }
-    outbox.spawn_follower(outbox_from, covered, &state.skus.reader);
+    // The SKU table's rebuild requests its starting filter holds.
+    outbox.cover(crate::store::SKU_RESOURCE, covered);
+    outbox.spawn_follower(outbox_from, &state.skus.reader.gate);
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
     // They build at start whatever `bloom_build_on_start` says (it holds

@@ -79,16 +79,17 @@ use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
 use crate::gate::Gate;
-use crate::key::Key;
 use crate::model::now_millis;
 use crate::pause::PausePoint;
-use crate::reader::{ShieldedReader, SourceRows};
-use crate::store::{err, SkuStore, StoreError, Within, SKU_RESOURCE};
+use crate::store::{err, SkuStore, StoreError, Within};
 use crate::sync::lock;
 
+mod apply;
 mod follow;
 mod late;
 mod listen;
+
+pub use apply::{Change, Follower};
 
 /// Entries read per statement.
 const PAGE: usize = 1000;
@@ -159,9 +160,9 @@ pub struct OutboxCounters {
 struct Follow {
     /// The largest seq read.
     cursor: i64,
-    /// Rebuild requests up to here are covered by the filter this
-    /// instance started with (see [`Outbox::max_seq`]).
-    rebuilds_covered: i64,
+    /// Per table: rebuild requests up to here are covered by its filter
+    /// (see [`Outbox::max_seq`]).
+    rebuilds_covered: BTreeMap<String, i64>,
     /// Smaller numbers not seen yet, with when they were first missed.
     gaps: BTreeMap<i64, Instant>,
     /// Numbers given up as gaps, still looked for every [`LATE_EVERY`]
@@ -206,40 +207,14 @@ pub struct Outbox {
     /// Test hook: where the follower waits before each read.
     #[doc(hidden)]
     pub before_poll: Arc<PausePoint>,
-    /// The resources guarded beside the SKUs, by name: their entries are
-    /// applied to them.
-    resources: Arc<Mutex<BTreeMap<String, ShieldedReader<SourceRows>>>>,
-    /// What to do when another instance announces a resource's epoch
-    /// (a shared rebuild), by resource name.
-    built: Arc<Mutex<BTreeMap<String, BuiltHook>>>,
+    /// Every guarded table, by resource name: their entries are applied
+    /// to them (see [`Follower`]).
+    tables: Arc<Mutex<BTreeMap<String, std::sync::Weak<dyn Follower>>>>,
     /// The tables whose capture triggers this instance relies on (checked
     /// again at each trim, see `Outbox::recheck_capture`).
     captured: Arc<Mutex<Vec<crate::store::CaptureTarget>>>,
-    /// What to do with deletes the capture triggers recorded, by resource
-    /// name (the SKUs' under `SKU_RESOURCE`): count them toward a rebuild.
-    deleted: Arc<Mutex<BTreeMap<String, DeletedHook>>>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
-}
-
-/// See [`Outbox::on_built`].
-#[derive(Clone)]
-pub struct BuiltHook(pub Arc<dyn Fn(u64) + Send + Sync>);
-
-/// See [`Outbox::on_captured_deletes`].
-#[derive(Clone)]
-pub struct DeletedHook(pub Arc<dyn Fn(u64) + Send + Sync>);
-
-impl std::fmt::Debug for DeletedHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DeletedHook")
-    }
-}
-
-impl std::fmt::Debug for BuiltHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BuiltHook")
-    }
 }
 
 impl Outbox {
@@ -266,9 +241,7 @@ impl Outbox {
             running: Arc::default(),
             counters: Arc::default(),
             before_poll: Arc::default(),
-            resources: Arc::default(),
-            built: Arc::default(),
-            deleted: Arc::default(),
+            tables: Arc::default(),
             captured: Arc::default(),
             background: crate::tasks::Background::new(),
         }
@@ -281,32 +254,9 @@ impl Outbox {
         self
     }
 
-    /// Follows `name`'s entries into `reader` (created keys into its
-    /// filter, other instances' changes out of its L1), and keeps its gate
-    /// in step with the SKU gate.
-    pub fn register(&self, name: &str, reader: ShieldedReader<SourceRows>) {
-        lock(&self.resources).insert(name.to_owned(), reader);
-    }
-
-    /// Calls `hook` with the epoch of each shared rebuild of `name` that
-    /// another instance announces (an outbox entry of kind `b`).
-    pub fn on_built(&self, name: &str, hook: BuiltHook) {
-        lock(&self.built).insert(name.to_owned(), hook);
-    }
-
-    /// Calls `hook` with the number of deletes of `name`'s rows that its
-    /// capture triggers recorded in each page this instance applies.
-    pub fn on_captured_deletes(&self, name: &str, hook: DeletedHook) {
-        lock(&self.deleted).insert(name.to_owned(), hook);
-    }
-
     /// The capture targets to check again while running.
     pub fn set_captured(&self, targets: Vec<crate::store::CaptureTarget>) {
         *lock(&self.captured) = targets;
-    }
-
-    fn resource_readers(&self) -> Vec<ShieldedReader<SourceRows>> {
-        lock(&self.resources).values().cloned().collect()
     }
 
     /// Counts one background statement and names it for the limit.
@@ -367,19 +317,24 @@ impl Outbox {
         self.last_ok_ms.load(Ordering::Relaxed)
     }
 
-    /// Rebuild requests (`r` entries) up to here are covered by the
-    /// published filter, or by a rebuild that already started.
+    /// `resource`'s rebuild requests (`r` entries) up to here are covered
+    /// by its published filter, or by a rebuild that already started.
     #[must_use]
-    pub fn rebuilds_covered(&self) -> i64 {
-        lock(&self.follow).rebuilds_covered
+    pub fn rebuilds_covered(&self, resource: &str) -> i64 {
+        lock(&self.follow)
+            .rebuilds_covered
+            .get(resource)
+            .copied()
+            .unwrap_or(0)
     }
 
-    /// Notes that the published filter holds the rows of every rebuild
-    /// request up to `seq` (it was scanned, or adopted from a scan, after
-    /// [`Outbox::max_seq`] returned `seq`).
-    pub fn cover(&self, seq: i64) {
+    /// Notes that `resource`'s published filter holds the rows of every
+    /// rebuild request up to `seq` (it was scanned, or adopted from a
+    /// scan, after [`Outbox::max_seq`] returned `seq`).
+    pub fn cover(&self, resource: &str, seq: i64) {
         let mut f = lock(&self.follow);
-        f.rebuilds_covered = f.rebuilds_covered.max(seq);
+        let c = f.rebuilds_covered.entry(resource.to_owned()).or_default();
+        *c = (*c).max(seq);
     }
 
     /// Open gaps.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::key::{Key, KeyType};
-use crate::reader::{Rows, ShieldedReader, SourceRows};
+use crate::reader::{Rows, SourceRows};
 use crate::source::{BoxFuture, KeyScan, ScanOf};
 use crate::store::{SkuStore, StoreError};
 
@@ -47,11 +47,6 @@ pub trait Guarded: Rows {
 
     /// The scan a rebuild reads every key with.
     fn key_scan(&self) -> Arc<dyn KeyScan>;
-
-    /// Hands `reader` to the outbox follower, which applies the entries
-    /// recorded under `name` to it (the SKU reader is handed over when the
-    /// follower starts).
-    fn follow(outbox: &crate::feed::outbox::Outbox, name: &str, reader: &ShieldedReader<Self>);
 }
 
 impl Guarded for SkuStore {
@@ -92,8 +87,6 @@ impl Guarded for SkuStore {
     fn key_scan(&self) -> Arc<dyn KeyScan> {
         Arc::new(self.clone())
     }
-
-    fn follow(_: &crate::feed::outbox::Outbox, _: &str, _: &ShieldedReader<Self>) {}
 }
 
 impl Guarded for SourceRows {
@@ -123,9 +116,5 @@ impl Guarded for SourceRows {
 
     fn key_scan(&self) -> Arc<dyn KeyScan> {
         Arc::new(ScanOf(Arc::clone(&self.0)))
-    }
-
-    fn follow(outbox: &crate::feed::outbox::Outbox, name: &str, reader: &ShieldedReader<Self>) {
-        outbox.register(name, reader.clone());
     }
 }

@@ -74,6 +74,8 @@ pub struct Persist {
     outbox: Outbox,
     /// The filter's keys.
     key_type: KeyType,
+    /// The resource whose filter it is (its rebuild requests covered).
+    resource: Arc<str>,
     /// What the filter holds (see [`FilterMeta`]).
     identity: Option<Arc<str>>,
 }
@@ -117,14 +119,14 @@ fn hash_hex(bytes: &[u8]) -> String {
 }
 
 impl Persist {
-    /// Snapshots at `path` for a filter of `layout` at `fpp`
+    /// Snapshots at `path` for `resource`'s filter of `layout` at `fpp`
     /// whose keys are `key_type`, positioned in `outbox`.
     #[must_use]
     pub fn new(
         path: PathBuf,
         layout: BloomLayout,
         fpp: f64,
-        key_type: KeyType,
+        (resource, key_type): (&str, KeyType),
         outbox: Outbox,
     ) -> Self {
         Self {
@@ -133,6 +135,7 @@ impl Persist {
             fpp,
             outbox,
             key_type,
+            resource: Arc::from(resource),
             identity: None,
         }
     }
@@ -163,7 +166,7 @@ impl Persist {
             return Ok(false);
         }
         let outbox = self.outbox.watermark();
-        let covered = self.outbox.rebuilds_covered();
+        let covered = self.outbox.rebuilds_covered(&self.resource);
         let Some(filter) = gate.published() else {
             return Ok(false);
         };

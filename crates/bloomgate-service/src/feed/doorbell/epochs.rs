@@ -317,7 +317,7 @@ impl Doorbell {
         };
         match adopted {
             Ok((meta, replayed)) => {
-                self.outbox.cover(meta.covered);
+                self.outbox.cover(crate::store::SKU_RESOURCE, meta.covered);
                 self.counters
                     .rebuilds_adopted
                     .fetch_add(1, Ordering::Relaxed);

@@ -1,43 +1,37 @@
 //! The outbox's follower: a cursor, the open gaps and the watermark below
-//! the oldest; each poll applies what it read (to the SKU funnel or the
-//! resource its entry names) before the position moves; the in-step
-//! watchdog; the rebuilds after a lost position.
+//! the oldest; each poll hands what it read to the tables (see
+//! [`super::apply`]) before the position moves; the in-step watchdog; the
+//! rebuilds after a lost position.
 
 use super::*;
-use crate::store::CAPTURED;
 use crate::wire::kind;
 
 impl Outbox {
     /// Follows the table from `from`, applying other instances' changes to
-    /// `reader`, and keeps the gate's in-step flag (true while the outbox
-    /// was read within `sql.out_of_step_ms`) until the service is dropped.
-    /// Starts once per handle.
-    /// Rebuild requests up to `covered` are not acted on: the filter this
-    /// instance starts with holds their rows (a scan after
-    /// [`Outbox::max_seq`], or a snapshot or epoch complete up to it).
-    pub fn spawn_follower(&self, from: i64, covered: i64, reader: &ShieldedReader) {
+    /// the registered tables, and keeps their in-step flags (true while
+    /// the outbox was read within `sql.out_of_step_ms`) until only
+    /// followers hold `anchor` (the service was dropped) or the
+    /// background's signal. Starts once per handle. (Rebuild requests a
+    /// table's starting filter holds: [`Outbox::cover`].)
+    pub fn spawn_follower(&self, from: i64, anchor: &Arc<Gate>) {
         if self.running.swap(true, Ordering::Relaxed) {
             return;
         }
-        {
-            let mut f = lock(&self.follow);
-            f.cursor = from;
-            f.rebuilds_covered = covered;
-        }
+        lock(&self.follow).cursor = from;
         self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
-        self.spawn_listener(reader);
-        let (outbox, follower_reader) = (self.clone(), reader.clone());
+        self.spawn_listener(anchor);
+        let (outbox, held) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
-            let reader = follower_reader;
+            let anchor = held;
             let mut failing = false;
             let mut trimmed_at = Instant::now();
             let mut first = true;
             let mut check_trim = true;
-            let _guard = Gate::follow(&reader.gate);
+            let _guard = Gate::follow(&anchor);
             if let Err(e) = outbox.seed_late(from).await {
                 tracing::warn!(error = %e, "change outbox: the numbers missing before the start position were not read");
             }
-            while !Gate::only_followers_left(&reader.gate) {
+            while !Gate::only_followers_left(&anchor) {
                 if !std::mem::take(&mut first) {
                     tokio::select! {
                         () = tokio::time::sleep(outbox.poll_wait()) => {}
@@ -53,7 +47,7 @@ impl Outbox {
                     || lock(&outbox.follow)
                         .trim_checked
                         .is_none_or(|t| t.elapsed() >= every);
-                match outbox.poll_once(&reader, due).await {
+                match outbox.poll_once(due).await {
                     Ok(()) => {
                         check_trim = false;
                         outbox.last_ok_ms.store(now_millis(), Ordering::Relaxed);
@@ -83,34 +77,32 @@ impl Outbox {
                 }
             }
         });
-        let (outbox, reader) = (self.clone(), reader.clone());
+        let (outbox, anchor) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
-            let _guard = Gate::follow(&reader.gate);
-            while !Gate::only_followers_left(&reader.gate) {
+            let _guard = Gate::follow(&anchor);
+            let mut was_in_step = true;
+            while !Gate::only_followers_left(&anchor) {
                 tokio::time::sleep(outbox.poll).await;
                 // Only the outbox is complete (the doorbell stream holds
-                // no change), so only reading it vouches for the filter.
+                // no change), so only reading it vouches for the filters.
                 let in_step = now_millis().saturating_sub(outbox.last_ok_ms())
                     <= outbox.out_of_step.as_millis() as u64;
-                for r in outbox.resource_readers() {
-                    if r.gate.set_in_step(in_step) && !in_step {
-                        r.invalidate_all_local();
-                    }
+                for (_, t) in outbox.tables() {
+                    t.set_in_step(in_step);
                 }
-                if reader.gate.set_in_step(in_step) {
-                    if in_step {
-                        tracing::info!(
-                            "in step with the change outbox again: the filter's no is a 404 again"
-                        );
-                    } else {
-                        // Cached "not found"s may be as stale as the filter.
-                        reader.invalidate_all_local();
-                        outbox.counters.out_of_step.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(
-                            out_of_step_ms = outbox.out_of_step.as_millis() as u64,
-                            "out of step: the change outbox could not be read; the filter's no no longer answers 404"
-                        );
-                    }
+                if std::mem::replace(&mut was_in_step, in_step) == in_step {
+                    continue;
+                }
+                if in_step {
+                    tracing::info!(
+                        "in step with the change outbox again: the filter's no is a 404 again"
+                    );
+                } else {
+                    outbox.counters.out_of_step.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        out_of_step_ms = outbox.out_of_step.as_millis() as u64,
+                        "out of step: the change outbox could not be read; the filter's no no longer answers 404"
+                    );
                 }
             }
         });
@@ -148,48 +140,7 @@ impl Outbox {
                         }
                     }
                 };
-            if t.resource == SKU_RESOURCE {
-                self.store.sku_captured.store(ok, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// In strict and redis modes, adds other instances' creates to the
-    /// shared filters too (one pipelined call per table and page): the
-    /// writer adds them before it answers, so this only repairs one whose
-    /// tries all failed, or a shared filter refilled meanwhile.
-    async fn share_creates(&self, entries: &[Entry], reader: &ShieldedReader) {
-        let origin = self.store.origin();
-        let created = entries
-            .iter()
-            .filter(|e| e.kind == kind::CREATED && e.origin != origin);
-        let mut ids = Vec::new();
-        let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for e in created {
-            if e.resource == SKU_RESOURCE {
-                ids.extend(e.key.parse::<i64>().ok());
-            } else {
-                keys.entry(&e.resource).or_default().push(&e.key);
-            }
-        }
-        if let (Some(shared), false) = (&reader.shared, ids.is_empty()) {
-            if let Err(e) = shared.insert_many(&ids).await {
-                tracing::debug!(error = %e, "sharing followed creates failed");
-            }
-        }
-        for (name, spelled) in keys {
-            let Some(r) = lock(&self.resources).get(name).cloned() else {
-                continue;
-            };
-            let Some(shared) = &r.shared else { continue };
-            let ty = r.store.0.key_type();
-            let parsed: Vec<Key> = spelled
-                .iter()
-                .filter_map(|k| Key::parse(ty, k).ok())
-                .collect();
-            if let Err(e) = shared.insert_many(&parsed).await {
-                tracing::debug!(resource = name, error = %e, "sharing followed creates failed");
-            }
+            self.store.note_capture(&t.resource, ok);
         }
     }
 
@@ -198,7 +149,7 @@ impl Outbox {
     /// read were trimmed (not on every poll: they are trimmed only when
     /// older than `sql.outbox_retention_secs`, which a follower that polls
     /// never falls behind by).
-    async fn poll_once(&self, reader: &ShieldedReader, check_trim: bool) -> Result<(), StoreError> {
+    async fn poll_once(&self, check_trim: bool) -> Result<(), StoreError> {
         if check_trim && self.watermark() < self.trimmed_through().await? {
             // Entries this instance never read are gone: rebuild, and go
             // on from a fresh start position (what is newer is re-read).
@@ -222,7 +173,7 @@ impl Outbox {
                     .late_abandoned
                     .fetch_add(dropped, Ordering::Relaxed);
             }
-            self.rebuild(reader, None);
+            self.rebuild_all();
         }
         if check_trim {
             lock(&self.follow).trim_checked = Some(Instant::now());
@@ -237,24 +188,20 @@ impl Outbox {
             if page.first().is_some_and(|e| e.seq == cursor) {
                 let at = page.remove(0);
                 if seen.is_some_and(|seen| seen != at) {
-                    self.rewound(reader, cursor).await?;
+                    self.rewound(cursor).await?;
                     continue;
                 }
             } else if cursor > 0 && page.is_empty() && self.max_seq().await? < cursor {
                 // The newest entry is never trimmed, so the position's own
                 // entry is missing with nothing after it only when the
                 // outbox went back.
-                self.rewound(reader, cursor).await?;
+                self.rewound(cursor).await?;
                 continue;
             }
             // Applied first, then the position moves: whoever reads the
             // watermark (a snapshot, a shared rebuild) may rely on every
             // create up to it being in the filter.
-            for e in &page {
-                self.apply(e, reader);
-            }
-            self.invalidate_shared(&page, reader).await;
-            self.share_creates(&page, reader).await;
+            self.apply_page(&page).await;
             let mut jumped = false;
             {
                 let mut f = lock(&self.follow);
@@ -291,7 +238,7 @@ impl Outbox {
                 tracing::warn!(
                     "change outbox jumped past {MAX_GAPS} unseen numbers: rebuilding the filter"
                 );
-                self.rebuild(reader, None);
+                self.rebuild_all();
             }
             if !full {
                 break;
@@ -304,11 +251,7 @@ impl Outbox {
             // it was first missed.
             let reread_at = Instant::now();
             let found = self.among(&open).await?;
-            for e in &found {
-                self.apply(e, reader);
-            }
-            self.invalidate_shared(&found, reader).await;
-            self.share_creates(&found, reader).await;
+            self.apply_page(&found).await;
             {
                 let mut f = lock(&self.follow);
                 for e in &found {
@@ -339,7 +282,7 @@ impl Outbox {
                     .fetch_add(dropped, Ordering::Relaxed);
             }
         }
-        self.late(reader).await
+        self.late().await
     }
 
     /// The outbox went back below this instance's position (a restore, a
@@ -347,7 +290,7 @@ impl Outbox {
     /// it, which reading on from it would never see. Goes on from the
     /// outbox's end and rebuilds every filter (its "no" untrusted until
     /// then): what the restored database holds is unknown.
-    async fn rewound(&self, reader: &ShieldedReader, cursor: i64) -> Result<(), StoreError> {
+    async fn rewound(&self, cursor: i64) -> Result<(), StoreError> {
         let to = self.max_seq().await?;
         tracing::error!(
             position = cursor,
@@ -360,10 +303,12 @@ impl Outbox {
             f.at_cursor = None;
             f.gaps.clear();
             f.late = late::Late::default();
-            f.rebuilds_covered = f.rebuilds_covered.min(to);
+            for c in f.rebuilds_covered.values_mut() {
+                *c = (*c).min(to);
+            }
         }
         self.counters.rewound.fetch_add(1, Ordering::Relaxed);
-        self.rebuild(reader, None);
+        self.rebuild_all();
         Ok(())
     }
 
@@ -406,7 +351,7 @@ impl Outbox {
     /// is applied here now, and recorded again under a new number, so
     /// that a snapshot or shared rebuild whose watermark passed the old
     /// number (and whoever replays from it) gets it too.
-    async fn late(&self, reader: &ShieldedReader) -> Result<(), StoreError> {
+    async fn late(&self) -> Result<(), StoreError> {
         let due: Vec<(i64, i64)> = {
             let mut f = lock(&self.follow);
             if f.late.is_empty() || f.late_read.is_some_and(|t| t.elapsed() < LATE_EVERY) {
@@ -427,10 +372,8 @@ impl Outbox {
                 key = %e.key,
                 "a change committed after its number was given up as a gap: applied late and recorded again"
             );
-            self.apply(e, reader);
         }
-        self.invalidate_shared(&found, reader).await;
-        self.share_creates(&found, reader).await;
+        self.apply_page(&found).await;
         // Recorded again first, forgotten after: a failed re-record is
         // found (and applied, harmlessly) again next time, and retried.
         for e in found
@@ -456,144 +399,5 @@ impl Outbox {
             .late_applied
             .fetch_add(found.len() as u64, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// What a change made elsewhere needs beyond [`Outbox::apply`]: its
-    /// key is deleted from Redis by every instance that applies it (one
-    /// round trip per resource and page), then dropped from L1 again. The
-    /// writer's own `DEL` may have failed or be owed, which only the writer
-    /// knows: a follower that only dropped L1 would refill it from the
-    /// older value still in Redis. A failed `DEL` here is owed here too. A
-    /// created key's cached "not found" goes the same way. Captured
-    /// deletes (origin [`CAPTURED`]) also count toward a rebuild.
-    async fn invalidate_shared(&self, entries: &[Entry], reader: &ShieldedReader) {
-        let mut ids = Vec::new();
-        let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        let mut deletes: BTreeMap<&str, u64> = BTreeMap::new();
-        let own = self.store.origin();
-        let changed = entries.iter().filter(|e| {
-            e.origin != own
-                && [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str())
-        });
-        for e in changed {
-            if e.origin == CAPTURED && e.kind == kind::DELETED {
-                *deletes.entry(&e.resource).or_default() += 1;
-            }
-            if e.resource == SKU_RESOURCE {
-                ids.extend(e.key.parse::<i64>().ok());
-            } else {
-                keys.entry(&e.resource).or_default().push(&e.key);
-            }
-        }
-        if !ids.is_empty() {
-            reader.invalidate_many(&ids).await;
-        }
-        for (name, spelled) in keys {
-            let Some(r) = lock(&self.resources).get(name).cloned() else {
-                continue;
-            };
-            let ty = r.store.0.key_type();
-            let parsed: Vec<Key> = spelled
-                .iter()
-                .filter_map(|k| Key::parse(ty, k).ok())
-                .collect();
-            r.invalidate_many(&parsed).await;
-        }
-        for (name, n) in deletes {
-            let hook = lock(&self.deleted).get(name).cloned();
-            if let Some(hook) = hook {
-                (hook.0)(n);
-            }
-        }
-    }
-
-    fn apply(&self, e: &Entry, reader: &ShieldedReader) {
-        let own = e.origin == self.store.origin();
-        if e.resource != SKU_RESOURCE {
-            if e.kind == kind::BUILT {
-                // Another instance's shared rebuild of the resource.
-                let hook = lock(&self.built).get(&e.resource).cloned();
-                if let (false, Some(hook), Ok(epoch)) = (own, hook, e.key.parse()) {
-                    (hook.0)(epoch);
-                }
-                return;
-            }
-            let Some(r) = lock(&self.resources).get(&e.resource).cloned() else {
-                return;
-            };
-            if e.kind == kind::REBUILD {
-                // Another instance's warm, shared as no epoch.
-                if !own {
-                    r.gate.rebuild_owed(|| {});
-                    r.invalidate_all_local();
-                }
-                return;
-            }
-            let Ok(key) = Key::parse(r.store.0.key_type(), &e.key) else {
-                tracing::warn!(seq = e.seq, resource = %e.resource, key = %e.key, "change outbox: a key the resource cannot parse; skipped");
-                return;
-            };
-            if e.kind == kind::CREATED {
-                r.gate.learn(&key);
-            }
-            if !own {
-                r.invalidate_local(&key);
-                self.counters.applied.fetch_add(1, Ordering::Relaxed);
-            }
-            return;
-        }
-        // An own create is learned too (a no-op unless it is still between
-        // its commit and its insert here): past the watermark, every
-        // create is in the filter, whoever made it.
-        if own && e.kind != kind::CREATED {
-            return;
-        }
-        if e.kind == kind::REBUILD {
-            if e.seq <= lock(&self.follow).rebuilds_covered {
-                return;
-            }
-            tracing::info!(
-                seq = e.seq,
-                "change outbox: rows were written that no entry names; rebuilding the filter"
-            );
-            // Its scan starts after this request, so after the entry
-            // committed: once it succeeds, the filter holds those rows.
-            self.rebuild(reader, Some(e.seq));
-            return;
-        }
-        let Ok(id) = e.key.parse::<i64>() else {
-            tracing::warn!(seq = e.seq, key = %e.key, "change outbox: an entry with a key that is not a SKU id; skipped");
-            return;
-        };
-        if e.kind == kind::CREATED {
-            reader.gate.learn(id);
-        }
-        if own {
-            return;
-        }
-        reader.invalidate_local(&id);
-        self.counters.applied.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// This instance may have missed creates: its filter's "no" is not
-    /// trusted until a rebuild succeeds (retried until one does), and L1
-    /// is emptied through the shards.
-    fn rebuild(&self, reader: &ShieldedReader, covers: Option<i64>) {
-        // Lost entries may have named any resource; an `r` entry (covers)
-        // names the SKUs only.
-        if covers.is_none() {
-            for r in self.resource_readers() {
-                r.gate.rebuild_owed(|| {});
-                r.invalidate_all_local();
-            }
-        }
-        let outbox = self.clone();
-        reader.gate.rebuild_owed(move || {
-            if let Some(seq) = covers {
-                outbox.cover(seq);
-            }
-        });
-        reader.invalidate_all_local();
-        self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -16,11 +16,11 @@ const QUIET: Duration = Duration::from_millis(900);
 impl Outbox {
     /// Starts the listener when the store is PostgreSQL's; ends with the
     /// follower (the service's shutdown, or its last handle dropped).
-    pub(super) fn spawn_listener(&self, reader: &ShieldedReader) {
+    pub(super) fn spawn_listener(&self, anchor: &Arc<Gate>) {
         let Some(pool) = self.store.listen_pool.0.clone() else {
             return;
         };
-        let (outbox, gate) = (self.clone(), Arc::clone(&reader.gate));
+        let (outbox, gate) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
             let _guard = Gate::follow(&gate);
             let over = || Gate::only_followers_left(&gate);

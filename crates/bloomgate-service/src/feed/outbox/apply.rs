@@ -1,0 +1,188 @@
+//! Applying what the follower read: each entry goes to the table its
+//! resource names, through [`Follower`], the one small trait every
+//! guarded table implements (the SKU table as every other). The follower
+//! itself ([`super::follow`]) only keeps the position.
+
+use super::*;
+use crate::source::BoxFuture;
+use crate::store::CAPTURED;
+use crate::wire::kind;
+
+/// A change an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A row created, or a key added.
+    Created,
+    /// A row updated, or a key invalidated.
+    Updated,
+    /// A row deleted.
+    Deleted,
+}
+
+/// What the follower needs of a guarded table. Keys come as the outbox
+/// spells them; a table parses them as its own (and says when it cannot).
+pub trait Follower: Send + Sync {
+    /// A change of `key`: a created key into the filter (whoever made
+    /// it); unless `own`, the key out of L1.
+    ///
+    /// # Errors
+    /// The key is not one of this table's (the entry is skipped).
+    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), String>;
+
+    /// Other instances' and programs' changes of `keys`: out of Redis
+    /// (or owed), then out of L1 again.
+    fn invalidate_shared<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, ()>;
+
+    /// Other instances' creates into the shared filter, where there is one.
+    fn share_creates<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, ()>;
+
+    /// Deletes the table's capture triggers recorded (toward a rebuild).
+    fn captured_deletes(self: Arc<Self>, n: u64);
+
+    /// Another instance announced a shared rebuild's epoch.
+    fn built(self: Arc<Self>, epoch: u64);
+
+    /// Rows were written that no entry names, or entries were lost: the
+    /// filter's "no" is not trusted until a rebuild succeeds, then `done`
+    /// runs; L1 is emptied.
+    fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>);
+
+    /// In step with the outbox or not; true when that changed (going out
+    /// of step also empties L1).
+    fn set_in_step(&self, in_step: bool) -> bool;
+}
+
+impl Outbox {
+    /// Follows `name`'s entries into `table` (weakly held: the table's
+    /// owners decide when it ends).
+    pub fn register(&self, name: &str, table: std::sync::Weak<dyn Follower>) {
+        lock(&self.tables).insert(name.to_owned(), table);
+    }
+
+    /// The registered tables still alive.
+    pub(super) fn tables(&self) -> Vec<(String, Arc<dyn Follower>)> {
+        lock(&self.tables)
+            .iter()
+            .filter_map(|(name, t)| Some((name.clone(), t.upgrade()?)))
+            .collect()
+    }
+
+    fn table(&self, name: &str) -> Option<Arc<dyn Follower>> {
+        lock(&self.tables)
+            .get(name)
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Applies a page the follower read, in order, then what a change made
+    /// elsewhere needs beyond that, one round trip per table: its keys
+    /// deleted from Redis by every instance that applies it (the writer's
+    /// own `DEL` may have failed, which only the writer knows; a follower
+    /// that only dropped L1 would refill it from the older value), and
+    /// other instances' creates added to the shared filters (the writer
+    /// adds them before it answers: this repairs one whose tries failed,
+    /// or a filter refilled meanwhile). Captured deletes count toward a
+    /// rebuild.
+    pub(super) async fn apply_page(&self, entries: &[Entry]) {
+        for e in entries {
+            self.apply(e);
+        }
+        let own = self.store.origin();
+        let mut changed: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut created: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut deletes: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in entries.iter().filter(|e| e.origin != own) {
+            let Some(change) = change_of(&e.kind) else {
+                continue;
+            };
+            changed.entry(&e.resource).or_default().push(&e.key);
+            if change == Change::Created {
+                created.entry(&e.resource).or_default().push(&e.key);
+            }
+            if e.origin == CAPTURED && change == Change::Deleted {
+                *deletes.entry(&e.resource).or_default() += 1;
+            }
+        }
+        for (name, keys) in changed {
+            if let Some(t) = self.table(name) {
+                t.invalidate_shared(&keys).await;
+            }
+        }
+        for (name, keys) in created {
+            if let Some(t) = self.table(name) {
+                t.share_creates(&keys).await;
+            }
+        }
+        for (name, n) in deletes {
+            if let Some(t) = self.table(name) {
+                t.captured_deletes(n);
+            }
+        }
+    }
+
+    fn apply(&self, e: &Entry) {
+        let own = e.origin == self.store.origin();
+        let Some(table) = self.table(&e.resource) else {
+            return;
+        };
+        if e.kind == kind::BUILT {
+            // Another instance's shared rebuild of the table.
+            if let (false, Ok(epoch)) = (own, e.key.parse()) {
+                table.built(epoch);
+            }
+            return;
+        }
+        if e.kind == kind::REBUILD {
+            if own || e.seq <= self.rebuilds_covered(&e.resource) {
+                return;
+            }
+            tracing::info!(
+                seq = e.seq,
+                resource = %e.resource,
+                "change outbox: rows were written that no entry names; rebuilding the filter"
+            );
+            // Its scan starts after this request, so after the entry
+            // committed: once it succeeds, the filter holds those rows.
+            let (outbox, name, seq) = (self.clone(), e.resource.clone(), e.seq);
+            table.rebuild_owed(Box::new(move || outbox.cover(&name, seq)));
+            self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(change) = change_of(&e.kind) else {
+            return;
+        };
+        // An own create is learned too (a no-op unless it is still between
+        // its commit and its insert here): past the watermark, every
+        // create is in the filter, whoever made it.
+        if own && change != Change::Created {
+            return;
+        }
+        match table.apply(change, &e.key, own) {
+            Ok(()) if !own => {
+                self.counters.applied.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(()) => {}
+            Err(why) => {
+                tracing::warn!(seq = e.seq, resource = %e.resource, key = %e.key, %why, "change outbox: a key the table cannot parse; skipped");
+            }
+        }
+    }
+
+    /// This instance may have missed entries of any table (a lost
+    /// position, a jump, a rewound outbox): every filter's "no" is
+    /// untrusted until a rebuild succeeds, and L1 is emptied.
+    pub(super) fn rebuild_all(&self) {
+        for (_, t) in self.tables() {
+            t.rebuild_owed(Box::new(|| {}));
+        }
+        self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn change_of(kind: &str) -> Option<Change> {
+    match kind {
+        kind::CREATED => Some(Change::Created),
+        kind::UPDATED => Some(Change::Updated),
+        kind::DELETED => Some(Change::Deleted),
+        _ => None,
+    }
+}

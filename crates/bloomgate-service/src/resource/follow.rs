@@ -1,0 +1,130 @@
+//! A resource as the outbox follower sees it: the one implementation of
+//! [`Follower`], for the SKU table and every other guarded table.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Guarded, Resource};
+use crate::feed::outbox::{Change, Follower};
+use crate::gate::AdoptError;
+use crate::source::BoxFuture;
+
+impl<R: Guarded> Resource<R> {
+    /// `keys` parsed as this table's; the ones that do not parse are
+    /// skipped (the follower logged them when it applied them).
+    fn parsed(&self, keys: &[&str]) -> Vec<R::Key> {
+        keys.iter()
+            .filter_map(|k| self.reader.store.parse_key(k).ok())
+            .collect()
+    }
+
+    /// Adopts the epoch another instance announced, or the newest one if
+    /// newer; one that cannot be is answered by a rebuild from the source.
+    async fn follow_epoch(self: Arc<Self>, epoch: u64) {
+        if self.epoch_store().is_none() {
+            // A watched table keeps its own builds: rebuild here too (the
+            // other instance rebuilt for a reason: deletes, growth).
+            drop(self.gate().request_rebuild());
+            return;
+        }
+        // The newest epoch, which may be newer than the one announced (a
+        // start-up filter stored since, or an announcement replayed from
+        // before this instance's filter): none when this instance holds
+        // it already.
+        let latest = match self.epoch_store() {
+            Some((log, counter)) => match log.latest_epoch(counter).await {
+                Ok(Some((n, _))) => n.max(epoch),
+                _ => epoch,
+            },
+            None => epoch,
+        };
+        if latest <= self.epochs.held.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.adopt_epoch(latest).await {
+            Ok(_) => {}
+            Err(why) if why.is_superseded() => {}
+            Err(AdoptError::Busy) => {
+                // The rebuild running here may have begun its scan before
+                // the other instance's: one more, begun after the
+                // announcement.
+                drop(self.gate().request_rebuild());
+            }
+            Err(why) => {
+                self.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(resource = %self.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
+                drop(self.gate().request_rebuild());
+            }
+        }
+    }
+}
+
+impl<R: Guarded> Follower for Resource<R> {
+    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), String> {
+        let key = self.reader.store.parse_key(key)?;
+        if change == Change::Created {
+            self.gate().learn(key.clone());
+        }
+        if !own {
+            self.reader.invalidate_local(&key);
+        }
+        Ok(())
+    }
+
+    fn invalidate_shared<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let keys = self.parsed(keys);
+            if !keys.is_empty() {
+                self.reader.invalidate_many(&keys).await;
+            }
+        })
+    }
+
+    fn share_creates<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(shared) = &self.reader.shared else {
+                return;
+            };
+            let keys = self.parsed(keys);
+            if keys.is_empty() {
+                return;
+            }
+            if let Err(e) = shared.insert_many(&keys).await {
+                tracing::debug!(resource = %self.name, error = %e, "sharing followed creates failed");
+            }
+        })
+    }
+
+    fn captured_deletes(self: Arc<Self>, n: u64) {
+        let mut due = false;
+        for _ in 0..n {
+            due |= self.gate().note_delete(self.rebuild_after_deletes);
+        }
+        if due {
+            self.rebuild_shared();
+        }
+    }
+
+    fn built(self: Arc<Self>, epoch: u64) {
+        if self.leads_through_doorbell() {
+            // Its epochs are announced on the doorbell, not here.
+            return;
+        }
+        let bg = self.background.clone();
+        bg.track(self.follow_epoch(epoch));
+    }
+
+    fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
+        self.gate().rebuild_owed(done);
+        self.reader.invalidate_all_local();
+    }
+
+    fn set_in_step(&self, in_step: bool) -> bool {
+        let changed = self.gate().set_in_step(in_step);
+        if changed && !in_step {
+            // Cached "not found"s may be as stale as the filter.
+            self.reader.invalidate_all_local();
+        }
+        changed
+    }
+}
