@@ -46,10 +46,12 @@ pub mod audit;
 mod batch;
 mod figures;
 mod inline;
+mod mode;
 mod verdict;
 mod warm;
 
 pub use batch::BatchRow;
+pub use mode::Mode;
 
 pub use warm::{WarmOutcome, WarmStart, WARM_CHUNK};
 
@@ -316,11 +318,9 @@ pub struct ShieldedReader<R: Rows = SkuStore> {
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
     pub after_read: Arc<PausePoint>,
-    /// The shared filter that confirms the replica's "no" (`strict` mode)
-    /// or answers alone (`redis` mode).
-    pub shared: Option<crate::share::redis_filter::SharedFilter>,
-    /// `redis` mode: the shared filter answers every check.
-    pub shared_only: bool,
+    /// How the filter answers: alone, confirmed by the shared filter, or
+    /// the shared filter alone.
+    mode: Mode,
     /// The sampled check of the filter's "no" against the source.
     pub audit: Arc<audit::Audit>,
 }
@@ -336,8 +336,7 @@ impl<R: Rows> Clone for ShieldedReader<R> {
             bulkhead: self.bulkhead.clone(),
             shards: Arc::clone(&self.shards),
             after_read: Arc::clone(&self.after_read),
-            shared: self.shared.clone(),
-            shared_only: self.shared_only,
+            mode: self.mode.clone(),
             audit: Arc::clone(&self.audit),
         }
     }
@@ -371,8 +370,7 @@ impl<R: Rows> ShieldedReader<R> {
             bulkhead,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             after_read: Arc::default(),
-            shared: None,
-            shared_only: false,
+            mode: Mode::Local,
             audit: Arc::default(),
         }
     }

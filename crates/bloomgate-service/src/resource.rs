@@ -341,20 +341,22 @@ impl<R: Guarded> Resource<R> {
         ));
         let mode = options.mode.unwrap_or(c.bloom_mode);
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {
-            reader.shared = Some(
-                crate::share::redis_filter::SharedFilter::connect(
-                    target,
-                    &place.filter_prefix,
-                    options.expected,
-                    options.fpp,
-                    options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
-                    Duration::from_millis(c.redis_timeout_ms),
-                    scan,
-                )
-                .await?
-                .with_background(shared.background.clone()),
-            );
-            reader.shared_only = mode == BloomMode::Redis;
+            let filter = crate::share::redis_filter::SharedFilter::connect(
+                target,
+                &place.filter_prefix,
+                options.expected,
+                options.fpp,
+                options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
+                Duration::from_millis(c.redis_timeout_ms),
+                scan,
+            )
+            .await?
+            .with_background(shared.background.clone());
+            reader.set_mode(if mode == BloomMode::Redis {
+                crate::reader::Mode::Redis(filter)
+            } else {
+                crate::reader::Mode::Strict(filter)
+            });
         }
         let snapshot = options.snapshot_path.clone().or_else(|| {
             c.bloom_snapshot_path

@@ -190,7 +190,7 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
         // The shared filter was filled from SQL when it was opened, before
         // the seed: add the seeded ids (in redis mode it alone answers).
-        if let Some(shared) = &state.skus.reader.shared {
+        if let Some(shared) = state.skus.reader.shared() {
             shared.fill().await;
         }
     }
@@ -232,7 +232,7 @@ pub async fn prepare(
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
         if !restored && skus_on && !seeded && !state.skus.is_watched() {
-            match changes.adopt_latest(&state.skus.reader.gate).await {
+            match changes.adopt_latest(state.skus.gate()).await {
                 Ok((at, c)) => {
                     restored = true;
                     outbox_from = at;
@@ -259,7 +259,7 @@ pub async fn prepare(
     if restored {
         // Not scanned: rows written behind the outbox's back are looked
         // for in the background, never before readiness.
-        state.skus.reader.gate.verify_rows();
+        state.skus.gate().verify_rows();
     }
     // A resource restored from its snapshot is complete up to the
     // snapshot's outbox position: the follower starts at or before it, so
@@ -282,7 +282,7 @@ pub async fn prepare(
     }
     // The SKU table's rebuild requests its starting filter holds.
     outbox.cover(crate::store::SKU_RESOURCE, covered);
-    outbox.spawn_follower(outbox_from, &state.skus.reader.gate);
+    outbox.spawn_follower(outbox_from, state.skus.gate());
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
     // They build at start whatever `bloom_build_on_start` says (it holds
@@ -325,7 +325,7 @@ pub async fn prepare(
         state.skus.start_watch().await;
     }
     if skus_on && c.bloom_build_on_start && !restored {
-        let gate = Arc::clone(&state.skus.reader.gate);
+        let gate = Arc::clone(state.skus.gate());
         let (min, max) = (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),

@@ -97,7 +97,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
                 "epoch": l.epoch(),
             })
         }),
-        "shared": r.shared.as_ref().map(|s| {
+        "shared": r.shared().map(|s| {
             let c = &s.counters;
             json!({
                 "checks": c.checks.load(Ordering::Relaxed),

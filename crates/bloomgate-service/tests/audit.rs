@@ -54,11 +54,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     );
 
     for (name, gate, path) in [
-        (
-            "skus",
-            Arc::clone(&s.state.skus.reader.gate),
-            "/api/seckill/42",
-        ),
+        ("skus", Arc::clone(s.state.skus.gate()), "/api/seckill/42"),
         (
             "users",
             Arc::clone(s.state.resources[0].gate()),
@@ -99,7 +95,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     // The rebuilt filters refuse absent keys again.
     assert_eq!(s.get("/api/seckill/900000").await.0, 404);
     assert_eq!(s.get("/api/users/u999999").await.0, 404);
-    assert_eq!(s.state.skus.reader.gate.check(900_000_i64), Verdict::Reject);
+    assert_eq!(s.state.skus.gate().check(900_000_i64), Verdict::Reject);
     // The alarm was raised, and clears once the rebuild is done.
     let stats = s.stats().await;
     assert!(counter(&stats, &["bloom", "alarms_raised"]) >= 1, "{stats}");

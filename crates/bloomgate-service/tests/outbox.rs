@@ -159,7 +159,7 @@ async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
         stats["outbox"]
     );
     assert_eq!(
-        b.state.skus.reader.gate.check(1001),
+        b.state.skus.gate().check(1001),
         Verdict::Reject,
         "nothing uncommitted is known"
     );
@@ -268,10 +268,7 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
         sql as f64 <= 1.5 * expected,
         "{sql} SQL lookups for 20000 missing ids (expected {expected:.2})"
     );
-    assert!(
-        b.state.skus.reader.gate.in_step(),
-        "SQL answers: B is in step"
-    );
+    assert!(b.state.skus.gate().in_step(), "SQL answers: B is in step");
 
     // Redis back, empty: what B and C served before is never refused, on
     // any poll, while the creates made now reach them within the bound.
@@ -336,13 +333,13 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     redis.stop().await;
     assert_eq!(a.create(7777, "outbox").await, 201);
     assert!(
-        !b.state.skus.reader.gate.published().unwrap().contains(7777),
+        !b.state.skus.gate().published().unwrap().contains(7777),
         "B missed it"
     );
     db.stop().await;
     parked.resume();
     eventually(10, "B goes out of step", || async {
-        !b.state.skus.reader.gate.in_step()
+        !b.state.skus.gate().in_step()
     })
     .await;
     let (status, body) = b.get("/api/seckill/7777").await;
@@ -361,7 +358,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     // SQL back: B catches up from the outbox and gates again.
     db.start().await;
     eventually(20, "B back in step", || async {
-        b.state.skus.reader.gate.in_step()
+        b.state.skus.gate().in_step()
     })
     .await;
     eventually(10, "B learns the create it missed", || async {
@@ -371,7 +368,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     let (status, _) = b.get("/api/seckill/987654").await;
     assert_eq!(status, 404);
     assert_eq!(
-        b.state.skus.reader.gate.check(987_654),
+        b.state.skus.gate().check(987_654),
         Verdict::Reject,
         "the filter's no is a 404 again"
     );
@@ -431,7 +428,7 @@ async fn an_insert_while_an_adopted_filter_is_swapped_in_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
     let server =
         TestServer::start(common::config(&common::sqlite_url(&dir), None, "adopt"), 10).await;
-    let gate = std::sync::Arc::clone(&server.state.skus.reader.gate);
+    let gate = std::sync::Arc::clone(server.state.skus.gate());
     let adopted = bloomgate_service::gate::GateFilter::with_fpr(
         bloomgate_service::config::BloomLayout::Blocked,
         1000,
@@ -540,7 +537,7 @@ async fn a_follower_whose_position_was_trimmed_rebuilds() {
         entries(&url).await.iter().all(|(key, _, _)| key != "3333")
     })
     .await;
-    assert_eq!(b.state.skus.reader.gate.check(3333), Verdict::Reject);
+    assert_eq!(b.state.skus.gate().check(3333), Verdict::Reject);
     parked.resume();
     eventually(10, "B rebuilds and admits 3333", || async {
         b.get("/api/seckill/3333").await.0 == 200
@@ -555,4 +552,73 @@ async fn a_follower_whose_position_was_trimmed_rebuilds() {
     assert!(counter(&a.stats().await, &["outbox", "trimmed"]) >= 1);
     a.stop().await;
     b.stop().await;
+}
+
+/// A table that counts the keys the follower hands it.
+#[derive(Default)]
+struct Counting(std::sync::Mutex<Vec<String>>);
+
+impl bloomgate_service::feed::outbox::Follower for Counting {
+    fn apply(
+        &self,
+        _: bloomgate_service::feed::outbox::Change,
+        key: &str,
+        _: bool,
+    ) -> Result<(), String> {
+        self.0.lock().unwrap().push(key.to_string());
+        Ok(())
+    }
+    fn invalidate_shared<'a>(
+        &'a self,
+        _: &'a [&'a str],
+    ) -> bloomgate_service::source::BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+    fn share_creates<'a>(
+        &'a self,
+        _: &'a [&'a str],
+    ) -> bloomgate_service::source::BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+    fn captured_deletes(self: std::sync::Arc<Self>, _: u64) {}
+    fn built(self: std::sync::Arc<Self>, _: u64) {}
+    fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
+        done();
+    }
+    fn set_in_step(&self, _: bool) -> bool {
+        false
+    }
+}
+
+/// A second table registered under a name a live one holds (the SKU
+/// table's) is refused: the SKU table keeps its entries, so other
+/// programs' creates still reach its filter. Under a free name the same
+/// table gets its entries (the follower does hand them over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_table_under_a_live_name_does_not_take_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let s = TestServer::start(common::config(&url, None, "outbox-names"), 10).await;
+    let intruder = std::sync::Arc::new(Counting::default());
+    let weak: std::sync::Weak<dyn bloomgate_service::feed::outbox::Follower> =
+        std::sync::Arc::downgrade(&intruder) as _;
+    s.state.outbox.register("skus", weak.clone());
+    s.state.outbox.register("spare", weak);
+    let pool = common::sql_pool(&url).await;
+    for (resource, key) in [("skus", "700001"), ("spare", "k1")] {
+        sqlx::query(&format!(
+            "INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) \
+             VALUES ('{resource}', '{key}', 'c', 'another-program', 0)"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    eventually(5, "the spare entry applied", || async {
+        intruder.0.lock().unwrap().contains(&"k1".to_string())
+    })
+    .await;
+    assert_eq!(*intruder.0.lock().unwrap(), ["k1"], "no SKU entry taken");
+    assert_eq!(s.state.skus.gate().check(700_001i64), Verdict::Pass);
+    s.stop().await;
 }

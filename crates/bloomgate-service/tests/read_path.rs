@@ -403,9 +403,9 @@ type RebuildTask = tokio::task::JoinHandle<
 
 /// Starts a filter rebuild in the background and returns once it is running.
 async fn start_rebuild(server: &TestServer) -> RebuildTask {
-    let gate = std::sync::Arc::clone(&server.state.skus.reader.gate);
+    let gate = std::sync::Arc::clone(server.state.skus.gate());
     let rebuild = tokio::spawn(async move { gate.rebuild().await });
-    while !server.state.skus.reader.gate.is_rebuilding() {
+    while !server.state.skus.gate().is_rebuilding() {
         tokio::task::yield_now().await;
     }
     rebuild
@@ -415,7 +415,7 @@ async fn start_rebuild(server: &TestServer) -> RebuildTask {
 async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
-    let gate = &server.state.skus.reader.gate;
+    let gate = server.state.skus.gate();
     // The rebuild holds after its SQL scan, before it publishes: every
     // create below runs while it is in progress, and none is in its scan.
     let pause = gate.after_scan.arm(0);

@@ -47,14 +47,14 @@ async fn seed_000s_first_warm_right_after_start_answers_200_and_ready() {
     // The warm lands while the start-up build scans (not before its task
     // has asked: then one rebuild, started after both, rightly serves
     // both, and the count below would be 1).
-    let gate = Arc::clone(&server.state.skus.reader.gate);
+    let gate = Arc::clone(server.state.skus.gate());
     eventually(10, "the start-up build is scanning", || {
         let gate = Arc::clone(&gate);
         async move { gate.is_rebuilding() }
     })
     .await;
     assert!(
-        !server.state.skus.reader.gate.is_ready(),
+        !server.state.skus.gate().is_ready(),
         "the start-up build is still running"
     );
     let (s, body) = server
@@ -75,7 +75,7 @@ async fn seed_000s_first_warm_right_after_start_answers_200_and_ready() {
 async fn warms_during_a_rebuild_share_one_follow_up_that_sees_their_skus() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, 20_000, true, |_| {}).await;
-    let gate = Arc::clone(&server.state.skus.reader.gate);
+    let gate = Arc::clone(server.state.skus.gate());
     assert_eq!(gate.stats().rebuilds, 1);
     // Rebuild A stops after its scan, before publishing.
     let pause = gate.after_scan.arm(0);
@@ -152,7 +152,7 @@ async fn warms_during_a_rebuild_share_one_follow_up_that_sees_their_skus() {
 async fn a_rebuild_outlives_the_client_that_asked_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, 20_000, true, |_| {}).await;
-    let gate = Arc::clone(&server.state.skus.reader.gate);
+    let gate = Arc::clone(server.state.skus.gate());
     let pause = gate.after_scan.arm(0);
     // The client gives up after 50 ms (`curl --max-time 0.05`).
     let impatient = server
@@ -219,7 +219,7 @@ async fn a_start_up_build_that_fails_on_sql_retries_until_it_succeeds() {
     let raw = raw_sqlite(&dir).await;
     exec(&raw, "ALTER TABLE skus RENAME TO skus_away").await;
     let server = sqlite_server(&dir, 0, false, |_| {}).await;
-    let gate = Arc::clone(&server.state.skus.reader.gate);
+    let gate = Arc::clone(server.state.skus.gate());
     eventually(10, "three failed attempts", || {
         let gate = Arc::clone(&gate);
         async move { gate.stats().rebuild_retries >= 3 }
@@ -263,7 +263,7 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     // One ordered scan (the key bounds of parallel ranges would trip on
     // the bad row before any page).
     let server = sqlite_server(&dir, 25_000, true, |c| c.sql.scan_parallel = 1).await;
-    let gate = Arc::clone(&server.state.skus.reader.gate);
+    let gate = Arc::clone(server.state.skus.gate());
     gate.page_rows
         .store(10_000, std::sync::atomic::Ordering::Relaxed);
     // A row whose id is not an integer sorts after every integer in SQLite:

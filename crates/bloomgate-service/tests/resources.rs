@@ -163,7 +163,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let ua = users(&a, "users");
     let table = ua.table.as_ref().unwrap();
     let loads_before = table.counters.loads.load(Relaxed);
-    let sku_rejected_before = a.state.skus.reader.gate.stats().rejected;
+    let sku_rejected_before = a.state.skus.gate().stats().rejected;
     let before = ua.gate().stats();
     let mut rng = fastrand::Rng::with_seed(19);
     for _ in 0..300 {
@@ -176,10 +176,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     assert_eq!(loads, passed, "every SQL load is a filter pass");
     assert!(after.rejected - before.rejected >= 285, "{after:?}");
     assert!(passed <= 15, "300 keys at 1% let {passed} through");
-    assert_eq!(
-        a.state.skus.reader.gate.stats().rejected,
-        sku_rejected_before
-    );
+    assert_eq!(a.state.skus.gate().stats().rejected, sku_rejected_before);
     let stats = a.stats().await;
     assert!(counter(&stats, &["resources", "users", "filter", "rejected"]) >= 285);
     assert_eq!(
@@ -1242,7 +1239,7 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
         .map(|i| text(&format!("u{i:06}")))
         .chain(keys.iter().map(|k| text(k)))
         .collect();
-    let shared = ub.reader.shared.as_ref().expect("strict");
+    let shared = ub.reader.shared().expect("strict");
     let mut lost = 0;
     for k in &all {
         if !shared.maybe_contains(k).await {
@@ -1415,7 +1412,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
         .find(|&id| {
             [&a, &b]
                 .iter()
-                .all(|s| s.state.skus.reader.gate.probe(id) == Verdict::Reject)
+                .all(|s| s.state.skus.gate().probe(id) == Verdict::Reject)
         })
         .unwrap();
     let body = |ids: &[serde_json::Value]| serde_json::json!({ "keys": ids }).to_string();
@@ -1906,7 +1903,7 @@ async fn the_sku_table_has_a_watch_column_too() {
         .find(|&id| {
             [&a, &b, &plain]
                 .iter()
-                .all(|s| s.state.skus.reader.gate.probe(id) == Verdict::Reject)
+                .all(|s| s.state.skus.gate().probe(id) == Verdict::Reject)
         })
         .unwrap();
     let path = format!("/api/seckill/{absent}");

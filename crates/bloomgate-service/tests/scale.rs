@@ -230,7 +230,7 @@ async fn readyz_waits_for_the_filter_and_the_change_feed() {
         (200, &"not_built".into()),
         "bloom_build_on_start = false: ready, by choice: {body}"
     );
-    let gate = Arc::clone(&s.state.skus.reader.gate);
+    let gate = Arc::clone(s.state.skus.gate());
     gate.page_rows.store(100, Ordering::Relaxed);
     let held = gate.scan_page.arm(3);
     let ticket = gate.request_rebuild();

@@ -39,8 +39,8 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
         .state
         .skus
         .reader
-        .shared
-        .clone()
+        .shared()
+        .cloned()
         .expect("strict has a shared filter");
 
     // A SKU committed to SQL and added to the shared filter behind both
@@ -171,8 +171,8 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
         .state
         .skus
         .reader
-        .shared
-        .clone()
+        .shared()
+        .cloned()
         .expect("a shared filter");
 
     // Seeded ids were added to the shared filter at its creation.
@@ -181,7 +181,7 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     let sku = catalogue_sku(60_000);
     assert!(server.state.skus.reader.store.insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
-    let replica = server.state.skus.reader.gate.probe(60_000);
+    let replica = server.state.skus.gate().probe(60_000);
     assert_ne!(
         replica,
         bloomgate_service::gate::Verdict::Pass,
@@ -240,7 +240,7 @@ async fn a_followed_create_reaches_the_shared_filter() {
     let db = common::sqlite_url(&dir);
     let a = TestServer::start(config(&db, &redis, BloomMode::Strict), 1000).await;
     let b = TestServer::start(config(&db, &redis, BloomMode::Strict), 0).await;
-    let shared = a.state.skus.reader.shared.clone().expect("strict");
+    let shared = a.state.skus.reader.shared().cloned().expect("strict");
     let mut id = 60_000;
     while shared.maybe_contains(&id).await {
         id += 1;
@@ -307,7 +307,7 @@ async fn a_flush_is_never_read_as_no(mode: BloomMode) {
     // An absent id: in strict mode the replica's "no" asks Redis, which
     // finds the filter gone (a "maybe": SQL answers) and refills it.
     assert_eq!(server.get("/api/seckill/900000000").await.0, 404);
-    let shared = server.state.skus.reader.shared.clone().unwrap();
+    let shared = server.state.skus.reader.shared().cloned().unwrap();
     eventually(10, "refilled", || async {
         shared
             .counters

@@ -98,7 +98,7 @@ async fn without_redis_a_warms_rebuild_reaches_every_instance() {
     }
     let rebuilds = |s: &TestServer| {
         (
-            s.state.skus.reader.gate.stats().rebuilds,
+            s.state.skus.gate().stats().rebuilds,
             s.state.resources[0].gate().stats().rebuilds,
         )
     };

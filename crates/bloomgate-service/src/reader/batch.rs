@@ -43,8 +43,8 @@ impl<R: Rows> ShieldedReader<R> {
         // L1's "not found"s: in strict and redis modes only where the
         // shared filter agrees (see `trusts_l1`), asked once for them all;
         // in redis mode it said "maybe" already.
-        let trusted = match (&self.shared, self.gate.enabled(), negative.is_empty()) {
-            (Some(_), true, false) if self.shared_only => vec![false; negative.len()],
+        let trusted = match (self.shared(), self.gate.enabled(), negative.is_empty()) {
+            (Some(_), true, false) if self.mode.shared_only() => vec![false; negative.len()],
             (Some(shared), true, false) => {
                 let asked: Vec<R::Key> = negative.iter().map(|&i| keys[i].clone()).collect();
                 shared

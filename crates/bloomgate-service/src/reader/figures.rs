@@ -41,10 +41,10 @@ impl<R: Rows> ShieldedReader<R> {
                 "keys_written": get(&c.keys_written),
             });
         }
-        if let Some(shared) = &self.shared {
+        if let Some(shared) = self.shared() {
             let c = &shared.counters;
             v["shared"] = json!({
-                "mode": if self.shared_only { "redis" } else { "strict" },
+                "mode": if self.mode.shared_only() { "redis" } else { "strict" },
                 "checks": get(&c.checks),
                 "overruled": get(&c.overruled),
                 "errors": get(&c.errors),

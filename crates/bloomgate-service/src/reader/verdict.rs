@@ -9,11 +9,11 @@ impl<R: Rows> ShieldedReader<R> {
     /// `redis` mode (Redis answers every check) and for a strict
     /// instance's "no" (Redis must agree), which [`Self::lookup`] awaits.
     pub(super) fn verdict_now(&self, id: &R::Key) -> Option<Verdict> {
-        if self.shared.is_some() && self.shared_only && self.gate.enabled() {
+        if self.mode.shared_only() && self.gate.enabled() {
             return None;
         }
         let verdict = self.gate.probe(id);
-        if verdict == Verdict::Reject && !self.shared_only && self.shared.is_some() {
+        if verdict == Verdict::Reject && matches!(self.mode, super::Mode::Strict(_)) {
             return None;
         }
         Some(verdict)
@@ -23,11 +23,11 @@ impl<R: Rows> ShieldedReader<R> {
     /// one round trip decides (a failure answers maybe); in strict mode,
     /// the replica's "no" stands only if Redis agrees.
     pub(super) async fn verdict_from_redis(&self, id: &R::Key) -> Verdict {
-        let Some(shared) = &self.shared else {
+        let Some(shared) = self.shared() else {
             return Verdict::Pass;
         };
         let maybe = shared.maybe_contains(id).await;
-        if self.shared_only {
+        if self.mode.shared_only() {
             return if maybe {
                 Verdict::Pass
             } else {
@@ -50,7 +50,7 @@ impl<R: Rows> ShieldedReader<R> {
     where
         R::Key: Clone,
     {
-        let Some(shared) = self.shared.as_ref().filter(|_| self.gate.enabled()) else {
+        let Some(shared) = self.shared().filter(|_| self.gate.enabled()) else {
             return self.gate.check_many(keys);
         };
         let to_verdict = |maybe: bool| {
@@ -60,7 +60,7 @@ impl<R: Rows> ShieldedReader<R> {
                 Verdict::Reject
             }
         };
-        if self.shared_only {
+        if self.mode.shared_only() {
             return shared
                 .maybe_contains_many(keys)
                 .await
@@ -90,7 +90,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// (its row committed after this instance cached its absence) is in
     /// the shared filter at once, and here only when the outbox delivers.
     fn doubts_negatives(&self) -> bool {
-        self.shared.is_some() && self.gate.enabled()
+        self.shared().is_some() && self.gate.enabled()
     }
 
     /// Whether L1's entry for `id` may answer: always, except a "not
@@ -102,10 +102,10 @@ impl<R: Rows> ShieldedReader<R> {
         if !self.doubts_negatives() || !matches!(self.l1.get(id), Some(Entry::Missing)) {
             return true;
         }
-        if asked || self.shared_only {
+        if asked || self.mode.shared_only() {
             return false;
         }
-        let Some(shared) = &self.shared else {
+        let Some(shared) = self.shared() else {
             return true;
         };
         !shared.maybe_contains(id).await

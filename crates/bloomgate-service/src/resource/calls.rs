@@ -66,7 +66,7 @@ impl<R: Guarded> Resource<R> {
         }
         // Strict and redis modes: every instance sees the keys in Redis
         // before the call answers (the outbox reaches them later).
-        if let Some(shared) = &self.reader.shared {
+        if let Some(shared) = self.reader.shared() {
             if let Err(e) = shared.insert_many(keys).await {
                 tracing::warn!(resource = %self.name, error = %e, "adding keys to the shared filter failed");
                 return Err(AppError::Unavailable(
@@ -167,7 +167,7 @@ impl<R: Guarded> Resource<R> {
         R::Key: Clone,
     {
         self.counters.exists_checked.fetch_add(1, Ordering::Relaxed);
-        if self.reader.shared.is_none() || !self.reader.gate.enabled() {
+        if self.reader.shared().is_none() || !self.reader.gate.enabled() {
             return self.reader.gate.check(key) != Verdict::Reject;
         }
         self.reader.verdicts(std::slice::from_ref(key)).await[0] != Verdict::Reject

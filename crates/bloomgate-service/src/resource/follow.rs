@@ -82,7 +82,7 @@ impl<R: Guarded> Follower for Resource<R> {
 
     fn share_creates<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let Some(shared) = &self.reader.shared else {
+            let Some(shared) = self.reader.shared() else {
                 return;
             };
             let keys = self.parsed(keys);

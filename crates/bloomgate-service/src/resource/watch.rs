@@ -79,7 +79,7 @@ pub(super) async fn watch<R: Guarded>(
                 }
                 if !fresh.is_empty() {
                     // Strict and redis modes ask the shared filter too.
-                    if let Some(shared) = &r.reader.shared {
+                    if let Some(shared) = r.reader.shared() {
                         if let Err(e) = shared.insert_many(&fresh).await {
                             tracing::warn!(resource = %r.name, error = %e, "watch: adding keys to the shared filter failed");
                         }

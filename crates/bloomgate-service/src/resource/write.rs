@@ -50,7 +50,7 @@ impl Resource<SkuStore> {
             sku.ok_or_else(|| AppError::Conflict("could not allocate an id; retry".into()))?;
         // Any cached "not found" for it (in Redis or L1, or being loaded) is
         // dropped, so the next read loads it from SQL.
-        if let Some(shared) = &self.reader.shared {
+        if let Some(shared) = self.reader.shared() {
             // Every instance must see it in Redis before the create answers:
             // a few tries within the request (each under redis_timeout_ms).
             let mut tries = 0;

@@ -16,13 +16,9 @@ pub fn readiness(state: &AppState) -> (bool, Value) {
     let mut resources = Map::new();
     let mut waiting = Vec::new();
     let sku_builds = state.cache_config().bloom_build_on_start;
-    let gates = std::iter::once((
-        crate::store::SKU_RESOURCE,
-        &state.skus.reader.gate,
-        sku_builds,
-    ))
-    .filter(|_| state.demo)
-    .chain(state.resources.iter().map(|r| (&*r.name, r.gate(), true)));
+    let gates = std::iter::once((crate::store::SKU_RESOURCE, state.skus.gate(), sku_builds))
+        .filter(|_| state.demo)
+        .chain(state.resources.iter().map(|r| (&*r.name, r.gate(), true)));
     for (name, gate, builds) in gates {
         let (ready, v) = gate.readiness(builds);
         if !ready {

@@ -54,9 +54,19 @@ pub trait Follower: Send + Sync {
 
 impl Outbox {
     /// Follows `name`'s entries into `table` (weakly held: the table's
-    /// owners decide when it ends).
+    /// owners decide when it ends). A name a live table holds stays its:
+    /// a second one would take its entries away (its creates would never
+    /// reach its filter).
     pub fn register(&self, name: &str, table: std::sync::Weak<dyn Follower>) {
-        lock(&self.tables).insert(name.to_owned(), table);
+        let mut tables = lock(&self.tables);
+        if tables.get(name).is_some_and(|t| t.strong_count() > 0) {
+            tracing::error!(
+                resource = name,
+                "a second table under one resource name: its outbox entries stay the first one's"
+            );
+            return;
+        }
+        tables.insert(name.to_owned(), table);
     }
 
     /// The registered tables still alive.
