@@ -435,6 +435,16 @@ impl Gate {
         }
     }
 
+    /// Whether the published filter holds `key`, vouched or not (`None`:
+    /// the gate is off or has published no filter).
+    #[must_use]
+    pub fn holds<K: BloomKey>(&self, key: K) -> Option<bool> {
+        if !self.config.enabled {
+            return None;
+        }
+        self.current.load().as_deref().map(|f| f.contains(&key))
+    }
+
     /// Says whether this instance can read the change feed: while it
     /// cannot, its filter's "no" is not turned into a 404. Returns true
     /// when that changed.

@@ -46,6 +46,7 @@ pub mod audit;
 mod batch;
 mod figures;
 mod inline;
+mod invalidate;
 mod mode;
 mod verdict;
 mod warm;
@@ -97,6 +98,18 @@ pub trait Rows: Clone + Send + Sync + std::fmt::Debug + 'static {
     fn pause_id(_key: &Self::Key) -> i64 {
         i64::MIN
     }
+
+    /// Whether the filter may judge `key` and a cache hold its row: false
+    /// for a [`Key::Loose`] key.
+    fn judged(_key: &Self::Key) -> bool {
+        true
+    }
+
+    /// What a filter holds once a row with a loose key was added, when
+    /// this source's keys may be loose (see [`crate::key::Fold`]).
+    fn loose_mark(&self) -> Option<Self::Key> {
+        None
+    }
 }
 
 impl Rows for SkuStore {
@@ -140,6 +153,14 @@ impl Rows for SourceRows {
 
     fn audit<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.0.audit(key)
+    }
+
+    fn judged(key: &Key) -> bool {
+        key.judged()
+    }
+
+    fn loose_mark(&self) -> Option<Key> {
+        self.0.fold().has_loose().then(|| Key::Loose(String::new()))
     }
 }
 
@@ -389,14 +410,29 @@ impl<R: Rows> ShieldedReader<R> {
     /// # Errors
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
-        let (verdict, asked) = match self.verdict_now(&id) {
+        if !R::judged(&id) {
+            self.gate.tally(Verdict::Unvouched);
+            return self.lookup_uncached(&id).await;
+        }
+        let (mut verdict, asked) = match self.verdict_now(&id) {
             Some(verdict) => (verdict, false),
             None => (self.verdict_from_redis(&id).await, true),
         };
+        let loose = self.loose_rows().await;
+        if loose && verdict == Verdict::Reject {
+            verdict = Verdict::Unvouched;
+        }
         self.gate.tally(verdict);
         if verdict == Verdict::Reject {
             self.audit_refusal(&id);
             return Ok(Lookup::Missing(Source::Filter));
+        }
+        if loose {
+            let answer = self.lookup_uncached(&id).await;
+            if let Ok(answer) = &answer {
+                self.after_gate(verdict, answer);
+            }
+            return answer;
         }
         let answer = self.lookup_past_the_gate(id, asked).await;
         if let Ok(answer) = &answer {
@@ -428,6 +464,21 @@ impl<R: Rows> ShieldedReader<R> {
                 LoadError::Stopped => AppError::Unavailable("the load stopped".into()),
             }),
             None => Err(AppError::Unavailable("the load stopped".into())),
+        }
+    }
+
+    /// A read of SQL alone, through the bulkhead, with nothing cached and
+    /// no load shared: for a key whose spellings the caches cannot tell
+    /// apart (see [`crate::key::Fold`]).
+    async fn lookup_uncached(&self, id: &R::Key) -> LookupResult<R::Row> {
+        self.l1_counters.misses.incr();
+        let Some(_slot) = self.bulkhead.slot().await else {
+            return Err(AppError::Overloaded);
+        };
+        match self.store.get(id).await {
+            Ok(Some(row)) => Ok(Lookup::Found(Cached::new(row), Source::Sql)),
+            Ok(None) => Ok(Lookup::Missing(Source::Sql)),
+            Err(e) => Err(AppError::Unavailable(e.to_string())),
         }
     }
 
@@ -530,62 +581,5 @@ impl<R: Rows> ShieldedReader<R> {
             from: Source::Sql,
             lease,
         })
-    }
-
-    /// Drops an id from Redis and L1 and detaches its load in flight. Every
-    /// write calls this after its SQL commit, before it answers.
-    pub async fn invalidate(&self, id: &R::Key) {
-        if let Some(redis) = &self.redis {
-            if let Err(e) = redis.invalidate(id).await {
-                tracing::warn!(%id, error = %e, "redis DEL failed; the entry expires with its TTL");
-            }
-        }
-        self.invalidate_local(id);
-    }
-
-    /// [`ShieldedReader::invalidate`] for many keys, Redis in one round
-    /// trip. Returns whether Redis confirmed the deletes (true without
-    /// Redis); when it did not, they are owed and this instance reads
-    /// around Redis for those keys, but other instances may still read
-    /// what Redis holds.
-    pub async fn invalidate_many(&self, keys: &[R::Key]) -> bool {
-        let confirmed = match &self.redis {
-            Some(redis) => match redis.invalidate_many(keys).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(keys = keys.len(), error = %e, "redis DEL failed; owed");
-                    false
-                }
-            },
-            None => true,
-        };
-        for k in keys {
-            self.invalidate_local(k);
-        }
-        confirmed
-    }
-
-    /// This instance's part of an invalidation: under the id's shard lock,
-    /// bump the write counter, detach the load in flight, drop the L1
-    /// entry. Also applied for writes made through other instances.
-    pub fn invalidate_local(&self, id: &R::Key) {
-        let mut shard = lock(self.shard(id));
-        shard.writes += 1;
-        shard.flights.remove(id);
-        self.l1.invalidate(id);
-    }
-
-    /// [`ShieldedReader::invalidate_local`] for every id at once (this
-    /// instance may have missed writes): each shard's write counter is
-    /// bumped and its loads in flight detached under its lock, then L1 is
-    /// emptied, so a load that read SQL before this call cannot store its
-    /// (possibly older) row into L1 after it.
-    pub fn invalidate_all_local(&self) {
-        for s in self.shards.iter() {
-            let mut shard = lock(s);
-            shard.writes += 1;
-            shard.flights.clear();
-        }
-        self.l1.invalidate_all();
     }
 }

@@ -382,6 +382,7 @@ impl<R: Guarded> Resource<R> {
                 shared.outbox.clone(),
             )
             .with_identity(identity.clone())
+            .with_fold(reader.store.fold())
         });
         let r = Arc::new(Self {
             epochs: EpochCounters::default(),
@@ -413,6 +414,12 @@ impl<R: Guarded> Resource<R> {
     #[must_use]
     pub fn key_type(&self) -> KeyType {
         self.reader.store.key_type()
+    }
+
+    /// How text keys are folded (see [`crate::key::Fold`]).
+    #[must_use]
+    pub fn fold(&self) -> crate::key::Fold {
+        self.reader.store.fold()
     }
 
     /// Reads the SQL table's watch column every `every` once started.

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::key::{Key, KeyType};
+use crate::key::{Fold, Key, KeyType};
 use crate::store::{SkuStore, StoreError};
 
 /// A boxed future, as the object-safe traits here return.
@@ -115,6 +115,12 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
 pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
     /// [`Source::key_type`].
     fn key_type(&self) -> KeyType;
+
+    /// How the source compares text keys: [`Fold::Exact`] (byte for byte)
+    /// unless it knows better.
+    fn fold(&self) -> Fold {
+        Fold::Exact
+    }
 
     /// [`Source::load`].
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>>;

@@ -4,24 +4,23 @@
 //! the SKU table and every resource alike, at start and when another
 //! instance announces a rebuild:
 //!
-//! 1. its metadata ([`FilterMeta`]) must describe this filter: the same
-//!    layout, rate, key type and identity (database, table, key column).
-//!    Metadata that lacks a field (an earlier release's) is refused; the
+//! 1. its metadata ([`FilterMeta`]) must describe this filter: layout,
+//!    rate, key type and identity (database, table, key column, fold).
+//!    An earlier release's metadata, which lacks a field, is refused; the
 //!    caller answers with a scan and, at start, a republish;
-//! 2. its position must not be ahead of this database's outbox: such a
-//!    filter was made against another database (one recreated, or
-//!    restored from a backup), and what it lacks could not be replayed;
+//! 2. its position must not be ahead of this database's outbox (such a
+//!    filter was made against another database, one recreated or
+//!    restored, and what it lacks could not be replayed);
 //! 3. its bytes are read and decoded (the filter library verifies them);
-//! 4. it becomes the filter being built, so every insert from then on
+//! 4. it becomes the filter being built: every insert from then on
 //!    reaches it too;
-//! 5. the keys created after its position are replayed from the outbox
-//!    (refused when the outbox was trimmed past it);
-//! 6. it is published, unless a rebuild took over meanwhile (its filter,
-//!    published when it finishes, is as new).
+//! 5. the keys created after its position are replayed from the outbox,
+//!    folded as the table's are (refused when trimmed past it);
+//! 6. it is published, unless a rebuild took over meanwhile.
 //!
-//! So every key is held: those created up to the position (the watermark
-//! noted before the scan or copy) are in the bytes, the rest in the replay
-//! or, once step 4 ran, inserted straight into the filter.
+//! So every key is held: up to the position (the watermark noted before
+//! the scan or copy) in the bytes, after it in the replay or, once step 4
+//! ran, inserted straight into the filter.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,8 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Gate;
 use crate::config::BloomLayout;
-use crate::key::Key;
-use crate::key::KeyType;
+use crate::key::{Fold, Key, KeyType};
 use crate::store::StoreError;
 
 /// A positioned filter's metadata (a snapshot's JSON, an epoch's hash).
@@ -184,14 +182,15 @@ impl FilterMeta {
     }
 }
 
-/// The filter this instance would build: what an adopted one must match
-/// (the configured layout and rate, the keys' type).
+/// The filter this instance would build, which an adopted one must match
+/// (its fold also folds the replayed keys).
 #[derive(Debug, Clone, Copy)]
 #[allow(missing_docs)]
 pub struct Want<'a> {
     pub layout: BloomLayout,
     pub fpp: f64,
     pub key_type: KeyType,
+    pub fold: Fold,
     /// This database's identity for the table (`None` until it is known).
     pub identity: Option<&'a str>,
 }
@@ -259,8 +258,8 @@ pub enum AdoptError {
     /// Its bytes do not decode as a filter of this layout.
     #[error("it does not decode: {0}")]
     Decode(String),
-    /// A rebuild runs here (or, at a restore, a filter is published); its
-    /// scan may predate the filter offered: a caller asks for another.
+    /// A rebuild runs here (its scan may predate the filter offered: ask
+    /// for another), or, at a restore, a filter is published.
     #[error("a rebuild runs here")]
     Busy,
     /// A rebuild took over during the replay: its filter is as new.
@@ -269,8 +268,7 @@ pub enum AdoptError {
 }
 
 impl AdoptError {
-    /// A rebuild here that began after the adoption made it needless:
-    /// nothing to answer.
+    /// A rebuild here made the adoption needless: nothing to answer.
     #[must_use]
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::TookOver)
@@ -331,7 +329,7 @@ impl Gate {
             return Err(AdoptError::Busy);
         }
         let filter = self.begin_adopt(filter).ok_or(AdoptError::Busy)?;
-        let keys = match replay(log, meta.outbox, resource, want.key_type).await {
+        let keys = match replay(log, meta.outbox, resource, want).await {
             Ok(keys) => keys,
             Err(e) => {
                 self.abandon_adopt(&filter);
@@ -351,7 +349,7 @@ async fn replay<L: ChangeLog>(
     log: &L,
     from: i64,
     resource: &str,
-    key_type: KeyType,
+    want: &Want<'_>,
 ) -> Result<Vec<Key>, AdoptError> {
     let created = log
         .created_keys_after(from, resource)
@@ -360,8 +358,9 @@ async fn replay<L: ChangeLog>(
         .ok_or(AdoptError::Trimmed(from))?;
     let mut keys = created
         .iter()
-        .map(|raw| Key::parse(key_type, raw).map_err(|e| AdoptError::BadKey(e.to_string())))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|raw| want.fold.parse(want.key_type, raw))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(AdoptError::BadKey)?;
     keys.sort_unstable();
     keys.dedup();
     Ok(keys)
@@ -559,6 +558,7 @@ mod tests {
             layout: BloomLayout::Blocked,
             fpp: 0.001,
             key_type: KeyType::Text,
+            fold: Fold::Exact,
             identity: Some("mysql:3306/shop:users.id:Text"),
         };
         m.check(&want).unwrap();

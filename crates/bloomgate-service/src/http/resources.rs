@@ -77,6 +77,7 @@ impl JsonKeys for SkuStore {
 impl JsonKeys for SourceRows {
     fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<Key, AppError> {
         Key::from_json(self.0.key_type(), v)
+            .map(|k| self.0.fold().apply(k))
             .map_err(|e| AppError::BadRequest(format!("keys[{i}]: {e}")))
     }
 
@@ -155,7 +156,7 @@ pub fn sku_routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
 }
 
 async fn read(r: Arc<Resource>, raw: String) -> Response {
-    let key = match Key::parse(r.key_type(), &raw) {
+    let key = match r.fold().parse(r.key_type(), &raw) {
         Ok(k) => k,
         Err(e) => return AppError::BadRequest(e).into_response(),
     };
@@ -177,7 +178,7 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
 /// way: a key that does not parse, and every read that goes on to Redis
 /// or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
-    let key = Key::parse(r.key_type(), raw).ok()?;
+    let key = r.fold().parse(r.key_type(), raw).ok()?;
     let answer = r.reader.lookup_now(&key)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome_only(outcome.label());

@@ -26,12 +26,19 @@ impl<R: Rows> ShieldedReader<R> {
         Fut: std::future::Future<Output = Result<Vec<(R::Key, R::Row)>, StoreError>>,
     {
         let verdicts = self.verdicts(keys).await;
+        // Where a row's key may be loose, L1 does not answer (see
+        // `Fold`): every key that passed is loaded.
+        let l1_answers = !self.loose_rows().await;
         let mut answers: Vec<Option<BatchRow<R::Row>>> = vec![None; keys.len()];
         let (mut to_load, mut negative) = (Vec::new(), Vec::new());
         for (i, (k, v)) in keys.iter().zip(&verdicts).enumerate() {
             if *v == Verdict::Reject {
                 self.audit_refusal(k);
                 answers[i] = Some(None);
+                continue;
+            }
+            if !l1_answers || !R::judged(k) {
+                to_load.push(i);
                 continue;
             }
             match self.l1.get(k) {

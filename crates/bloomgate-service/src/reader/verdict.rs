@@ -42,11 +42,54 @@ impl<R: Rows> ShieldedReader<R> {
         }
     }
 
+    /// Whether a row with a loose key may exist ([`Rows::loose_mark`]):
+    /// then the filter's "no" does not stand and no cache answers. Asked of
+    /// the filter that judges reads (the shared one in `redis` mode); a
+    /// filter that cannot say counts as holding the mark.
+    pub(super) async fn loose_rows(&self) -> bool {
+        let Some(mark) = self.store.loose_mark() else {
+            return false;
+        };
+        match self.loose_rows_now(&mark) {
+            Some(loose) => loose,
+            None => match self.shared() {
+                Some(shared) => shared.maybe_contains(&mark).await,
+                None => true,
+            },
+        }
+    }
+
+    /// [`Self::loose_rows`] when no Redis round trip is needed: `None` in
+    /// `redis` mode.
+    fn loose_rows_now(&self, mark: &R::Key) -> Option<bool> {
+        if self.mode.shared_only() && self.gate.enabled() {
+            return None;
+        }
+        Some(self.gate.holds(mark).unwrap_or(true))
+    }
+
     /// The verdicts of many keys as [`Self::lookup`] would reach them: in
     /// `redis` mode one batch of Redis checks decides; in strict mode the
     /// replica's "no"s stand only where Redis agrees; otherwise the
     /// replica's batch call alone. Not counted as reads.
     pub async fn verdicts(&self, keys: &[R::Key]) -> Vec<Verdict>
+    where
+        R::Key: Clone,
+    {
+        let mut verdicts = self.filter_verdicts(keys).await;
+        if self.store.loose_mark().is_some() {
+            let loose = verdicts.contains(&Verdict::Reject) && self.loose_rows().await;
+            for (v, k) in verdicts.iter_mut().zip(keys) {
+                if *v == Verdict::Reject && (loose || !R::judged(k)) {
+                    *v = Verdict::Unvouched;
+                }
+            }
+        }
+        verdicts
+    }
+
+    /// [`Self::verdicts`] as the filters alone give them.
+    async fn filter_verdicts(&self, keys: &[R::Key]) -> Vec<Verdict>
     where
         R::Key: Clone,
     {
@@ -116,6 +159,13 @@ impl<R: Rows> ShieldedReader<R> {
     /// Redis or SQL (or ask Redis first); nothing is counted then, so the
     /// caller's `lookup` counts the read once.
     pub fn lookup_now(&self, id: &R::Key) -> Option<Lookup<R::Row>> {
+        if let Some(mark) = self.store.loose_mark() {
+            // A loose key, or a filter that holds the mark: `lookup` reads
+            // around the caches.
+            if !R::judged(id) || self.loose_rows_now(&mark) != Some(false) {
+                return None;
+            }
+        }
         let verdict = self.verdict_now(id)?;
         if verdict == Verdict::Reject {
             self.gate.tally(verdict);

@@ -167,7 +167,8 @@ impl<R: Guarded> Resource<R> {
         R::Key: Clone,
     {
         self.counters.exists_checked.fetch_add(1, Ordering::Relaxed);
-        if self.reader.shared().is_none() || !self.reader.gate.enabled() {
+        let plain = self.reader.store.loose_mark().is_none();
+        if plain && (self.reader.shared().is_none() || !self.reader.gate.enabled()) {
             return self.reader.gate.check(key) != Verdict::Reject;
         }
         self.reader.verdicts(std::slice::from_ref(key)).await[0] != Verdict::Reject

@@ -120,6 +120,7 @@ impl<R: Guarded> Resource<R> {
             layout: gate.layout(),
             fpp: gate.fpp(),
             key_type: self.key_type(),
+            fold: self.fold(),
             identity: self.identity.as_deref(),
         };
         let bytes = async {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::key::{Key, KeyType};
+use crate::key::{Fold, Key, KeyType};
 use crate::reader::{Rows, SourceRows};
 use crate::source::{BoxFuture, KeyScan, ScanOf};
 use crate::store::{SkuStore, StoreError};
@@ -19,6 +19,11 @@ pub type RowsFuture<'a, R> =
 pub trait Guarded: Rows {
     /// How keys are spelled.
     fn key_type(&self) -> KeyType;
+
+    /// How text keys are folded before they are judged or cached.
+    fn fold(&self) -> Fold {
+        Fold::Exact
+    }
 
     /// A key as the outbox spells it.
     ///
@@ -94,8 +99,12 @@ impl Guarded for SourceRows {
         self.0.key_type()
     }
 
+    fn fold(&self) -> Fold {
+        self.0.fold()
+    }
+
     fn parse_key(&self, raw: &str) -> Result<Key, String> {
-        Key::parse(self.0.key_type(), raw)
+        self.0.fold().parse(self.0.key_type(), raw)
     }
 
     fn load_many<'a>(&'a self, keys: &'a [Key]) -> RowsFuture<'a, Self> {

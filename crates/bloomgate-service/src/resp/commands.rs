@@ -7,7 +7,7 @@ use super::connection::{answer, unknown_command, Session, SPECS};
 use super::reply::Out;
 use super::{Filter, Registry, Target};
 use crate::error::AppError;
-use crate::key::Key;
+use crate::key::{Fold, Key};
 use crate::metrics::resp::COMMANDS;
 
 /// Answers one command (`args`, at least one) into `out`.
@@ -166,24 +166,24 @@ async fn bloom(
 
 /// The parsed key of `raw` for `t`, or `None` where it cannot be in the
 /// column (not UTF-8, not an integer for an integer key, empty, too long).
-fn key_of<K: FromRaw>(raw: &[u8], ty: crate::key::KeyType) -> Option<K> {
-    K::from_raw(std::str::from_utf8(raw).ok()?, ty)
+fn key_of<K: FromRaw>(raw: &[u8], ty: crate::key::KeyType, fold: Fold) -> Option<K> {
+    K::from_raw(std::str::from_utf8(raw).ok()?, ty, fold)
 }
 
 /// How a raw item becomes a resource's key.
 trait FromRaw: Sized {
-    fn from_raw(raw: &str, ty: crate::key::KeyType) -> Option<Self>;
+    fn from_raw(raw: &str, ty: crate::key::KeyType, fold: Fold) -> Option<Self>;
 }
 
 impl FromRaw for i64 {
-    fn from_raw(raw: &str, _: crate::key::KeyType) -> Option<Self> {
+    fn from_raw(raw: &str, _: crate::key::KeyType, _: Fold) -> Option<Self> {
         raw.parse::<i64>().ok().filter(|&id| id > 0)
     }
 }
 
 impl FromRaw for Key {
-    fn from_raw(raw: &str, ty: crate::key::KeyType) -> Option<Self> {
-        Key::parse(ty, raw).ok()
+    fn from_raw(raw: &str, ty: crate::key::KeyType, fold: Fold) -> Option<Self> {
+        fold.parse(ty, raw).ok()
     }
 }
 
@@ -209,7 +209,7 @@ where
     let mut keys = Vec::with_capacity(items.len());
     let mut at = Vec::with_capacity(items.len());
     for (i, raw) in items.iter().enumerate() {
-        if let Some(k) = key_of::<R::Key>(raw, ty) {
+        if let Some(k) = key_of::<R::Key>(raw, ty, r.fold()) {
             keys.push(k);
             at.push(i);
         }
@@ -233,11 +233,11 @@ where
 /// The filter's answer for one item, without the batch's buffers.
 async fn exists_one(t: &Target, raw: &[u8]) -> bool {
     match &t.filter {
-        Filter::Skus(r) => match key_of::<i64>(raw, r.key_type()) {
+        Filter::Skus(r) => match key_of::<i64>(raw, r.key_type(), r.fold()) {
             Some(k) => r.exists_one(&k).await,
             None => false,
         },
-        Filter::Table(r) => match key_of::<Key>(raw, r.key_type()) {
+        Filter::Table(r) => match key_of::<Key>(raw, r.key_type(), r.fold()) {
             Some(k) => r.exists_one(&k).await,
             None => false,
         },
@@ -264,7 +264,7 @@ where
 {
     let mut keys = Vec::with_capacity(items.len());
     for raw in items {
-        let Some(k) = key_of::<R::Key>(raw, ty) else {
+        let Some(k) = key_of::<R::Key>(raw, ty, r.fold()) else {
             return Err(format!(
                 "ERR '{}' cannot be a key of {} (its keys are {})",
                 String::from_utf8_lossy(&raw[..raw.len().min(64)]),

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::BloomLayout;
 use crate::feed::outbox::Outbox;
 use crate::gate::{AdoptError, FilterMeta, Gate, How, MetaRead, Want};
-use crate::key::KeyType;
+use crate::key::{Fold, KeyType};
 
 /// The metadata file's format version.
 const VERSION: u32 = 1;
@@ -78,6 +78,8 @@ pub struct Persist {
     resource: Arc<str>,
     /// What the filter holds (see [`FilterMeta`]).
     identity: Option<Arc<str>>,
+    /// How its text keys are folded (replayed keys too).
+    fold: Fold,
 }
 
 fn meta_path(path: &Path) -> PathBuf {
@@ -137,7 +139,15 @@ impl Persist {
             key_type,
             resource: Arc::from(resource),
             identity: None,
+            fold: Fold::Exact,
         }
+    }
+
+    /// Snapshots of a filter whose text keys are folded by `fold`.
+    #[must_use]
+    pub const fn with_fold(mut self, fold: Fold) -> Self {
+        self.fold = fold;
+        self
     }
 
     /// Snapshots of a filter holding `identity` (see [`FilterMeta`]).
@@ -220,6 +230,7 @@ impl Persist {
             layout: self.layout,
             fpp: self.fpp,
             key_type: self.key_type,
+            fold: self.fold,
             identity: self.identity.as_deref(),
         };
         let path = self.path.clone();

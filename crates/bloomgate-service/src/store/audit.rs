@@ -33,22 +33,13 @@ pub(super) async fn row_exists(
     key: &Key,
 ) -> Result<bool, StoreError> {
     store.counters.background.fetch_add(1, Ordering::Relaxed);
-    // The same bytes, not a key the column's collation calls equal (a
-    // case-insensitive MySQL collation finds `u1001` for `U1001`): the
-    // audit judges the filter, which holds exact keys. The first `=`
-    // keeps the index.
-    let q = match (store.backend, key) {
-        (Backend::MySql, Key::Text(_)) => format!(
-            "SELECT 1 FROM {table} WHERE {column} = {} AND BINARY {column} = {}",
-            store.ph(1),
-            store.ph(2)
-        ),
-        _ => format!("SELECT 1 FROM {table} WHERE {column} = {}", store.ph(1)),
-    };
-    let q = match (store.backend, key) {
-        (_, Key::Int(i)) => sqlx::query(&q).bind(*i),
-        (Backend::MySql, Key::Text(t)) => sqlx::query(&q).bind(t.clone()).bind(t.clone()),
-        (_, Key::Text(t)) => sqlx::query(&q).bind(t.clone()),
+    // As the column compares: the filter holds keys folded as its
+    // collation compares (see `crate::key::Fold`), so a row any spelling
+    // of the refused key finds is a false negative.
+    let q = format!("SELECT 1 FROM {table} WHERE {column} = {}", store.ph(1));
+    let q = match key {
+        Key::Int(i) => sqlx::query(&q).bind(*i),
+        Key::Text(t) | Key::Loose(t) => sqlx::query(&q).bind(t.clone()),
     };
     let row = q
         .fetch_optional(&store.pool)

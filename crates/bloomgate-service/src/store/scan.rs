@@ -8,7 +8,7 @@ use futures_util::TryStreamExt;
 
 use super::*;
 use crate::filter::KeyBatch;
-use crate::key::{Key, KeyType};
+use crate::key::{Fold, Key, KeyType};
 
 /// A part of the key space a rebuild reads on its own, in the source's
 /// own key order: ascending, the keys above `after` and at most `upto`;
@@ -167,15 +167,18 @@ struct Chunks<'s> {
     ints: Vec<i64>,
     texts: Vec<Key>,
     page: Page,
+    /// How text keys are folded before the sink sees them.
+    fold: Fold,
 }
 
 impl<'s> Chunks<'s> {
-    fn new(sink: &'s (dyn Fn(KeyBatch<'_>) + Send + Sync)) -> Self {
+    fn new(sink: &'s (dyn Fn(KeyBatch<'_>) + Send + Sync), fold: Fold) -> Self {
         Self {
             sink,
             ints: Vec::new(),
             texts: Vec::new(),
             page: Page::default(),
+            fold,
         }
     }
 
@@ -187,7 +190,7 @@ impl<'s> Chunks<'s> {
     }
 
     fn text(&mut self, k: String) {
-        self.texts.push(Key::Text(k));
+        self.texts.push(self.fold.apply(Key::Text(k)));
         if self.texts.len() == CHUNK {
             self.flush();
         }
@@ -217,16 +220,16 @@ impl<'s> Chunks<'s> {
 /// One page through a driver's own pool: the same statement and binds,
 /// rows decoded as the driver's types.
 macro_rules! native_page {
-    ($pool:expr, $q:expr, $binds:expr, $key_type:expr, $sink:expr) => {{
+    ($pool:expr, $q:expr, $binds:expr, $key_type:expr, $fold:expr, $sink:expr) => {{
         let mut query = sqlx::query($q);
         for b in $binds {
             query = match b {
                 Key::Int(i) => query.bind(*i),
-                Key::Text(s) => query.bind(s.as_str()),
+                Key::Text(s) | Key::Loose(s) => query.bind(s.as_str()),
             };
         }
         let mut rows = query.fetch($pool);
-        let mut chunks = Chunks::new($sink);
+        let mut chunks = Chunks::new($sink, $fold);
         while let Some(row) = rows.try_next().await? {
             // A NULL key names no row a read could ask for: skipped.
             match $key_type {
@@ -446,22 +449,23 @@ impl SkuStore {
         q: &str,
         binds: &[Key],
         key_type: KeyType,
+        fold: Fold,
         sink: &(dyn Fn(KeyBatch<'_>) + Send + Sync),
     ) -> Result<Page, StoreError> {
         let read = async {
             match &self.scan_pool {
-                ScanPool::MySql(pool) => native_page!(pool, q, binds, key_type, sink),
-                ScanPool::Postgres(pool) => native_page!(pool, q, binds, key_type, sink),
+                ScanPool::MySql(pool) => native_page!(pool, q, binds, key_type, fold, sink),
+                ScanPool::Postgres(pool) => native_page!(pool, q, binds, key_type, fold, sink),
                 ScanPool::None => {
                     let mut query = sqlx::query(q);
                     for b in binds {
                         query = match b {
                             Key::Int(i) => query.bind(*i),
-                            Key::Text(s) => query.bind(s.clone()),
+                            Key::Text(s) | Key::Loose(s) => query.bind(s.clone()),
                         };
                     }
                     let mut rows = query.fetch(&self.pool);
-                    let mut chunks = Chunks::new(sink);
+                    let mut chunks = Chunks::new(sink, fold);
                     while let Some(row) = rows.try_next().await? {
                         match key_type {
                             KeyType::Int => {
@@ -494,7 +498,8 @@ impl SkuStore {
         sink: &(dyn Fn(KeyBatch<'_>) + Send + Sync),
     ) -> Result<Page, StoreError> {
         let (q, binds) = page_statement(self, "id", "id", "skus", range, after, limit);
-        self.stream_page(&q, &binds, KeyType::Int, sink).await
+        self.stream_page(&q, &binds, KeyType::Int, Fold::Exact, sink)
+            .await
     }
 }
 

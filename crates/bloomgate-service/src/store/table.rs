@@ -19,11 +19,14 @@ use sqlx::Row as _;
 
 use crate::config::resources::{is_identifier, ResourceConfig};
 use crate::config::ConfigError;
-use crate::key::{Key, KeyType};
+use crate::key::{Fold, Key, KeyType};
 use crate::source::{BoxFuture, DynSource, KeyBatch, KeyRange, Page, Row};
 use crate::store::{err, page_statement, text_at, Backend, SkuStore, StoreError, Within};
 
+mod catalogue;
 mod watch;
+
+use catalogue::catalogue;
 
 use watch::Watch;
 pub use watch::WatchValue;
@@ -144,6 +147,8 @@ pub struct SqlTable {
     columns: Arc<[Column]>,
     /// The watch column.
     watch: Option<Arc<Watch>>,
+    /// How the key column compares (see [`catalogue`]).
+    fold: Fold,
     /// Counters, shared by clones.
     pub counters: Arc<TableCounters>,
 }
@@ -307,6 +312,14 @@ impl SqlTable {
             KeyType::Int => Kind::Int,
             KeyType::Text => Kind::Text,
         };
+        let fold = match config.key_type {
+            KeyType::Int => Fold::Exact,
+            KeyType::Text => {
+                let (fold, name) = catalogue::key_fold(store, &config.table, &config.key).await?;
+                catalogue::tell(&config.table, &config.key, fold, &name);
+                fold
+            }
+        };
         Ok(Ok(Self {
             store: store.clone(),
             key_type: config.key_type,
@@ -319,14 +332,21 @@ impl SqlTable {
             key_name: config.key.as_str().into(),
             columns: columns.into(),
             watch,
+            fold,
             counters: Arc::default(),
         }))
     }
 
-    /// `table.key` as configured (plain names), for identities.
+    /// `table.key` as configured (plain names), with the key's fold where
+    /// it is not exact, for identities.
     #[must_use]
     pub fn describe(&self) -> String {
-        format!("{}.{}", self.table_name, self.key_name)
+        format!(
+            "{}.{}{}",
+            self.table_name,
+            self.key_name,
+            self.fold.identity_suffix()
+        )
     }
 
     fn bind_key<'q>(
@@ -335,14 +355,16 @@ impl SqlTable {
     ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
         match key {
             Key::Int(i) => q.bind(*i),
-            Key::Text(s) => q.bind(s.clone()),
+            Key::Text(s) | Key::Loose(s) => q.bind(s.clone()),
         }
     }
 
     fn key_from(&self, row: &AnyRow, at: usize) -> Result<Key, sqlx::Error> {
         Ok(match self.key_type {
             KeyType::Int => Key::Int(row.try_get::<i64, _>(at)?),
-            KeyType::Text => Key::Text(text_at(row, at)?.unwrap_or_default()),
+            KeyType::Text => self
+                .fold
+                .apply(Key::Text(text_at(row, at)?.unwrap_or_default())),
         })
     }
 
@@ -405,45 +427,13 @@ fn value(row: &AnyRow, i: usize, kind: Kind) -> Value {
     }
 }
 
-/// `(name, data type, column type)` of each column of `table`, in order.
-async fn catalogue(
-    store: &SkuStore,
-    table: &str,
-) -> Result<Vec<(String, String, String)>, StoreError> {
-    let q = match store.backend() {
-        Backend::Sqlite => {
-            "SELECT name, type, type FROM pragma_table_info(?) ORDER BY cid".to_owned()
-        }
-        Backend::MySql => "SELECT CONVERT(COLUMN_NAME USING utf8mb4), CONVERT(DATA_TYPE USING utf8mb4), CONVERT(COLUMN_TYPE USING utf8mb4) \
-             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? \
-             ORDER BY ORDINAL_POSITION"
-            .to_owned(),
-        Backend::Postgres => "SELECT CAST(column_name AS TEXT), CAST(data_type AS TEXT), CAST(udt_name AS TEXT) \
-             FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 \
-             ORDER BY ordinal_position"
-            .to_owned(),
-    };
-    let rows = sqlx::query(&q)
-        .bind(table.to_owned())
-        .fetch_all(&store.pool)
-        .within(&store.bg_limit, "catalogue")
-        .await
-        .map_err(err("catalogue"))?;
-    rows.iter()
-        .map(|r| {
-            Ok((
-                text_at(r, 0)?.unwrap_or_default(),
-                text_at(r, 1)?.unwrap_or_default(),
-                text_at(r, 2)?.unwrap_or_default(),
-            ))
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(err("catalogue"))
-}
-
 impl DynSource for SqlTable {
     fn key_type(&self) -> KeyType {
         self.key_type
+    }
+
+    fn fold(&self) -> Fold {
+        self.fold
     }
 
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Row>, StoreError>> {
@@ -477,8 +467,18 @@ impl DynSource for SqlTable {
         keys: &'a [Key],
     ) -> BoxFuture<'a, Result<Vec<(Key, Row)>, StoreError>> {
         Box::pin(async move {
+            // A loose key may find a row spelled otherwise, which the
+            // caller could not match to it: each is loaded alone, under
+            // its own spelling.
+            let (keys, loose): (Vec<&Key>, Vec<&Key>) = keys.iter().partition(|k| k.judged());
+            let mut found = Vec::new();
+            for k in loose {
+                if let Some(row) = self.load(k).await? {
+                    found.push((k.clone(), row));
+                }
+            }
             if keys.is_empty() {
-                return Ok(Vec::new());
+                return Ok(found);
             }
             let phs: Vec<String> = (1..=keys.len()).map(|n| self.store.ph(n)).collect();
             let q = format!(
@@ -490,7 +490,7 @@ impl DynSource for SqlTable {
                 phs.join(", ")
             );
             let mut query = sqlx::query(&q);
-            for k in keys {
+            for k in &keys {
                 query = Self::bind_key(query, k);
             }
             self.count_statement();
@@ -500,10 +500,14 @@ impl DynSource for SqlTable {
                 .within(&self.store.limit, "resource batch load")
                 .await
                 .map_err(err("resource batch load"))?;
-            rows.iter()
-                .map(|r| Ok((self.key_from(r, self.columns.len())?, self.row_from(r))))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(err("resource batch load"))
+            for r in &rows {
+                found.push((
+                    self.key_from(r, self.columns.len())
+                        .map_err(err("resource batch load"))?,
+                    self.row_from(r),
+                ));
+            }
+            Ok(found)
         })
     }
 
@@ -588,7 +592,7 @@ impl DynSource for SqlTable {
             self.count_statement();
             self.counters.scans.fetch_add(1, Ordering::Relaxed);
             self.store
-                .stream_page(&q, &binds, self.key_type, sink)
+                .stream_page(&q, &binds, self.key_type, self.fold, sink)
                 .await
         })
     }

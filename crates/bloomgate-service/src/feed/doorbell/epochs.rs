@@ -356,6 +356,7 @@ impl Doorbell {
             layout: gate.layout(),
             fpp: gate.fpp(),
             key_type: crate::key::KeyType::Int,
+            fold: crate::key::Fold::Exact,
             identity: identity.as_deref(),
         };
         let bytes = async { self.read_epoch(epoch).await.map_err(AdoptError::Read) };
