@@ -16,7 +16,8 @@ pub enum Action {
     /// Create the outbox tables if needed and install the triggers
     /// (replacing older versions).
     Install,
-    /// Drop every bloomgate trigger on the tables.
+    /// Drop every bloomgate trigger on the tables (and, with `--outbox`,
+    /// bloomgate's own tables).
     Remove,
 }
 
@@ -38,6 +39,11 @@ pub struct CaptureArgs {
     /// command line).
     #[arg(long)]
     database_url: Option<String>,
+    /// With `remove`: also drop bloomgate's own tables (the outbox, its
+    /// state, the migrations), as an install by a DBA made them. Stop
+    /// every instance first.
+    #[arg(long)]
+    outbox: bool,
 }
 
 /// The tables `a` names.
@@ -90,6 +96,8 @@ fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result
 /// A bad configuration or resource name, or the database's refusal.
 pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
     let mut config = bloomgate_service::Config::load(a.config.as_deref())?;
+    // The service's own user, which a DBA's install grants what it needs.
+    let service_user = bloomgate_service::config::text::url_user(&config.database_url);
     if let Some(url) = &a.database_url {
         config.database_url.clone_from(url);
     }
@@ -154,31 +162,57 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
                     println!("DELIMITER ;");
                 }
             }
+            let user = service_user.as_deref().unwrap_or("<the service's user>");
+            println!(
+                "-- the service ({user}) needs SELECT on each table, and, where another role owns \
+                 bloomgate's tables (`capture install` as a DBA grants these itself):"
+            );
+            for s in store.outbox_grants(user) {
+                println!("{s};");
+            }
+            if store.backend() == bloomgate_service::store::Backend::Postgres {
+                println!(
+                    "-- each capture function belongs to the outbox's owner (`capture install` gives it), \
+                     so it never runs with rights that role lacks"
+                );
+            }
         }
         Action::Install => {
             // The outbox tables the triggers write into; the demo SKU
             // table only where the config serves it.
-            store.migrate_for(config.demo()).await?;
-            for c in &targets {
-                let changed = store
-                    .install_capture(&c.target, true)
-                    .await
-                    .with_context(|| format!("installing the triggers of {}", c.name))?;
+            let done = bloomgate_service::feed::capture::install_as_dba(
+                &store,
+                &targets,
+                config.demo(),
+                service_user.as_deref(),
+            )
+            .await
+            .context("installing the capture triggers")?;
+            for (name, changed) in &done.tables {
+                let what = if *changed {
+                    "installed"
+                } else {
+                    "already current"
+                };
+                println!("{name}: {what}");
+            }
+            for (table, owner) in &done.owners {
                 println!(
-                    "{}: {}",
-                    c.name,
-                    if changed {
-                        "installed"
-                    } else {
-                        "already current"
-                    }
+                    "{table}: its capture function now belongs to {owner}, the outbox's owner"
                 );
+            }
+            if let Some(user) = &done.granted {
+                println!("granted {user} SELECT, INSERT, UPDATE, DELETE on bloomgate's tables");
             }
         }
         Action::Remove => {
             for c in &targets {
                 let n = store.remove_capture(&c.target).await?;
                 println!("{}: {n} trigger(s) dropped", c.name);
+            }
+            if a.outbox {
+                store.drop_own_tables().await?;
+                println!("bloomgate's own tables dropped");
             }
         }
     }

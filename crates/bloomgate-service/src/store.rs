@@ -18,6 +18,7 @@ mod capture;
 mod limits;
 mod many;
 mod migrations;
+mod owners;
 mod recorded;
 mod scan;
 pub mod table;
@@ -258,8 +259,7 @@ impl SkuStore {
         Ok(store)
     }
 
-    /// This process's name in the outbox (its own entries are skipped by
-    /// its follower).
+    /// This process's name in the outbox (its follower skips its entries).
     #[must_use]
     pub fn origin(&self) -> &str {
         &self.origin

@@ -471,6 +471,22 @@ async fn bloomgate_tables(pool: &sqlx::AnyPool, postgres: bool) -> i64 {
         .get::<i64, _>(0)
 }
 
+/// The tables of `pool`'s database (schema), sorted.
+async fn tables(pool: &sqlx::AnyPool, postgres: bool) -> Vec<String> {
+    let q = if postgres {
+        "SELECT CAST(tablename AS TEXT) FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1"
+    } else {
+        "SELECT CONVERT(table_name USING utf8mb4) FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY 1"
+    };
+    sqlx::query(q)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect()
+}
+
 /// A service user without the TRIGGER privilege: with no triggers the
 /// start is refused, naming the key, and nothing is written; once a
 /// privileged user installed them, it starts and captures.
@@ -500,6 +516,8 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
         as_user(admin_url, &format!("{user}:np"))
     };
     let mut c = common::config(&service_url, None, &format!("capture-np-{postgres}"));
+    // A user's own database: no demo table.
+    c.demo = None;
     let mut users = common::users_resource("users");
     users.capture = Capture::Triggers;
     c.resources = vec![users];
@@ -521,39 +539,63 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
         "the database untouched"
     );
 
-    // The DBA installs them with their own rights (what `bloomgate
-    // capture install` calls), and grants the service the outbox.
-    let dba = bloomgate_service::store::SkuStore::connect(admin_url)
-        .await
-        .unwrap();
-    let target = target_of("users");
-    assert!(
-        dba.install_capture(&target, true).await.unwrap(),
-        "installed"
-    );
-    assert!(
-        !dba.install_capture(&target, true).await.unwrap(),
-        "idempotent"
-    );
-    dba.close().await;
-    if postgres {
-        exec(
-            &admin,
-            &format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"),
-        )
-        .await;
-        exec(
-            &admin,
-            &format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {user}"),
-        )
-        .await;
-    }
+    // The DBA installs them with their own rights, as `bloomgate capture
+    // install` does: bloomgate's tables, the triggers, and (PostgreSQL,
+    // where the DBA now owns bloomgate's tables) plain DML on those for
+    // the service's user, named by the service's URL.
+    let before = tables(&admin, postgres).await;
+    let dba = bloomgate_service::store::SkuStore::connect_unmigrated(
+        admin_url,
+        &bloomgate_service::config::SqlConfig::default(),
+    )
+    .await
+    .unwrap();
+    let captured = bloomgate_service::feed::capture::targets(&c);
+    let service_user = bloomgate_service::config::text::url_user(&service_url);
+    assert_eq!(service_user.as_deref(), Some(user));
+    let done =
+        bloomgate_service::feed::capture::install_as_dba(&dba, &captured, c.demo(), Some(user))
+            .await
+            .unwrap();
+    assert_eq!(done.tables, [("users".to_string(), true)]);
+    assert_eq!(done.granted.is_some(), postgres, "{done:?}");
+    let again =
+        bloomgate_service::feed::capture::install_as_dba(&dba, &captured, c.demo(), Some(user))
+            .await
+            .unwrap();
+    assert_eq!(again.tables, [("users".to_string(), false)], "idempotent");
     let a = TestServer::start(c.clone(), 0).await;
     let b = TestServer::start(c, 0).await;
     exec(&admin, "INSERT INTO users VALUES ('u700001', 'seen', 1)").await;
     on_every(&[&a, &b], "/api/users/u700001", 200, BOUND).await;
     a.stop().await;
     b.stop().await;
+    if postgres {
+        // The service may not add a trigger to the outbox the DBA owns
+        // (one would run inside the DBA's capture function).
+        let service = sql_pool(&service_url).await;
+        let refused = sqlx::query(
+            "CREATE TRIGGER mine AFTER INSERT ON bloomgate_changes \
+             FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+        )
+        .execute(&service)
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("permission denied") || refused.contains("must be owner"),
+            "{refused}"
+        );
+        service.close().await;
+    }
+    // `capture remove --outbox` leaves the database as it was.
+    for t in &captured {
+        let triggers = if postgres { 1 } else { 3 };
+        assert_eq!(dba.remove_capture(&t.target).await.unwrap(), triggers);
+    }
+    dba.drop_own_tables().await.unwrap();
+    dba.close().await;
+    assert_eq!(tables(&admin, postgres).await, before, "as it was");
     if postgres {
         admin.close().await;
         let root = sql_pool(common::POSTGRES_ADMIN_URL).await;

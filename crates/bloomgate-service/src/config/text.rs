@@ -126,6 +126,36 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The user a database URL names (percent-decoded), if any.
+#[must_use]
+pub fn url_user(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let bytes = user.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok().filter(|u| !u.is_empty())
+}
+
 /// The path and query of a URL with the value of every secret query
 /// parameter (PostgreSQL's `password`, `sslpassword`; any `*password*`,
 /// `*secret*` or `*token*`) replaced by `***`.
@@ -190,7 +220,16 @@ pub fn verify_named_ca(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{public_error, redact_url, verify_named_ca};
+    use super::{public_error, redact_url, url_user, verify_named_ca};
+
+    #[test]
+    fn a_url_names_its_user() {
+        assert_eq!(url_user("postgres://svc:pw@h/db").as_deref(), Some("svc"));
+        assert_eq!(url_user("mysql://a%40b@h:3306/db").as_deref(), Some("a@b"));
+        assert_eq!(url_user("postgres://h/db?user=x"), None);
+        assert_eq!(url_user("sqlite://data/x.db"), None);
+        assert_eq!(url_user("postgres://:pw@h/db"), None);
+    }
 
     #[test]
     fn driver_errors_lose_the_account_they_name() {

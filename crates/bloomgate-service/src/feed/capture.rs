@@ -105,6 +105,51 @@ pub async fn check_before_migrate(
     Ok(Ok(()))
 }
 
+/// What [`install_as_dba`] did, per table and for the service.
+#[derive(Debug, Default)]
+pub struct Installed {
+    /// Each table's name and whether its triggers changed.
+    pub tables: Vec<(String, bool)>,
+    /// Capture functions given to the outbox's owner: (table, owner).
+    pub owners: Vec<(String, String)>,
+    /// The service's user, granted DML on bloomgate's tables.
+    pub granted: Option<String>,
+}
+
+/// `bloomgate capture install` with a DBA's rights: bloomgate's tables
+/// (the demo SKU table only when `demo`), each table's triggers, each
+/// capture function given to the outbox's owner (see
+/// [`crate::store::SkuStore::align_capture_owner`]), and, where this
+/// connection owns bloomgate's tables and `service_user` (the configured
+/// URL's user) is another role, plain DML on them for that role: the
+/// service then starts with no TRIGGER privilege and no right to add
+/// triggers to the outbox.
+///
+/// # Errors
+/// [`StoreError`] from the first step that failed.
+pub async fn install_as_dba(
+    store: &SkuStore,
+    captured: &[Captured],
+    demo: bool,
+    service_user: Option<&str>,
+) -> Result<Installed, StoreError> {
+    store.migrate_for(demo).await?;
+    let mut done = Installed::default();
+    for c in captured {
+        let changed = store.install_capture(&c.target, true).await?;
+        done.tables.push((c.name.clone(), changed));
+        if let Some(owner) = store.align_capture_owner(&c.target).await? {
+            done.owners.push((c.target.table.clone(), owner));
+        }
+    }
+    if let Some(user) = service_user {
+        if store.grant_outbox_to(user).await? {
+            done.granted = Some(user.to_owned());
+        }
+    }
+    Ok(done)
+}
+
 /// After the migrations: installs the triggers that are missing or stale.
 ///
 /// # Errors
@@ -118,6 +163,14 @@ pub async fn install_missing(store: &SkuStore, captured: &[Captured]) -> Result<
             }
             Ok(false) => {}
             Err(e) => return Err(refusal(c, store.backend(), &e.to_string())),
+        }
+        if let Ok(Some(owner)) = store.capture_owner_risk(&c.target).await {
+            tracing::error!(
+                table = %c.target.table, function_owner = %owner,
+                "the capture function runs as {owner:?} while this service owns the outbox it writes: \
+                 whoever holds this service's credentials could run code as {owner:?}. \
+                 Run `bloomgate capture install` as a superuser to give the function to the outbox's owner"
+            );
         }
     }
     Ok(())

@@ -111,6 +111,12 @@ impl CaptureTarget {
         )
     }
 
+    /// The (unquoted) name of its PostgreSQL capture function.
+    #[must_use]
+    pub fn function_name(&self) -> String {
+        format!("{}_fn", self.stem())
+    }
+
     /// The trigger names this target has in `backend`.
     #[must_use]
     pub fn trigger_names(&self, backend: Backend) -> Vec<String> {
@@ -249,7 +255,7 @@ impl SkuStore {
                 ]
             }
             Backend::Postgres => {
-                let func = q(b, &format!("{}_fn", names[0]));
+                let func = q(b, &t.function_name());
                 // Defence in depth beside the REVOKE below: the function
                 // records nothing for a table that is neither this one nor
                 // one of its partitions (a partitioned table's row trigger
