@@ -19,6 +19,7 @@ mod limits;
 mod many;
 mod migrations;
 mod owners;
+mod privileges;
 mod recorded;
 mod scan;
 pub mod table;
@@ -578,8 +579,7 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
-/// Adds `mode=rwc` (create if missing) to a SQLite URL and creates the
-/// file's directory.
+/// Adds `mode=rwc` to a SQLite URL and creates the file's directory.
 fn prepare_sqlite(url: &str) -> String {
     let rest = url
         .trim_start_matches("sqlite://")

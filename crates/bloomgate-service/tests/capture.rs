@@ -1001,3 +1001,60 @@ async fn a_schema_name_that_is_no_identifier_is_refused() {
     );
     store.close().await;
 }
+
+/// MariaDB: the TRIGGER right held through a schema pattern or a default
+/// role counts (the `information_schema` views miss both, and refused a
+/// service that held the right); none at all is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_right_through_a_role_or_a_schema_pattern_counts_mariadb() {
+    let Some(admin_url) = common::mysql_database("capture_rights").await else {
+        return;
+    };
+    let admin = sql_pool(&admin_url).await;
+    users_table(&admin).await;
+    let db = admin_url.rsplit('/').next().unwrap().to_owned();
+    let pattern = format!("{}%", db.replace('_', "\\_").trim_end_matches("rights"));
+    let cases = [
+        ("bg_rights_none", vec![]),
+        (
+            "bg_rights_pattern",
+            vec![format!(
+                "GRANT TRIGGER ON `{pattern}`.* TO 'bg_rights_pattern'@'%'"
+            )],
+        ),
+        (
+            "bg_rights_role",
+            vec![
+                "DROP ROLE IF EXISTS bg_rights_r".to_string(),
+                "CREATE ROLE bg_rights_r".to_string(),
+                format!("GRANT TRIGGER ON `{db}`.* TO bg_rights_r"),
+                "GRANT bg_rights_r TO 'bg_rights_role'@'%'".to_string(),
+                "SET DEFAULT ROLE bg_rights_r FOR 'bg_rights_role'@'%'".to_string(),
+            ],
+        ),
+    ];
+    for (user, grants) in &cases {
+        exec(&admin, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
+        exec(
+            &admin,
+            &format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'np'"),
+        )
+        .await;
+        exec(&admin, &format!("GRANT SELECT ON `{db}`.* TO '{user}'@'%'")).await;
+        for g in grants {
+            exec(&admin, g).await;
+        }
+        let store = bloomgate_service::store::SkuStore::connect_unmigrated(
+            &as_user(&admin_url, &format!("{user}:np")),
+            &bloomgate_service::config::SqlConfig::default(),
+        )
+        .await
+        .unwrap();
+        let may = store.may_create_triggers("users").await.unwrap();
+        assert_eq!(may, !grants.is_empty(), "{user}");
+        store.close().await;
+        exec(&admin, &format!("DROP USER '{user}'@'%'")).await;
+    }
+    exec(&admin, "DROP ROLE bg_rights_r").await;
+    admin.close().await;
+}

@@ -392,44 +392,6 @@ impl SkuStore {
         Ok(state)
     }
 
-    /// Whether this connection's user may create triggers on `table`, as
-    /// far as the catalogue says (PostgreSQL's `has_table_privilege`,
-    /// MySQL's `information_schema` privilege views; SQLite: always).
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn may_create_triggers(&self, table: &str) -> Result<bool, StoreError> {
-        let sql = match self.backend {
-            Backend::Sqlite => return Ok(true),
-            Backend::Postgres => format!(
-                "SELECT CASE WHEN has_table_privilege({}, 'TRIGGER') THEN 1 ELSE 0 END",
-                self.ph(1)
-            ),
-            Backend::MySql => format!(
-                "SELECT COUNT(*) FROM (\
-                 SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
-                 UNION ALL SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES \
-                   WHERE TABLE_SCHEMA = DATABASE() \
-                 UNION ALL SELECT PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES \
-                   WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = {}) p \
-                 WHERE PRIVILEGE_TYPE = 'TRIGGER'",
-                self.ph(1)
-            ),
-        };
-        let arg = match self.backend {
-            Backend::Postgres => q(self.backend, table),
-            _ => table.to_owned(),
-        };
-        let row = sqlx::query(&sql)
-            .bind(arg)
-            .fetch_one(&self.pool)
-            .within(&self.bg_limit, "capture privilege")
-            .await
-            .map_err(err("capture privilege"))?;
-        let n: i64 = row.try_get(0).map_err(err("capture privilege"))?;
-        Ok(n > 0)
-    }
-
     /// Enables `t`'s current triggers that do not fire, installs those
     /// that are missing, then, with `drop_older`, drops those of an older
     /// version (each named in a log line): the new set records before the
