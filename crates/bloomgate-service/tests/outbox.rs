@@ -622,3 +622,81 @@ async fn a_second_table_under_a_live_name_does_not_take_its_entries() {
     assert_eq!(s.state.skus.gate().check(700_001i64), Verdict::Pass);
     s.stop().await;
 }
+
+/// Trimming: one instance at a time (a lease on the database's clock),
+/// a bounded range of numbers per `DELETE`, every old entry gone but the
+/// newest, and the mark raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_trims_in_bounded_deletes() {
+    use bloomgate_service::feed::outbox::{Trimmed, TRIM_BATCH};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let mut config = common::config(&url, None, "trim-lease");
+    config.sql.outbox_retention_secs = 60;
+    let a = TestServer::start(config.clone(), 0).await;
+    let b = TestServer::start(config, 0).await;
+    let w = common::sql_pool(&url).await;
+    let old = 2 * TRIM_BATCH + 5_000;
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) \
+         INSERT INTO bloomgate_changes (resource, item_key, kind, origin, at) \
+         SELECT 'users', 'k' || i, 'c', 'elsewhere', 0 FROM n",
+    )
+    .bind(old)
+    .execute(&w)
+    .await
+    .unwrap();
+    let before: i64 = sqlx::query("SELECT COUNT(*) FROM bloomgate_changes")
+        .fetch_one(&w)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(a.create(4444, "newest").await, 201);
+    let max: i64 = sqlx::query("SELECT MAX(seq) FROM bloomgate_changes")
+        .fetch_one(&w)
+        .await
+        .unwrap()
+        .get(0);
+
+    let Trimmed::Here {
+        deleted,
+        statements,
+    } = a.state.outbox.trim().await.unwrap()
+    else {
+        panic!("A takes the free lease");
+    };
+    assert_eq!(deleted as i64, before, "every old entry");
+    // Ranges of TRIM_BATCH numbers from the oldest to the newest old one
+    // (numbered without gaps here).
+    assert_eq!(statements as i64, (before + TRIM_BATCH - 1) / TRIM_BATCH);
+    assert!(statements >= 3, "{statements}");
+    assert_eq!(
+        b.state.outbox.trim().await.unwrap(),
+        Trimmed::Elsewhere,
+        "B finds the lease held"
+    );
+    let (left, through): (i64, i64) = {
+        let r = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM bloomgate_changes), \
+             (SELECT value FROM bloomgate_outbox_state WHERE name = 'trimmed_through')",
+        )
+        .fetch_one(&w)
+        .await
+        .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(left, 1, "the newest entry stays");
+    assert_eq!(through, max - 1);
+    // The lease expires (45 s for a minute's interval): let it go now.
+    sqlx::query("UPDATE bloomgate_outbox_state SET value = 0 WHERE name = 'trim_lease'")
+        .execute(&w)
+        .await
+        .unwrap();
+    assert!(matches!(
+        b.state.outbox.trim().await.unwrap(),
+        Trimmed::Here { deleted: 0, .. }
+    ));
+    w.close().await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -88,6 +88,9 @@ mod apply;
 mod follow;
 mod late;
 mod listen;
+mod trim;
+
+pub use trim::{Trimmed, TRIM_BATCH};
 
 pub use apply::{Change, Follower};
 
@@ -477,62 +480,6 @@ impl Outbox {
                 return Ok(Some(created));
             }
         }
-    }
-
-    /// Deletes entries older than the retention and notes the largest
-    /// deleted seq.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn trim(&self) -> Result<u64, StoreError> {
-        let age = self.retention.as_millis() as i64;
-        let ph = |n| self.store.ph(n);
-        let row = sqlx::query(&format!(
-            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {} - {}",
-            self.store.now_ms_sql(),
-            ph(1)
-        ))
-        .bind(age)
-        .fetch_one(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?;
-        let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
-        if through == 0 {
-            return Ok(0);
-        }
-        // The newest entry always stays, so the sequence never restarts
-        // below a follower's cursor (MySQL before 8.0 resets an empty
-        // table's auto-increment at restart).
-        let through = through.min(self.max_seq().await? - 1);
-        if through <= 0 {
-            return Ok(0);
-        }
-        // The mark first: a follower that reads it and then finds its
-        // entries gone has rebuilt already, never the reverse.
-        sqlx::query(&format!(
-            "UPDATE bloomgate_outbox_state SET value = {} WHERE name = 'trimmed_through' AND value < {}",
-            ph(1),
-            ph(2)
-        ))
-        .bind(through)
-        .bind(through)
-        .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?;
-        let deleted = sqlx::query(&format!(
-            "DELETE FROM bloomgate_changes WHERE seq <= {}",
-            ph(1)
-        ))
-        .bind(through)
-        .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?
-        .rows_affected();
-        self.counters.trimmed.fetch_add(deleted, Ordering::Relaxed);
-        Ok(deleted)
     }
 }
 

@@ -85,6 +85,11 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
                 fastrand::i64(1..)
             ),
         ),
+        // The trim lease (see `feed::outbox::trim`): one instance trims.
+        (
+            8,
+            "INSERT INTO bloomgate_outbox_state (name, value) VALUES ('trim_lease', 0)".into(),
+        ),
     ]
 }
 
