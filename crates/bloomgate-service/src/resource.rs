@@ -6,7 +6,7 @@
 //! reads. The SKU table is the default resource, `skus`
 //! ([`Resource<SkuStore>`]); every `[[resources]]` table and every
 //! [`crate::source::Source`] is a [`Resource`] over [`SourceRows`], under
-//! `{prefix}r:{name}:` in Redis. `keys` and `invalidate` are recorded in
+//! `{prefix}rv:{name}:{value identity}:` in Redis. `keys` and `invalidate` are recorded in
 //! the SQL outbox under the resource's name before they answer, so every
 //! instance applies them (within milliseconds with the Redis doorbell,
 //! within `sql.outbox_poll_ms` without), as owned writes are.
@@ -275,7 +275,13 @@ impl Resource<SourceRows> {
             crate::wire::resource_filter_namespace(name)
         );
         let place = Place {
-            cache_namespace: Some(resource_namespace(name)),
+            // An embedder's source says nothing of its rows' shape: `s`.
+            cache_namespace: Some(resource_namespace(
+                name,
+                &table
+                    .as_ref()
+                    .map_or_else(|| "s".into(), SqlTable::value_identity),
+            )),
             epoch_counter: shared
                 .changes
                 .as_ref()

@@ -25,10 +25,29 @@ pub mod kind {
 /// The namespace of SKU values: `{prefix}sku:{id}`.
 pub const SKU_NAMESPACE: &str = "sku:";
 
-/// The namespace of a resource's values: `{prefix}r:{name}:{key}`.
+/// The namespace of a resource's values: `{prefix}rv:{name}:{identity}:{key}`.
+/// `identity` names what a value holds (for a table: its key column,
+/// fold and selected columns, `SqlTable::value_identity`), so a value
+/// cached under another column set (`columns` narrowed to hide a field)
+/// is never read. The previous release's values (`r:{name}:{key}`) are
+/// another namespace: during a deploy each release reads, fills and
+/// invalidates its own (every follower deletes the keys it applies).
 #[must_use]
-pub fn resource_namespace(name: &str) -> String {
-    format!("r:{name}:")
+pub fn resource_namespace(name: &str, identity: &str) -> String {
+    format!("rv:{name}:{identity}:")
+}
+
+/// A short, stable name for `parts` (FNV-1a, 8 hex digits): trigger names,
+/// value identities.
+#[must_use]
+pub fn short_tag(parts: &[&str]) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    format!("{h:08x}")
 }
 
 /// Where a resource's own structures live beside its cached rows (its

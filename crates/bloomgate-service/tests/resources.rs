@@ -1969,3 +1969,42 @@ async fn the_sku_table_has_a_watch_column_too() {
         s.stop().await;
     }
 }
+
+/// A value cached under one column set is never served under another:
+/// `columns` narrowed to hide a field (a restart with the new config)
+/// reads no value the wider set cached, though Redis keeps it for an
+/// hour. The column set is part of the values' namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_column_set_never_serves_a_wider_cached_row() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut c = common::config(&url, Some(&redis), "narrowed");
+    common::redis_clear(&redis, &c.cache.redis_prefix).await;
+    c.resources.push(resource("users", false));
+    let wide = TestServer::start(c.clone(), 0).await;
+    for _ in 0..2 {
+        let (status, body) = wide.get("/api/users/u000001").await;
+        assert_eq!((status, body["age"].is_null()), (200, false), "{body}");
+    }
+    let mut conn = common::redis_conn(&redis).await;
+    let cached = common::redis_keys(&mut conn, &c.cache.redis_prefix).await;
+    assert!(
+        cached.iter().any(|k| k.ends_with(":u000001")),
+        "cached in Redis: {cached:?}"
+    );
+    wide.stop().await;
+
+    c.resources[0].columns = vec!["id".into(), "name".into()];
+    let narrow = TestServer::start(c, 0).await;
+    for _ in 0..2 {
+        let (status, body) = narrow.get("/api/users/u000001").await;
+        assert_eq!(status, 200);
+        let fields: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert_eq!(fields, ["id", "name"], "{body}");
+    }
+    narrow.stop().await;
+}

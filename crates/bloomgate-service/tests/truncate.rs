@@ -30,7 +30,12 @@ async fn a_warm_after_a_truncate_drops_the_cached_rows_everywhere() {
         }
     }
     let mut conn = common::redis_conn(&redis).await;
-    let key = format!("{}r:users:u000001", c.cache.redis_prefix);
+    // `{prefix}rv:users:{value identity}:u000001`.
+    let key = common::redis_keys(&mut conn, &format!("{}rv:users:", c.cache.redis_prefix))
+        .await
+        .into_iter()
+        .find(|k| k.ends_with(":u000001"))
+        .expect("the row's value key");
     let cached: Option<String> = redis::cmd("GET")
         .arg(&key)
         .query_async(&mut conn)

@@ -27,7 +27,7 @@ pub const RESERVED_NAMES: [&str; 5] = ["seckill", "cache", "skus", "ping", "metr
 #[serde(deny_unknown_fields)]
 pub struct ResourceConfig {
     /// The resource's name: its routes (`/api/{name}/{key}`), its Redis
-    /// namespace (`{prefix}r:{name}:`), its label in stats and `/metrics`.
+    /// namespace (`{prefix}rv:{name}:…`), its label in stats and `/metrics`.
     pub name: String,
     /// The SQL table.
     pub table: String,
@@ -66,7 +66,7 @@ pub struct ResourceConfig {
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
     /// `local`, `strict` or `redis`, as `cache.bloom_mode` (its default).
     /// `strict` keeps a shared filter in Redis under
-    /// `{prefix}r:{name}:bloom`, so a key told to one instance is never
+    /// `{prefix}rf:{name}:bloom`, so a key told to one instance is never
     /// refused by another before the outbox reaches it.
     #[serde(default)]
     pub bloom_mode: Option<super::BloomMode>,

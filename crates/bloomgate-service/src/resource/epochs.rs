@@ -1,6 +1,6 @@
 //! Shared rebuilds for a resource: one instance scans its source and
 //! stores the filter in Redis as an epoch (the library's snapshot format,
-//! in segments, under `{prefix}r:{name}:bloom:epoch`), positioned in the
+//! in segments, under `{prefix}rf:{name}:bloom:epoch`), positioned in the
 //! outbox; the others adopt it without a scan, replaying the keys created
 //! after its position from the outbox, as a snapshot's restore does. A warm
 //! with `rebuild_bloom` announces its epoch with an outbox entry (kind

@@ -18,7 +18,7 @@
 //! the upload and after it.
 //!
 //! Every resource in `strict` or `redis` mode has one of its own, under
-//! `{prefix}r:{name}:bloom`, filled from its source's key scan; its `keys`
+//! `{prefix}rf:{name}:bloom`, filled from its source's key scan; its `keys`
 //! calls add to it before they answer.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

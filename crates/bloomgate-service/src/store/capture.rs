@@ -92,13 +92,7 @@ fn version_of(name: &str) -> Option<u32> {
 
 /// FNV-1a, 32 bits: a short, stable tag of a definition.
 fn tag(parts: &[&str]) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for p in parts {
-        for b in p.bytes().chain([0]) {
-            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-        }
-    }
-    format!("{h:08x}")
+    crate::wire::short_tag(parts)
 }
 
 impl CaptureTarget {

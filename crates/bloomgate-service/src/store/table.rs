@@ -26,89 +26,11 @@ use crate::store::{err, page_statement, text_at, Backend, SkuStore, StoreError, 
 mod catalogue;
 mod watch;
 
-use catalogue::catalogue;
+pub use catalogue::Kind;
+use catalogue::{catalogue, is_text_type, kind_of, Column};
 
 use watch::Watch;
 pub use watch::WatchValue;
-
-/// How a column's values are read and answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A JSON integer.
-    Int,
-    /// A JSON number.
-    Float,
-    /// `true` or `false`.
-    Bool,
-    /// A JSON string (text, dates, decimals and the rest).
-    Text,
-}
-
-/// Maps a catalogue type name (lower case) to a kind.
-fn kind_of(backend: Backend, data_type: &str, column_type: &str) -> Kind {
-    let t = data_type.to_ascii_lowercase();
-    let is = |names: &[&str]| names.iter().any(|n| t == *n);
-    match backend {
-        Backend::Sqlite => {
-            // SQLite's affinity rules, in their order.
-            if t.contains("int") {
-                Kind::Int
-            } else if t.contains("char") || t.contains("clob") || t.contains("text") {
-                Kind::Text
-            } else if t.contains("real") || t.contains("floa") || t.contains("doub") {
-                Kind::Float
-            } else if t.contains("bool") {
-                Kind::Bool
-            } else {
-                Kind::Text
-            }
-        }
-        Backend::MySql if column_type.eq_ignore_ascii_case("tinyint(1)") => Kind::Bool,
-        Backend::MySql | Backend::Postgres => {
-            if is(&[
-                "tinyint",
-                "smallint",
-                "mediumint",
-                "int",
-                "integer",
-                "bigint",
-            ]) {
-                Kind::Int
-            } else if is(&["float", "double", "real", "double precision"]) {
-                Kind::Float
-            } else if is(&["boolean", "bool"]) {
-                Kind::Bool
-            } else {
-                Kind::Text
-            }
-        }
-    }
-}
-
-/// True when `data_type` holds text a key can be compared with.
-fn is_text_type(backend: Backend, data_type: &str) -> bool {
-    let t = data_type.to_ascii_lowercase();
-    match backend {
-        Backend::Sqlite => t.contains("char") || t.contains("clob") || t.contains("text"),
-        _ => [
-            "char",
-            "varchar",
-            "text",
-            "character varying",
-            "character",
-            "tinytext",
-            "mediumtext",
-            "longtext",
-        ]
-        .contains(&t.as_str()),
-    }
-}
-
-#[derive(Debug)]
-struct Column {
-    name: String,
-    kind: Kind,
-}
 
 /// Counters of one table.
 #[derive(Debug, Default)]
@@ -347,6 +269,25 @@ impl SqlTable {
             self.key_name,
             self.fold.identity_suffix()
         )
+    }
+
+    /// What a cached value of this table holds: its key column, fold and
+    /// selected columns with their kinds, as a short tag (part of the
+    /// values' Redis namespace, see [`crate::wire::resource_namespace`]).
+    #[must_use]
+    pub fn value_identity(&self) -> String {
+        let fold = self.fold.describe();
+        let mut parts = vec![&*self.key_name, fold.as_str()];
+        let kinds: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| format!("{:?}", c.kind))
+            .collect();
+        for (c, k) in self.columns.iter().zip(&kinds) {
+            parts.push(&c.name);
+            parts.push(k);
+        }
+        crate::wire::short_tag(&parts)
     }
 
     fn bind_key<'q>(

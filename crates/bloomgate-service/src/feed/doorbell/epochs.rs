@@ -214,7 +214,7 @@ impl Doorbell {
 
     /// Stores a filter's `bytes` as the next epoch under `counter` (the
     /// SKUs' `{prefix}bloom:epoch`, a resource's
-    /// `{prefix}r:{name}:bloom:epoch`): its segments first, one string each
+    /// `{prefix}rf:{name}:bloom:epoch`): its segments first, one string each
     /// (a cluster spreads them over its nodes), then the meta that names
     /// them with `meta`'s fields, so an epoch whose meta exists has every
     /// segment written. The epoch before it is deleted. Returns its number.

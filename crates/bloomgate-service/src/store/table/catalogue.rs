@@ -1,5 +1,6 @@
 //! What the catalogue says of a configured table when it is opened: its
-//! columns, and how a text key column compares (its collation, and the
+//! columns and the [`Kind`] each is read as, and how a text key column
+//! compares (its collation, and the
 //! [`Fold`] that puts every spelling the database calls equal into one
 //! key).
 //!
@@ -22,6 +23,86 @@ use sqlx::Row as _;
 
 use crate::key::Fold;
 use crate::store::{err, text_at, Backend, SkuStore, StoreError, Within};
+
+/// How a column's values are read and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A JSON integer.
+    Int,
+    /// A JSON number.
+    Float,
+    /// `true` or `false`.
+    Bool,
+    /// A JSON string (text, dates, decimals and the rest).
+    Text,
+}
+
+/// Maps a catalogue type name (lower case) to a kind.
+pub(super) fn kind_of(backend: Backend, data_type: &str, column_type: &str) -> Kind {
+    let t = data_type.to_ascii_lowercase();
+    let is = |names: &[&str]| names.iter().any(|n| t == *n);
+    match backend {
+        Backend::Sqlite => {
+            // SQLite's affinity rules, in their order.
+            if t.contains("int") {
+                Kind::Int
+            } else if t.contains("char") || t.contains("clob") || t.contains("text") {
+                Kind::Text
+            } else if t.contains("real") || t.contains("floa") || t.contains("doub") {
+                Kind::Float
+            } else if t.contains("bool") {
+                Kind::Bool
+            } else {
+                Kind::Text
+            }
+        }
+        Backend::MySql if column_type.eq_ignore_ascii_case("tinyint(1)") => Kind::Bool,
+        Backend::MySql | Backend::Postgres => {
+            if is(&[
+                "tinyint",
+                "smallint",
+                "mediumint",
+                "int",
+                "integer",
+                "bigint",
+            ]) {
+                Kind::Int
+            } else if is(&["float", "double", "real", "double precision"]) {
+                Kind::Float
+            } else if is(&["boolean", "bool"]) {
+                Kind::Bool
+            } else {
+                Kind::Text
+            }
+        }
+    }
+}
+
+/// True when `data_type` holds text a key can be compared with.
+pub(super) fn is_text_type(backend: Backend, data_type: &str) -> bool {
+    let t = data_type.to_ascii_lowercase();
+    match backend {
+        Backend::Sqlite => t.contains("char") || t.contains("clob") || t.contains("text"),
+        _ => [
+            "char",
+            "varchar",
+            "text",
+            "character varying",
+            "character",
+            "tinytext",
+            "mediumtext",
+            "longtext",
+        ]
+        .contains(&t.as_str()),
+    }
+}
+
+/// A selected column: its name, and the kind it is read as.
+#[derive(Debug)]
+pub(super) struct Column {
+    pub(super) name: String,
+    pub(super) kind: Kind,
+}
 
 /// `(name, data type, column type)` of each column of `table`, in order.
 pub(super) async fn catalogue(
