@@ -2008,3 +2008,65 @@ async fn a_narrowed_column_set_never_serves_a_wider_cached_row() {
     }
     narrow.stop().await;
 }
+
+/// After Redis lost bloomgate's state (a flush of its prefix), epoch
+/// numbers start at 1 again: an instance that held a higher one still
+/// adopts the next shared rebuild instead of calling it old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_rebuild_after_redis_lost_its_epochs_reaches_every_instance() {
+    async fn held(s: &TestServer) -> i64 {
+        counter(&s.stats().await, &["resources", "users", "epochs", "held"])
+    }
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let prefix = "epochs-flushed";
+    let full_prefix = format!("bgtest:{prefix}:");
+    common::redis_clear(&redis, &full_prefix).await;
+    let mut c = common::config(&url, Some(&redis), prefix);
+    assert_eq!(c.cache.redis_prefix, full_prefix);
+    c.resources = vec![resource("users", false)];
+    let a = TestServer::start(c.clone(), 0).await;
+    ready(&a).await;
+    let b = TestServer::start(c, 0).await;
+    ready(&b).await;
+    let warm = || async {
+        let (status, body) = a
+            .send(
+                Method::POST,
+                "/api/users/warm",
+                Some(r#"{"limit":1,"rebuild_bloom":true}"#),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["epoch"].as_u64().expect("shared as an epoch")
+    };
+    for _ in 0..2 {
+        let epoch = warm().await as i64;
+        eventually(5, "B adopts", || async { held(&b).await == epoch }).await;
+    }
+    assert!(held(&b).await >= 3, "B holds a high number");
+
+    // Redis loses everything under the prefix; a row arrives behind the
+    // service's back, which only a rebuild finds.
+    common::redis_clear(&redis, &full_prefix).await;
+    exec(
+        &url,
+        &["INSERT INTO users (id, name, seq) VALUES ('after1', 'after', 400000)".into()],
+    )
+    .await;
+    let ub = users(&b, "users");
+    assert_eq!(ub.gate().probe(text("after1")), Verdict::Reject);
+    let epoch = warm().await;
+    assert!(epoch < 3, "numbered afresh: {epoch}");
+    eventually(5, "B adopts the rebuild numbered afresh", || async {
+        b.get("/api/users/after1").await.0 == 200
+    })
+    .await;
+    assert_eq!(held(&b).await, epoch as i64);
+    a.stop().await;
+    b.stop().await;
+}

@@ -31,13 +31,21 @@ impl<R: Guarded> Resource<R> {
         // start-up filter stored since, or an announcement replayed from
         // before this instance's filter): none when this instance holds
         // it already.
-        let latest = match self.epoch_store() {
-            Some((log, counter)) => match log.latest_epoch(counter).await {
-                Ok(Some((n, _))) => n.max(epoch),
-                _ => epoch,
-            },
-            None => epoch,
+        let stored = match self.epoch_store() {
+            Some((log, counter)) => log.latest_epoch(counter).await.ok().flatten(),
+            None => None,
         };
+        if let Some((n, _)) = stored {
+            // The counter went back: Redis lost our epochs (a flush, a new
+            // server) and numbers them from 1 again, so what this instance
+            // holds says nothing of what is newer.
+            let held = self.epochs.held.load(Ordering::Relaxed);
+            if n < held {
+                tracing::info!(resource = %self.name, held, stored = n, "the epoch counter went back (Redis lost its state); following its numbers afresh");
+                self.epochs.held.store(0, Ordering::Relaxed);
+            }
+        }
+        let latest = stored.map_or(epoch, |(n, _)| n.max(epoch));
         if latest <= self.epochs.held.load(Ordering::Relaxed) {
             return;
         }
