@@ -435,11 +435,15 @@ impl Gate {
         }
     }
 
-    /// Whether the published filter holds `key`, vouched or not (`None`:
-    /// the gate is off or has published no filter).
+    /// Whether the published filter holds `key` (`None`: the gate is off,
+    /// has published no filter, or cannot vouch for it: out of step, or
+    /// owing a rebuild).
     #[must_use]
     pub fn holds<K: BloomKey>(&self, key: K) -> Option<bool> {
-        if !self.config.enabled {
+        if !self.config.enabled
+            || !self.in_step.load(Ordering::Relaxed)
+            || self.owed_rebuilds.load(Ordering::Relaxed) > 0
+        {
             return None;
         }
         self.current.load().as_deref().map(|f| f.contains(&key))

@@ -269,10 +269,13 @@ impl Resource<SourceRows> {
         shared: &Shared,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
+        // A shared filter holds keys folded one way: another fold (an
+        // upgrade, a collation changed) gets a filter of its own.
+        let fold = table.as_ref().map(DynSource::fold).unwrap_or_default();
         let filter_prefix = format!(
             "{}{}",
             c.redis_prefix,
-            crate::wire::resource_filter_namespace(name)
+            crate::wire::resource_filter_namespace(&format!("{name}{}", fold.identity_suffix()))
         );
         let place = Place {
             // An embedder's source says nothing of its rows' shape: `s`.

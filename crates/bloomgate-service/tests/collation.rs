@@ -124,6 +124,10 @@ async fn mariadb_default_collation_every_spelling_is_one_key() {
     })
     .await;
     assert_eq!(bf_exists(resp, "e9").await, 1);
+    // A batch's `IN (…)` finds the row under its own spelling, `é9`.
+    let (status, body) = post(&s, "/api/users/batch", &["e9", "u000001"]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["found"].as_array().map(Vec::len), Some(2), "{body}");
     let before = rejected(&s.stats().await);
     let (status, body) = s.get(&format!("/api/users/{absent}")).await;
     assert_eq!(status, 404, "{body}");

@@ -60,12 +60,17 @@ impl<R: Rows> ShieldedReader<R> {
     }
 
     /// [`Self::loose_rows`] when no Redis round trip is needed: `None` in
-    /// `redis` mode.
+    /// `redis` mode, and in strict mode while the replica lacks the mark
+    /// (another instance's loose create may be in the shared filter and
+    /// still on its way here).
     fn loose_rows_now(&self, mark: &R::Key) -> Option<bool> {
         if self.mode.shared_only() && self.gate.enabled() {
             return None;
         }
-        Some(self.gate.holds(mark).unwrap_or(true))
+        match self.gate.holds(mark) {
+            Some(false) if matches!(self.mode, super::Mode::Strict(_)) => None,
+            held => Some(held.unwrap_or(true)),
+        }
     }
 
     /// The verdicts of many keys as [`Self::lookup`] would reach them: in

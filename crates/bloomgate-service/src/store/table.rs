@@ -441,12 +441,30 @@ impl DynSource for SqlTable {
                 .within(&self.store.limit, "resource batch load")
                 .await
                 .map_err(err("resource batch load"))?;
+            let before = found.len();
             for r in &rows {
                 found.push((
                     self.key_from(r, self.columns.len())
                         .map_err(err("resource batch load"))?,
                     self.row_from(r),
                 ));
+            }
+            // A row whose own key is loose answers a key asked under
+            // another spelling, which the caller could not match: the keys
+            // left without a row are loaded alone, under their spelling.
+            if found[before..].iter().any(|(k, _)| !k.judged()) {
+                let matched: std::collections::HashSet<&Key> =
+                    found[before..].iter().map(|(k, _)| k).collect();
+                let unmatched: Vec<&Key> = keys
+                    .iter()
+                    .copied()
+                    .filter(|k| !matched.contains(k))
+                    .collect();
+                for k in unmatched {
+                    if let Some(row) = self.load(k).await? {
+                        found.push((k.clone(), row));
+                    }
+                }
             }
             Ok(found)
         })

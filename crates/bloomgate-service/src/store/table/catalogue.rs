@@ -182,12 +182,16 @@ pub(super) async fn key_fold(
                     Ok((fold, name.unwrap_or_default()))
                 }
                 Ok(None) => Ok((Fold::Exact, String::new())),
-                // Before PostgreSQL 12 there is no `collisdeterministic`,
-                // and no nondeterministic collation either.
-                Err(e) => {
+                // Before PostgreSQL 12 there is no `collisdeterministic`
+                // (undefined column, 42703), and no nondeterministic
+                // collation either. Any other failure is not an answer.
+                Err(e)
+                    if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42703") =>
+                {
                     tracing::debug!(error = %e, "no collisdeterministic: every collation is deterministic");
                     Ok((Fold::Exact, String::new()))
                 }
+                Err(e) => Err(err("key collation")(e)),
             }
         }
         Backend::Sqlite => {
@@ -241,7 +245,26 @@ async fn one_text(
 }
 
 /// The fold of a MySQL or MariaDB collation (empty: none, so binary).
+/// Only collations without a language fold: a language's rules make
+/// ASCII spellings differ that case alone would merge (Turkish `I` and
+/// `i`, Spanish `cH` and `ch`, Danish `aA` and `aa`: checked on MariaDB
+/// 10.11, each compares unequal), so any other name is opaque.
 fn mysql_fold(name: &str) -> Fold {
+    /// Collations (after the character set) whose classes among printable
+    /// ASCII are exactly case; `nopad` variants included.
+    const PLAIN: &[&str] = &[
+        "general_ci",
+        "unicode_ci",
+        "unicode_520_ci",
+        "swedish_ci",
+        "0900_ai_ci",
+        "0900_as_ci",
+        "0900_as_cs",
+        "uca1400_ai_ci",
+        "uca1400_as_ci",
+        "uca1400_ai_cs",
+        "uca1400_as_cs",
+    ];
     let name = name.to_ascii_lowercase();
     let no_pad = name.contains("nopad") || name.contains("_0900_");
     if name.is_empty() || name == "binary" {
@@ -257,14 +280,17 @@ fn mysql_fold(name: &str) -> Fold {
             }
         };
     }
-    let case = if name.contains("_ci") {
-        true
-    } else if name.contains("_cs") {
-        false
-    } else {
+    let rest = name
+        .split_once('_')
+        .map_or("", |(_, r)| r)
+        .replace("nopad_", "");
+    if !PLAIN.contains(&rest.as_str()) {
         return Fold::Opaque;
-    };
-    Fold::Ascii { case, pad: !no_pad }
+    }
+    Fold::Ascii {
+        case: rest.ends_with("_ci"),
+        pad: !no_pad,
+    }
 }
 
 /// The fold of a SQLite collation (`None`: the column names none).
@@ -289,6 +315,7 @@ fn sqlite_fold(name: Option<&str>) -> Fold {
 /// cannot be found answers an unknown collation, so an odd statement
 /// costs the filter its "no" rather than a wrong fold.
 fn sqlite_collation(sql: &str, column: &str) -> Option<String> {
+    let sql = strip_comments(sql);
     let body = sql.find('(').map_or("", |at| &sql[at + 1..]);
     let mut parts = Vec::new();
     let (mut depth, mut start, mut quote) = (0usize, 0usize, None::<char>);
@@ -322,11 +349,75 @@ fn sqlite_collation(sql: &str, column: &str) -> Option<String> {
     }) else {
         return Some("(not found)".into());
     };
-    let words: Vec<&str> = def.split_whitespace().collect();
+    // The column's own `COLLATE`, not one inside a `CHECK (…)` or a
+    // `DEFAULT (…)`: what is in parentheses is blanked first.
+    let mut depth = 0usize;
+    let top: String = def
+        .chars()
+        .map(|c| match c {
+            '(' => {
+                depth += 1;
+                ' '
+            }
+            ')' => {
+                depth = depth.saturating_sub(1);
+                ' '
+            }
+            _ if depth > 0 => ' ',
+            c => c,
+        })
+        .collect();
+    let words: Vec<&str> = top.split_whitespace().collect();
     words
         .iter()
         .position(|w| w.eq_ignore_ascii_case("collate"))
         .map(|at| words.get(at + 1).map_or_else(String::new, |w| unquote(w)))
+}
+
+/// `sql` without its `--` and `/* */` comments (outside quotes).
+fn strip_comments(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let mut quote = None::<char>;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) => {
+                if c == q {
+                    quote = None;
+                }
+                out.push(c);
+            }
+            (None, '\'' | '"' | '`') => {
+                quote = Some(c);
+                out.push(c);
+            }
+            (None, '[') => {
+                quote = Some(']');
+                out.push(c);
+            }
+            (None, '-') if chars.peek() == Some(&'-') => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            (None, '/') if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                for n in chars.by_ref() {
+                    if last == '*' && n == '/' {
+                        break;
+                    }
+                    last = n;
+                }
+                out.push(' ');
+            }
+            (None, c) => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -353,8 +444,20 @@ mod tests {
         assert_eq!(mysql_fold("utf8mb4_general_nopad_ci"), ascii(true, false));
         assert_eq!(mysql_fold("utf8mb4_0900_ai_ci"), ascii(true, false));
         assert_eq!(mysql_fold("utf8mb4_0900_as_cs"), ascii(false, false));
-        assert_eq!(mysql_fold("latin1_general_cs"), ascii(false, true));
-        assert_eq!(mysql_fold("something_new"), Fold::Opaque);
+        assert_eq!(
+            mysql_fold("utf8mb4_uca1400_nopad_ai_ci"),
+            ascii(true, false)
+        );
+        for language in [
+            "utf8mb4_turkish_ci",
+            "utf8mb4_tr_0900_ai_ci",
+            "utf8mb4_spanish2_ci",
+            "utf8mb4_danish_ci",
+            "latin1_general_cs",
+            "something_new",
+        ] {
+            assert_eq!(mysql_fold(language), Fold::Opaque, "{language}");
+        }
     }
 
     #[test]
@@ -376,6 +479,9 @@ mod tests {
             }
         );
         assert_eq!(sqlite_fold(None), Fold::Exact);
+        let tricky = "CREATE TABLE t (id TEXT -- the key, a comment\n CHECK (id <> 'x' COLLATE BINARY) COLLATE NOCASE /* , */, n TEXT)";
+        assert_eq!(sqlite_collation(tricky, "id").as_deref(), Some("NOCASE"));
+        assert_eq!(sqlite_collation(tricky, "n"), None);
         assert_eq!(sqlite_fold(Some("(not found)")), Fold::Opaque);
     }
 }
