@@ -46,8 +46,17 @@ async fn every_outcome_is_counted_once_and_the_json_agrees() {
     assert_eq!(a.get("/api/seckill/900000000").await.0, 404);
     // Deleted: the filter still says maybe, SQL says no (penetration),
     // and the null sentinel is cached in Redis and L1.
+    let applied = common::counter(&b.stats().await, &["outbox", "applied"]);
     let (s, _) = a.send(reqwest::Method::DELETE, "/api/skus/5", None).await;
     assert_eq!(s, 200);
+    // B applies A's delete, deleting the key from Redis as every follower
+    // does: once done, so that its `DEL` cannot land between A's read and
+    // A's fill below (A would then rightly not cache, and count a second
+    // `db_missing`).
+    common::eventually(5, "B applies the delete", || async {
+        common::counter(&b.stats().await, &["outbox", "applied"]) > applied
+    })
+    .await;
     assert_eq!(a.get("/api/seckill/5").await.0, 404);
     assert_eq!(a.get("/api/seckill/5").await.0, 404);
     assert_eq!(b.get("/api/seckill/5").await.0, 404);
