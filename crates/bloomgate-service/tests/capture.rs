@@ -450,13 +450,6 @@ async fn a_dropped_trigger_is_installed_again() {
     w.close().await;
 }
 
-/// `url` with the user (and password) replaced.
-fn as_user(url: &str, user: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
-    format!("{scheme}://{user}@{host}")
-}
-
 /// Tables whose name starts with `bloomgate` in `url`'s database.
 async fn bloomgate_tables(pool: &sqlx::AnyPool, postgres: bool) -> i64 {
     let q = if postgres {
@@ -504,7 +497,7 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
         ] {
             exec(&admin, &s).await;
         }
-        as_user(admin_url, user)
+        common::as_user(admin_url, user)
     } else {
         for s in [
             format!("DROP USER IF EXISTS '{user}'@'%'"),
@@ -513,7 +506,7 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
         ] {
             exec(&admin, &s).await;
         }
-        as_user(admin_url, &format!("{user}:np"))
+        common::as_user(admin_url, &format!("{user}:np"))
     };
     let mut c = common::config(&service_url, None, &format!("capture-np-{postgres}"));
     // A user's own database: no demo table.
@@ -1045,7 +1038,7 @@ async fn a_trigger_right_through_a_role_or_a_schema_pattern_counts_mariadb() {
             exec(&admin, g).await;
         }
         let store = bloomgate_service::store::SkuStore::connect_unmigrated(
-            &as_user(&admin_url, &format!("{user}:np")),
+            &common::as_user(&admin_url, &format!("{user}:np")),
             &bloomgate_service::config::SqlConfig::default(),
         )
         .await

@@ -15,12 +15,6 @@ async fn exec(pool: &sqlx::AnyPool, q: &str) {
     sqlx::raw_sql(q).execute(pool).await.unwrap();
 }
 
-fn as_user(url: &str, user: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
-    format!("{scheme}://{user}@{host}")
-}
-
 /// Who the service's trigger on the outbox ran as: `(current_user,
 /// rolsuper)` of each time it fired.
 async fn ran_as(pool: &sqlx::AnyPool) -> Vec<(String, bool)> {
@@ -50,7 +44,7 @@ async fn a_capture_function_runs_as_the_outbox_owner_not_as_the_installer() {
     ] {
         exec(&admin, &s).await;
     }
-    let service_url = as_user(&admin_url, user);
+    let service_url = common::as_user(&admin_url, user);
     // The service made its outbox (a start before capture was asked for).
     let service_store = SkuStore::connect_unmigrated(&service_url, &SqlConfig::default())
         .await

@@ -857,3 +857,11 @@ pub async fn users_table(pool: &sqlx::AnyPool, ids: &[&str]) {
             .unwrap();
     }
 }
+
+/// `url` with the user (and password) replaced: `user` may be
+/// `name:password`.
+pub fn as_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+    format!("{scheme}://{user}@{host}")
+}
