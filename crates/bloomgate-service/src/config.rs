@@ -17,6 +17,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 mod load;
+pub mod proxy;
 pub mod resources;
 pub mod resp;
 pub mod text;
@@ -75,13 +76,17 @@ pub struct Config {
     /// Tables guarded beside the SKUs (`[[resources]]`).
     pub resources: Vec<resources::ResourceConfig>,
     /// The demo SKU table of seed 000 (`skus`, its routes, seed, stats and
-    /// filter). Unset: on when no `[[resources]]` are configured, so a
+    /// filter). Unset: on when no `[[resources]]` and no `[gate]` are configured, so a
     /// fresh checkout serves the seeds' commands and a database of your
     /// own gets no table of ours. See [`Config::demo`].
     pub demo: Option<bool>,
     /// The Redis-protocol listener (`[resp]`): RedisBloom's `BF.*`
     /// commands answered from the filters.
     pub resp: resp::RespConfig,
+    /// bloomgate in front of an HTTP API it did not write (`[gate]`): a
+    /// reverse proxy and an auth-request check whose routes the
+    /// resources' filters judge.
+    pub gate: proxy::ProxyConfig,
 }
 
 impl std::fmt::Debug for Config {
@@ -112,18 +117,20 @@ impl std::fmt::Debug for Config {
             .field("resources", &self.resources)
             .field("demo", &self.demo)
             .field("resp", &self.resp)
+            .field("gate", &self.gate)
             .finish()
     }
 }
 
 impl Config {
     /// Whether the demo SKU table is served: `demo` when set, else only
-    /// when no `[[resources]]` are configured. Off, bloomgate creates,
+    /// when no `[[resources]]` and no `[gate]` are configured. Off, bloomgate creates,
     /// seeds, routes and reports no `skus` table, builds no filter for it
     /// and installs no trigger on it.
     #[must_use]
     pub fn demo(&self) -> bool {
-        self.demo.unwrap_or(self.resources.is_empty())
+        self.demo
+            .unwrap_or(self.resources.is_empty() && !self.gate.is_set())
     }
 }
 
@@ -464,6 +471,7 @@ impl Default for Config {
             resources: Vec::new(),
             demo: None,
             resp: resp::RespConfig::default(),
+            gate: proxy::ProxyConfig::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! them into responses.
 
 pub mod admin;
+pub mod check;
 pub mod dashboard;
 pub mod edge;
 pub mod error;

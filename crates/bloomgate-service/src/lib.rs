@@ -20,6 +20,7 @@ pub mod model;
 pub mod paths;
 #[doc(hidden)]
 pub mod pause;
+pub mod proxy;
 pub mod reader;
 pub mod redis_link;
 pub mod resource;
@@ -37,5 +38,5 @@ pub mod wire;
 pub use config::text;
 pub use config::Config;
 pub use http::router;
-pub use service::{prepare, run, run_with_resp, serve, shutdown_signal};
+pub use service::{prepare, run, run_with, serve, shutdown_signal, Listeners};
 pub use state::{AppState, StartError};

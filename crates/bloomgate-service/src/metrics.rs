@@ -23,6 +23,7 @@ use metrics_exporter_prometheus::{
 };
 
 mod latency;
+pub mod proxy;
 pub mod resp;
 
 use latency::LatencyHistogram;
@@ -288,6 +289,8 @@ pub struct ServiceMetrics {
     fast_answers: Counter,
     /// The Redis-protocol listener's series.
     pub resp: resp::RespMetrics,
+    /// The HTTP gate's series.
+    pub gate: proxy::ProxyMetrics,
 }
 
 impl Default for ServiceMetrics {
@@ -327,6 +330,7 @@ impl ServiceMetrics {
             adding: Mutex::new(()),
             fast_answers: Counter::default(),
             resp: resp::RespMetrics::default(),
+            gate: proxy::ProxyMetrics::default(),
         }
     }
 
@@ -517,6 +521,7 @@ impl ServiceMetrics {
         }
         self.render_latency(&mut out);
         self.resp.render(&mut out);
+        self.gate.render(&mut out);
         out
     }
 }

@@ -27,23 +27,33 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    run_with_resp(listener, None, state, shutdown).await
+    run_with(listener, Listeners::default(), state, shutdown).await
 }
 
-/// [`run`], with the Redis-protocol listener (`[resp]`) on `resp` too:
-/// it stops accepting on the same signal, and its connections end (or
-/// are cut after `http.shutdown_grace_secs`) before the background loops
-/// stop, so none answers "no" once the change feed is no longer read.
+/// The listeners beside the service's own: the Redis-protocol one
+/// (`[resp]`) and the HTTP gate's reverse proxy (`[gate]`).
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// Where RESP is answered (`resp.listen`).
+    pub resp: Option<tokio::net::TcpListener>,
+    /// Where the reverse proxy listens (`gate.listen`).
+    pub gate: Option<tokio::net::TcpListener>,
+}
+
+/// [`run`], with the other listeners too: they stop accepting on the
+/// same signal, and their connections end (or are cut after
+/// `http.shutdown_grace_secs`) before the background loops stop, so none
+/// answers "no" once the change feed is no longer read.
 ///
 /// # Errors
 /// I/O errors from the listener.
-pub async fn run_with_resp(
+pub async fn run_with(
     listener: tokio::net::TcpListener,
-    resp: Option<tokio::net::TcpListener>,
+    others: Listeners,
     mut state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if resp.is_none() {
+    if others.resp.is_none() {
         // No second listener: HTTP keeps the whole connection budget.
         state.resp.listen = None;
     }
@@ -52,51 +62,83 @@ pub async fn run_with_resp(
         shutdown.await;
         let _ = stop_all.send(true);
     };
-    let resp_task = resp.map(|listener| {
+    let grace = Duration::from_secs(state.http.shutdown_grace_secs);
+    let signalled = |stopped: &tokio::sync::watch::Receiver<bool>| {
+        let mut s = stopped.clone();
+        async move {
+            let _ = s.wait_for(|s| *s).await;
+        }
+    };
+    let mut tasks = Vec::new();
+    if let Some(listener) = others.resp {
         let registry = crate::resp::Registry::of(&state, &state.resp.keys);
         let max = match state.resp.max_connections {
             0 => http::default_max_connections(&state),
             n => n,
         };
-        let grace = Duration::from_secs(state.http.shutdown_grace_secs);
-        let (mut signalled, mut cut) = (stopped.clone(), stopped.clone());
         let served = crate::resp::serve::serve(
             listener,
             registry,
             state.resp.clone(),
             usize::try_from(max).unwrap_or(usize::MAX),
-            async move {
-                let _ = signalled.wait_for(|s| *s).await;
-            },
+            signalled(&stopped),
         );
-        // Bounded from the signal, as the HTTP drain is (the two run at
-        // once): past the grace period the listener is dropped, which
-        // aborts its connections.
-        tokio::spawn(async move {
-            tokio::select! {
-                r = served => r,
-                () = async {
-                    let _ = cut.wait_for(|s| *s).await;
-                    tokio::time::sleep(grace).await;
-                } => {
-                    tracing::warn!(
-                        grace_secs = grace.as_secs(),
-                        "RESP connections still answering after the shutdown grace period; closing them"
-                    );
-                    Ok(())
-                }
-            }
-        })
-    });
+        tasks.push(("RESP", bounded(served, signalled(&stopped), grace)));
+    }
+    if let Some(listener) = others.gate {
+        let proxy = Arc::new(crate::proxy::Proxy::new(
+            &state.gate,
+            Arc::clone(&state.gate_routes),
+            Arc::clone(&state.metrics),
+        ));
+        let max = match state.gate.max_connections {
+            0 => http::default_max_connections(&state),
+            n => n,
+        };
+        let limits = crate::proxy::Limits {
+            header_timeout: Duration::from_millis(state.http.header_timeout_ms),
+            max_connections: usize::try_from(max).unwrap_or(usize::MAX),
+            max_header_bytes: state.gate.max_header_bytes,
+            max_headers: state.gate.max_headers,
+        };
+        let served = crate::proxy::serve(listener, proxy, limits, signalled(&stopped));
+        tasks.push(("gate", bounded(served, signalled(&stopped), grace)));
+    }
     let before_background = async move {
-        let Some(task) = resp_task else { return };
-        match task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "the RESP listener failed"),
-            Err(e) => tracing::warn!(error = %e, "the RESP listener's task failed"),
+        for (name, task) in tasks {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(listener = name, error = %e, "a listener failed"),
+                Err(e) => tracing::warn!(listener = name, error = %e, "a listener's task failed"),
+            }
         }
     };
     run_http(listener, state, shutdown, before_background).await
+}
+
+/// Runs `served` until it ends, or until `grace` after `stopped`: past
+/// it the listener is dropped, which aborts its connections (bounded from
+/// the signal, as the HTTP drain is; the listeners drain at once).
+fn bounded(
+    served: impl Future<Output = std::io::Result<()>> + Send + 'static,
+    stopped: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        tokio::select! {
+            r = served => r,
+            () = async {
+                stopped.await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(
+                    grace_secs = grace.as_secs(),
+                    "connections still open after the shutdown grace period; closing them"
+                );
+                Ok(())
+            }
+        }
+    })
 }
 
 async fn run_http(
@@ -363,17 +405,19 @@ pub async fn serve(
             source,
         })?;
     tracing::info!(addr = %config.listen, "listening");
-    let resp = match config.resp.listen {
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| StartError::Bind { addr, source })?;
-            tracing::info!(%addr, "answering RESP (BF.*)");
-            Some(l)
-        }
-        None => None,
+    let bind = |addr: Option<std::net::SocketAddr>, what: &'static str| async move {
+        let Some(addr) = addr else { return Ok(None) };
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        tracing::info!(%addr, "{what}");
+        Ok::<_, StartError>(Some(l))
     };
-    run_with_resp(listener, resp, state.clone(), shutdown)
+    let others = Listeners {
+        resp: bind(config.resp.listen, "answering RESP (BF.*)").await?,
+        gate: bind(config.gate.listen, "the HTTP gate is listening").await?,
+    };
+    run_with(listener, others, state.clone(), shutdown)
         .await
         .map_err(|source| StartError::Bind {
             addr: config.listen,

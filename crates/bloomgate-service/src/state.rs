@@ -34,6 +34,11 @@ pub struct AppState {
     pub demo: bool,
     /// The Redis-protocol listener's settings (`[resp]`).
     pub resp: crate::config::resp::RespConfig,
+    /// The HTTP gate's settings (`[gate]`).
+    pub gate: crate::config::proxy::ProxyConfig,
+    /// The HTTP gate's routes, bound to their resources (the reverse
+    /// proxy and the auth-request check judge with them).
+    pub gate_routes: Arc<crate::proxy::judge::Routes>,
     /// Descriptors the pools may hold (SQL, scan readers, Redis), which
     /// client connections must leave free.
     descriptors: u64,
@@ -238,6 +243,8 @@ impl AppState {
             skus,
             demo,
             resp: config.resp.clone(),
+            gate: config.gate.clone(),
+            gate_routes: Arc::default(),
             // The SQL pool and the scan readers' pool, and Redis's few
             // (the tier, the doorbell, the shared filters, epochs).
             descriptors: u64::from(config.sql.pool_size)
@@ -282,6 +289,12 @@ impl AppState {
                 r.set_watch_every(Duration::from_millis(rc.watch_every_ms));
             }
             self.resources.push(r);
+        }
+        if self.gate.is_set() {
+            let routes = crate::proxy::judge::Routes::of(&self.gate, &self.resources);
+            let paths: Vec<&str> = routes.all().iter().map(|r| r.path.as_str()).collect();
+            self.metrics.gate.init(&paths);
+            self.gate_routes = Arc::new(routes);
         }
         Ok(self)
     }

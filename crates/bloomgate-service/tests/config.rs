@@ -592,6 +592,8 @@ fn the_configuration_reference_names_every_key() {
         ("sql", "[sql]"),
         ("http", "[http]"),
         ("resp", "[resp]"),
+        ("gate", "[gate]"),
+        ("gate.routes", "[[gate.routes]]"),
         ("resources", "[[resources]]"),
     ] {
         let keys = accepted_keys(header);

@@ -20,7 +20,7 @@ pub enum KeyType {
 
 /// Route segments a resource may not take: `/api/{name}/…` would shadow
 /// or collide with the service's own routes.
-pub const RESERVED_NAMES: [&str; 5] = ["seckill", "cache", "skus", "ping", "metrics"];
+pub const RESERVED_NAMES: [&str; 6] = ["seckill", "cache", "skus", "ping", "metrics", "gate"];
 
 /// One guarded table.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

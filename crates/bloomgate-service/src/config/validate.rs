@@ -247,6 +247,8 @@ impl Config {
             served.push("skus");
         }
         self.resp.validate(&served, self.admin_token.is_some())?;
+        let tables: Vec<&str> = self.resources.iter().map(|r| r.name.as_str()).collect();
+        self.gate.validate(&tables)?;
         if self.admin_token.as_deref() == Some("") {
             return Err(invalid("admin_token", "must not be empty"));
         }

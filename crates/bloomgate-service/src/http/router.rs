@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{get, post, put};
+use axum::routing::{any, get, post, put};
 use axum::Router;
 
 use crate::error::AppError;
@@ -55,6 +55,18 @@ pub fn router(state: AppState) -> App {
             .merge(read)
             .merge(with_bodies)
             .merge(crate::http::resources::sku_routes(&state, rate.as_ref()));
+    }
+    // The HTTP gate's auth-request check, where a `[gate]` is configured.
+    if state.gate.is_set() {
+        routes = routes
+            .route(
+                crate::proxy::check::CHECK_PATH,
+                any(crate::http::check::gate_check),
+            )
+            .route(
+                "/api/gate/check/{*path}",
+                any(crate::http::check::gate_check),
+            );
     }
     let (router, patterns) = routes
         .merge(crate::http::resources::routes(&state, rate.as_ref()))

@@ -74,24 +74,12 @@ pub async fn serve(
     while let Some((stream, peer, permit)) = next_connection(&listener, &permits, &mut signal).await
     {
         let service = per_connection(&app, peer, limits.connect_info);
-        let (builder, mut stop) = (Arc::clone(&builder), stop_rx.clone());
+        let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
         tasks.spawn(async move {
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
-            let mut conn = std::pin::pin!(conn);
-            loop {
-                tokio::select! {
-                    _ = conn.as_mut() => break,
-                    changed = stop.changed() => {
-                        if changed.is_err() || *stop.borrow() {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = conn.as_mut().await;
-                            break;
-                        }
-                    }
-                }
-            }
+            until_stopped(conn, stop, |c| c.graceful_shutdown()).await;
             drop(permit);
         });
         // Finished connections' tasks, reaped as we go.
@@ -101,6 +89,30 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Drives one connection to its end; once `stop` turns true, asks it to
+/// close after its request in flight (`shutdown`: hyper's
+/// `graceful_shutdown`) and waits for that. The HTTP listener's and the
+/// gate's.
+pub async fn until_stopped<C: std::future::Future>(
+    conn: C,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    shutdown: impl Fn(std::pin::Pin<&mut C>),
+) {
+    let mut conn = std::pin::pin!(conn);
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    shutdown(conn.as_mut());
+                    let _ = conn.as_mut().await;
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// The next connection within the limit: a permit first (the rest wait

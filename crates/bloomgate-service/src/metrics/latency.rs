@@ -98,7 +98,7 @@ impl LatencyHistogram {
 }
 
 /// A label value as the text format wants it.
-fn escape(value: &str) -> String {
+pub(super) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -8,6 +8,8 @@ use std::time::Duration;
 use bloomgate_service::{AppState, Config};
 use tokio::sync::oneshot;
 
+pub mod upstream;
+
 pub const MYSQL_ADMIN_URL: &str = "mysql://root@127.0.0.1:3306/test";
 pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/";
@@ -158,6 +160,9 @@ pub struct TestServer {
     /// The Redis-protocol listener's address, when `resp.listen` was set
     /// (the test binds port 0 instead).
     pub resp: Option<std::net::SocketAddr>,
+    /// The HTTP gate's address, when `gate.listen` was set (bound on
+    /// port 0 instead).
+    pub gate: Option<std::net::SocketAddr>,
     pub state: AppState,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
@@ -189,9 +194,14 @@ impl TestServer {
         };
         let resp_addr = resp.as_ref().map(|l| l.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(bloomgate_service::run_with_resp(
+        let gate = match config.gate.listen {
+            Some(_) => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let gate_addr = gate.as_ref().map(|l| l.local_addr().unwrap());
+        let task = tokio::spawn(bloomgate_service::run_with(
             listener,
-            resp,
+            bloomgate_service::Listeners { resp, gate },
             state.clone(),
             async {
                 let _ = rx.await;
@@ -199,6 +209,7 @@ impl TestServer {
         ));
         Self {
             resp: resp_addr,
+            gate: gate_addr,
             base: format!("http://{addr}"),
             state,
             client: reqwest::Client::builder()
@@ -351,7 +362,7 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
-async fn wait_port(port: u16, up: bool) {
+pub async fn wait_port(port: u16, up: bool) {
     for _ in 0..300 {
         let open = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await

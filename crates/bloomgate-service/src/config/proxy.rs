@@ -1,0 +1,365 @@
+//! The `[gate]` table: bloomgate in front of an HTTP API it did not
+//! write, as a reverse proxy on a listener of its own and as an
+//! auth-request check on the service's (see [`crate::proxy`]).
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// The `[gate]` table.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Where the reverse proxy listens; unset: no proxy, only the
+    /// auth-request check (`/api/gate/check`) on the service's listener.
+    pub listen: Option<SocketAddr>,
+    /// The protected service, `http://host:port` (no path).
+    pub upstream: String,
+    /// Response headers later than this answer 504, milliseconds.
+    pub timeout_ms: u64,
+    /// A body (either way) that moves no byte for this long is cut,
+    /// milliseconds. A body may take as long as it likes in all.
+    pub idle_timeout_ms: u64,
+    /// Connecting to the upstream gives up after this long (502),
+    /// milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Idle keep-alive connections kept to the upstream.
+    pub pool_max_idle: usize,
+    /// An idle upstream connection is closed after this long, seconds.
+    pub pool_idle_secs: u64,
+    /// Most client connections open at once; 0: as `http.max_connections`.
+    pub max_connections: u64,
+    /// Longest request target (path and query), bytes (414 past it).
+    pub max_uri_bytes: usize,
+    /// Longest request head (request line and headers), bytes (431 past it).
+    pub max_header_bytes: usize,
+    /// Most request headers (431 past it).
+    pub max_headers: usize,
+    /// The routes the filter judges; every other request is forwarded.
+    pub routes: Vec<ProxyRoute>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            upstream: String::new(),
+            timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            connect_timeout_ms: 5_000,
+            pool_max_idle: 256,
+            pool_idle_secs: 90,
+            max_connections: 0,
+            max_uri_bytes: 8 * 1024,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// One `[[gate.routes]]` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyRoute {
+    /// The upstream's path, with one `{key}` segment; other `{name}`
+    /// segments match any one segment (`/api/{tenant}/users/{key}`).
+    pub path: String,
+    /// The `[[resources]]` entry whose filter judges the key.
+    pub resource: String,
+    /// The methods judged; others are forwarded.
+    #[serde(default = "default_methods")]
+    pub methods: Vec<String>,
+    /// The status of a refusal.
+    #[serde(default = "default_status")]
+    pub not_found_status: u16,
+    /// The body of a refusal; unset: `{"error":"not_found","message":…}`.
+    #[serde(default)]
+    pub not_found_body: Option<String>,
+    /// The content type of a refusal.
+    #[serde(default = "default_content_type")]
+    pub not_found_content_type: String,
+}
+
+fn default_methods() -> Vec<String> {
+    vec!["GET".into(), "HEAD".into()]
+}
+
+const fn default_status() -> u16 {
+    404
+}
+
+fn default_content_type() -> String {
+    "application/json".into()
+}
+
+impl ProxyConfig {
+    /// Whether the table says anything: a listener or a route.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        self.listen.is_some() || !self.routes.is_empty()
+    }
+
+    /// Checks the table against the `[[resources]]` names (`names`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self, names: &[&str]) -> Result<(), ConfigError> {
+        if self.listen.is_some() || !self.upstream.is_empty() {
+            upstream_authority(&self.upstream)?;
+        }
+        for (key, value) in [
+            ("gate.timeout_ms", self.timeout_ms),
+            ("gate.idle_timeout_ms", self.idle_timeout_ms),
+            ("gate.connect_timeout_ms", self.connect_timeout_ms),
+            ("gate.max_uri_bytes", self.max_uri_bytes as u64),
+            ("gate.max_headers", self.max_headers as u64),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.max_header_bytes < 8192 {
+            return Err(invalid("gate.max_header_bytes", "must be at least 8192"));
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            let at = |field: &str| format!("gate.routes[{i}].{field}");
+            Pattern::parse(&r.path)
+                .map_err(|why| invalid(&at("path"), format!("{:?}: {why}", r.path)))?;
+            if !names.contains(&r.resource.as_str()) {
+                return Err(invalid(
+                    &at("resource"),
+                    format!(
+                        "names no [[resources]] entry: {:?} (configured: {})",
+                        r.resource,
+                        names.join(", ")
+                    ),
+                ));
+            }
+            if r.methods.is_empty() {
+                return Err(invalid(&at("methods"), "must name at least one method"));
+            }
+            for m in &r.methods {
+                let ok = !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase());
+                if !ok || m == "CONNECT" {
+                    return Err(invalid(
+                        &at("methods"),
+                        format!("{m:?} is not a method the gate judges (GET, HEAD, …)"),
+                    ));
+                }
+            }
+            if !(400..=599).contains(&r.not_found_status) {
+                return Err(invalid(&at("not_found_status"), "must be 400 to 599"));
+            }
+            if http_header_value_invalid(&r.not_found_content_type) {
+                return Err(invalid(
+                    &at("not_found_content_type"),
+                    "must be a valid header value",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One segment of a route's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Matches this text exactly (a request's segment once decoded).
+    Literal(String),
+    /// The key: any one non-empty segment.
+    Key,
+    /// Any one non-empty segment (`{tenant}`).
+    Any,
+}
+
+/// A route's path, parsed: `/api/profiles/{key}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    segments: Vec<Segment>,
+    key: usize,
+}
+
+impl Pattern {
+    /// Parses a route's path: it starts with `/`, has exactly one
+    /// `{key}`, every `{…}` is a whole segment, and literals are written
+    /// decoded (no `%`, no dot segments).
+    ///
+    /// # Errors
+    /// Why it is not a route's path.
+    pub fn parse(path: &str) -> Result<Self, &'static str> {
+        let Some(rest) = path.strip_prefix('/') else {
+            return Err("must start with /");
+        };
+        let mut segments = Vec::new();
+        let mut key = None;
+        for s in rest.split('/') {
+            if s.is_empty() {
+                return Err("has an empty segment");
+            }
+            if let Some(name) = s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                let word = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if name.is_empty() || !word {
+                    return Err("a {name} is letters, digits and _");
+                }
+                if name == "key" {
+                    if key.is_some() {
+                        return Err("has more than one {key}");
+                    }
+                    key = Some(segments.len());
+                    segments.push(Segment::Key);
+                } else {
+                    segments.push(Segment::Any);
+                }
+            } else if s.contains(['{', '}']) {
+                return Err("a {name} must be a whole segment");
+            } else if s.contains(['%', '?', '#']) {
+                return Err("write literals decoded, without %, ? or #");
+            } else if s == "." || s == ".." {
+                return Err("has a dot segment");
+            } else {
+                segments.push(Segment::Literal(s.to_owned()));
+            }
+        }
+        let key = key.ok_or("needs one {key} segment")?;
+        Ok(Self { segments, key })
+    }
+
+    /// The segments.
+    #[must_use]
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The index of the `{key}` segment.
+    #[must_use]
+    pub fn key_index(&self) -> usize {
+        self.key
+    }
+
+    /// Whether the key is the only variable segment.
+    #[must_use]
+    pub fn key_only(&self) -> bool {
+        !self.segments.iter().any(|s| matches!(s, Segment::Any))
+    }
+}
+
+fn http_header_value_invalid(v: &str) -> bool {
+    v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f)
+}
+
+/// The upstream's `host:port` (port 80 when it names none).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] for `gate.upstream` when it is not
+/// `http://host[:port]` with no path.
+pub fn upstream_authority(upstream: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| invalid("gate.upstream", format!("{upstream:?}: {why}"));
+    if upstream.is_empty() {
+        return Err(bad("required when gate.listen is set"));
+    }
+    let Some(rest) = upstream.strip_prefix("http://") else {
+        return Err(bad(
+            "must start with http:// (an https upstream is not supported: put TLS in front of the gate, not behind it)",
+        ));
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+        return Err(bad("must be http://host:port with no path"));
+    }
+    let uri: Result<hyper::http::uri::Authority, _> = authority.parse();
+    if uri.is_err() {
+        return Err(bad("not a host and port"));
+    }
+    Ok(authority.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(r: Result<(), ConfigError>) -> String {
+        match r {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn route(path: &str) -> ProxyRoute {
+        ProxyRoute {
+            path: path.into(),
+            resource: "users".into(),
+            methods: default_methods(),
+            not_found_status: 404,
+            not_found_body: None,
+            not_found_content_type: default_content_type(),
+        }
+    }
+
+    #[test]
+    fn the_table_loads_from_toml_with_its_defaults() {
+        let c: super::super::Config = toml::from_str(
+            "[gate]\nlisten = \"127.0.0.1:8088\"\nupstream = \"http://127.0.0.1:9000\"\n\
+             [[gate.routes]]\npath = \"/api/profiles/{key}\"\nresource = \"users\"\n\
+             [[resources]]\nname = \"users\"\ntable = \"users\"\nkey = \"id\"\nkey_type = \"text\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.gate.routes[0].methods, ["GET", "HEAD"]);
+        assert_eq!(c.gate.routes[0].not_found_status, 404);
+        assert!(c.validate().is_ok(), "{:?}", c.validate());
+    }
+
+    #[test]
+    fn refusals_name_the_key() {
+        let mut c = ProxyConfig {
+            listen: Some("127.0.0.1:8088".parse().unwrap()),
+            upstream: "http://127.0.0.1:9000".into(),
+            routes: vec![route("/api/profiles/{key}")],
+            ..ProxyConfig::default()
+        };
+        assert!(c.validate(&["users"]).is_ok());
+        assert_eq!(key_of(c.validate(&["orders"])), "gate.routes[0].resource");
+        for bad in [
+            "https://x:1",
+            "http://",
+            "http://h:1/base",
+            "127.0.0.1:9000",
+            "",
+        ] {
+            c.upstream = bad.into();
+            assert_eq!(key_of(c.validate(&["users"])), "gate.upstream", "{bad}");
+        }
+        c.upstream = "http://127.0.0.1:9000/".into();
+        assert!(c.validate(&["users"]).is_ok());
+        for bad in [
+            "/api/profiles",
+            "api/{key}",
+            "/a/{key}/{key}",
+            "/a/x{key}",
+            "/a/{}",
+            "/a%20b/{key}",
+            "/a/../{key}",
+        ] {
+            c.routes = vec![route(bad)];
+            assert_eq!(
+                key_of(c.validate(&["users"])),
+                "gate.routes[0].path",
+                "{bad}"
+            );
+        }
+        c.routes = vec![route("/a/{key}")];
+        c.routes[0].methods = vec!["get".into()];
+        assert_eq!(key_of(c.validate(&["users"])), "gate.routes[0].methods");
+        c.routes[0].methods = vec!["GET".into()];
+        c.routes[0].not_found_status = 200;
+        assert_eq!(
+            key_of(c.validate(&["users"])),
+            "gate.routes[0].not_found_status"
+        );
+        c.routes[0].not_found_status = 410;
+        c.max_header_bytes = 100;
+        assert_eq!(key_of(c.validate(&["users"])), "gate.max_header_bytes");
+    }
+}

@@ -1,0 +1,226 @@
+//! The HTTP gate (`[gate]`): bloomgate in front of an HTTP API it did
+//! not write. Not to be confused with [`crate::gate`], a filter's slots
+//! and trust; this room only asks a resource for its verdict, through the
+//! call the service's own `exists` makes.
+//!
+//! Two ways in, one decision ([`judge`]):
+//! - the reverse proxy ([`serve`]): a listener of its own that answers a
+//!   route's refused keys itself and forwards everything else to
+//!   `gate.upstream` unchanged ([`forward`]), after refusing what a proxy
+//!   must not pass (smuggling: [`framing`]; `CONNECT`, targets for other
+//!   hosts, over-long targets);
+//! - the auth-request check ([`check`]): `/api/gate/check` on the
+//!   service's listener, asked by an nginx, Caddy, Traefik or Envoy in
+//!   front of the API.
+//!
+//! [`route`] normalises paths and matches them to route patterns.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::config::proxy::ProxyConfig;
+use crate::metrics::proxy::Outcome;
+use crate::metrics::ServiceMetrics;
+
+pub mod check;
+pub mod forward;
+pub mod framing;
+pub mod judge;
+pub mod route;
+mod serve;
+
+pub use serve::{serve, Limits};
+
+use forward::{own_answer, ProxyBody, Upstream};
+use judge::{Judgement, Routes};
+
+/// The reverse proxy: the routes, the upstream's pool, the metrics.
+#[derive(Debug)]
+pub struct Proxy {
+    routes: Arc<Routes>,
+    upstream: Upstream,
+    metrics: Arc<ServiceMetrics>,
+    max_uri: usize,
+}
+
+impl Proxy {
+    /// The proxy of a validated `[gate]` table over `routes`.
+    #[must_use]
+    pub fn new(config: &ProxyConfig, routes: Arc<Routes>, metrics: Arc<ServiceMetrics>) -> Self {
+        Self {
+            routes,
+            upstream: Upstream::new(config),
+            metrics,
+            max_uri: config.max_uri_bytes,
+        }
+    }
+
+    /// Answers one request: refused by the gate, or the upstream's answer.
+    /// `framing` is the verdict on the request's head ([`framing`]).
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        framing: Option<framing::Refused>,
+    ) -> Response<ProxyBody> {
+        let m = &self.metrics.gate;
+        if let Some(refused) = self.refused(&req, framing) {
+            m.record(m.unrouted(), Outcome::BadRequest);
+            return refused;
+        }
+        match self
+            .routes
+            .judge(req.method().as_str(), req.uri().path())
+            .await
+        {
+            Judgement::Refuse(route) => {
+                m.record(route.slot, Outcome::Rejected);
+                let r = &route.refusal;
+                forward::fixed(
+                    StatusCode::from_u16(r.status).unwrap_or(StatusCode::NOT_FOUND),
+                    &r.content_type,
+                    r.body.clone(),
+                )
+            }
+            Judgement::Pass(route) => self.forward(req, peer, Some(route.slot)).await,
+            Judgement::Unrouted => self.forward(req, peer, None).await,
+        }
+    }
+
+    /// The gate's own refusal of what a proxy must not pass.
+    fn refused(
+        &self,
+        req: &Request<Incoming>,
+        framing: Option<framing::Refused>,
+    ) -> Option<Response<ProxyBody>> {
+        if let Some(refused) = framing {
+            let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::BAD_REQUEST);
+            let code = if refused.status == 431 {
+                "header_too_large"
+            } else {
+                "bad_request"
+            };
+            let mut r = own_answer(status, code, refused.why);
+            // The rest of the connection cannot be trusted.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+        if req.method() == Method::CONNECT {
+            return Some(own_answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "not_a_proxy",
+                "CONNECT is refused: this gate forwards only to its upstream",
+            ));
+        }
+        if let Some(authority) = req.uri().authority() {
+            let host = req.headers().get(header::HOST).map(HeaderValue::as_bytes);
+            if host != Some(authority.as_str().as_bytes()) {
+                return Some(own_answer(
+                    StatusCode::BAD_REQUEST,
+                    "not_a_proxy",
+                    "an absolute target for another host is refused: this gate forwards only to its upstream",
+                ));
+            }
+        }
+        let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        if target > self.max_uri {
+            return Some(own_answer(
+                StatusCode::URI_TOO_LONG,
+                "uri_too_long",
+                &format!("the target is longer than {} bytes", self.max_uri),
+            ));
+        }
+        None
+    }
+
+    /// Sends `req` to the upstream and streams its answer back.
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        peer: SocketAddr,
+        slot: Option<usize>,
+    ) -> Response<ProxyBody> {
+        let m = &self.metrics.gate;
+        let upgrade = forward::wants_upgrade(req.headers());
+        let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        forward::strip_hop_by_hop(&mut parts.headers, upgrade);
+        let ip = peer.ip().to_string();
+        forward::append_list(&mut parts.headers, X_FORWARDED_FOR, &ip);
+        forward::append_list(&mut parts.headers, X_FORWARDED_PROTO, "http");
+        if let Some(host) = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+        {
+            let host = host.to_owned();
+            forward::append_list(&mut parts.headers, X_FORWARDED_HOST, &host);
+        }
+        parts.version = hyper::Version::HTTP_11;
+        let req = Request::from_parts(parts, forward::Idle::new(body, self.upstream.idle()));
+        let started = quanta::Instant::now();
+        let sent = {
+            let _flight = InFlight::new(&self.metrics);
+            self.upstream.send(req).await
+        };
+        let outcome = |o| m.record(slot.unwrap_or_else(|| m.unrouted()), o);
+        match sent {
+            Err(forward::Failure::Unreachable(why)) => {
+                outcome(Outcome::UpstreamError);
+                tracing::warn!(error = %why, "the gate's upstream could not be reached");
+                own_answer(
+                    StatusCode::BAD_GATEWAY,
+                    "bad_gateway",
+                    "the upstream could not be reached",
+                )
+            }
+            Err(forward::Failure::Timeout) => {
+                outcome(Outcome::UpstreamError);
+                own_answer(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "gateway_timeout",
+                    "the upstream sent no response in time",
+                )
+            }
+            Ok(mut resp) => {
+                m.upstream_latency(started.elapsed());
+                outcome(Outcome::Forwarded);
+                if let Some(slot) = slot {
+                    m.judged(slot, resp.status() == StatusCode::NOT_FOUND);
+                }
+                let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+                if let (true, Some(client_side)) = (switched, client_side) {
+                    forward::splice(client_side, hyper::upgrade::on(&mut resp));
+                }
+                forward::strip_hop_by_hop(resp.headers_mut(), switched);
+                forward::streamed(resp, self.upstream.idle())
+            }
+        }
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// One upstream request in flight, for the gauge (dropped with the
+/// request when the client goes away, too).
+struct InFlight<'a>(&'a ServiceMetrics);
+
+impl<'a> InFlight<'a> {
+    fn new(m: &'a ServiceMetrics) -> Self {
+        m.gate.in_flight(1);
+        Self(m)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.gate.in_flight(-1);
+    }
+}

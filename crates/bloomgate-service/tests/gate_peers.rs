@@ -1,0 +1,169 @@
+//! The HTTP gate's auth-request check behind the proxies people already
+//! run, with the configs the docs give (`docs/gate/`), read as files and
+//! run against real binaries: nginx (`auth_request`, from Debian's
+//! nginx-light) and Caddy (`forward_auth`). An absent key is answered
+//! 404 by the front and never reaches the upstream; a present one does.
+
+mod common;
+
+use std::time::Duration;
+
+use bloomgate_service::config::Capture;
+use common::upstream::Upstream;
+use common::{eventually, TestServer};
+
+/// The addresses the docs' configs name.
+const DOC_BLOOMGATE: &str = "127.0.0.1:8080";
+const DOC_API: &str = "127.0.0.1:9000";
+const DOC_FRONT: &str = "127.0.0.1:8000";
+
+fn doc(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../docs/gate/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// `program` if installed; under `CI=true` a missing one fails the test.
+fn installed(program: &str) -> Option<String> {
+    let found = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
+        .iter()
+        .map(|d| format!("{d}/{program}"))
+        .find(|p| std::path::Path::new(p).exists());
+    if found.is_none() {
+        common::unavailable(program, "not installed (.ci/run installs it)");
+    }
+    found
+}
+
+/// A front proxy process, stopped when dropped: SIGTERM, so nginx's
+/// master stops its workers too (a SIGKILL would orphan them).
+struct Front(std::process::Child);
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// bloomgate with the docs' route over `users` (u1 in it), and the
+/// upstream, and the docs' config text with its addresses made real.
+async fn setup(config: &str) -> (TestServer, Upstream, String, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let writer = common::sql_pool(&url).await;
+    common::users_table(&writer, &["u1"]).await;
+    let mut c = common::config(&url, None, "gate-peers");
+    c.demo = Some(false);
+    let mut users = common::users_resource("users");
+    users.capture = Capture::Triggers;
+    c.resources.push(users);
+    c.gate
+        .routes
+        .push(toml::from_str("path = \"/api/profiles/{key}\"\nresource = \"users\"\n").unwrap());
+    let s = TestServer::start(c, 0).await;
+    eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    let front = common::free_port();
+    let text = config
+        .replace(DOC_BLOOMGATE, s.base.trim_start_matches("http://"))
+        .replace(DOC_API, &up.addr.to_string())
+        .replace(DOC_FRONT, &format!("127.0.0.1:{front}"));
+    (s, up, text, front, dir)
+}
+
+async fn judged_through(front: u16, up: &Upstream) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let get = |path: &str| {
+        let req = client.get(format!("http://127.0.0.1:{front}{path}"));
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, body) = get("/api/profiles/nobody").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("not_found"), "{body}");
+    assert_eq!(
+        up.seen.at("/api/profiles/nobody"),
+        0,
+        "refused before the API"
+    );
+    let (status, body) = get("/api/profiles/u1?x=1").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("/api/profiles/u1?x=1"), "{body}");
+    assert_eq!(get("/elsewhere").await.0, 200);
+    assert_eq!(up.seen.at("/api/profiles/u1"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_auth_request_with_the_documented_config() {
+    let Some(nginx) = installed("nginx") else {
+        return;
+    };
+    let (s, up, site, front, _dir) = setup(&doc("nginx.conf")).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path().display();
+    std::fs::write(tmp.path().join("site.conf"), site).unwrap();
+    // The main config a distribution ships, reduced: the docs' file is
+    // what goes in conf.d.
+    let main = format!(
+        "worker_processes 1;\npid {t}/nginx.pid;\nerror_log {t}/error.log;\nevents {{ worker_connections 256; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {t}/body;\n proxy_temp_path {t}/proxy;\n\
+         fastcgi_temp_path {t}/fastcgi;\n uwsgi_temp_path {t}/uwsgi;\n scgi_temp_path {t}/scgi;\n\
+         include {t}/site.conf;\n}}\n"
+    );
+    std::fs::write(tmp.path().join("nginx.conf"), main).unwrap();
+    let child = std::process::Command::new(nginx)
+        .args([
+            "-p",
+            &t.to_string(),
+            "-c",
+            &format!("{t}/nginx.conf"),
+            "-g",
+            "daemon off;",
+        ])
+        .spawn()
+        .unwrap();
+    let _front = Front(child);
+    common::wait_port(front, true).await;
+    judged_through(front, &up).await;
+    // bloomgate gone: nginx lets requests through (fail open).
+    s.stop().await;
+    let r = reqwest::get(format!("http://127.0.0.1:{front}/api/profiles/nobody"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "forwarded while bloomgate is down");
+    assert_eq!(up.seen.at("/api/profiles/nobody"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_forward_auth_with_the_documented_config() {
+    let Some(caddy) = installed("caddy") else {
+        return;
+    };
+    let (_s, up, caddyfile, front, _dir) = setup(&doc("Caddyfile")).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("Caddyfile");
+    std::fs::write(&file, caddyfile).unwrap();
+    let child = std::process::Command::new(caddy)
+        .args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&file)
+        .env("HOME", tmp.path())
+        .env("XDG_DATA_HOME", tmp.path())
+        .env("XDG_CONFIG_HOME", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _front = Front(child);
+    common::wait_port(front, true).await;
+    judged_through(front, &up).await;
+}

@@ -1,0 +1,618 @@
+//! The HTTP gate (`[gate]`): bloomgate as a reverse proxy in front of an
+//! API of the test's own (`common::upstream`, which counts what reaches
+//! it), and as an auth-request check. Real SQLite and MariaDB tables,
+//! written by another program (capture triggers).
+
+mod common;
+
+use std::time::Duration;
+
+use bloomgate_service::config::proxy::ProxyRoute;
+use bloomgate_service::config::{Capture, Config};
+use common::upstream::{raw, rss, status_of, Upstream};
+use common::{eventually, TestServer};
+
+const ROUTE: &str = "/api/profiles/{key}";
+
+fn route() -> ProxyRoute {
+    toml::from_str(&format!("path = \"{ROUTE}\"\nresource = \"users\"\n")).unwrap()
+}
+
+/// The gate over a `users` table holding `ids`, in front of `up`.
+async fn gate_over(
+    url: &str,
+    ids: &[&str],
+    up: &Upstream,
+    tweak: impl FnOnce(&mut Config),
+) -> (TestServer, sqlx::AnyPool) {
+    let writer = common::sql_pool(url).await;
+    common::users_table(&writer, ids).await;
+    let mut c = common::config(url, None, "http-gate");
+    c.demo = Some(false);
+    let mut users = common::users_resource("users");
+    users.capture = Capture::Triggers;
+    c.resources.push(users);
+    c.gate.listen = Some("127.0.0.1:0".parse().unwrap());
+    c.gate.upstream = up.url();
+    c.gate.routes.push(route());
+    tweak(&mut c);
+    let s = TestServer::start(c, 0).await;
+    eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    (s, writer)
+}
+
+fn gate_url(s: &TestServer, path: &str) -> String {
+    format!("http://{}{path}", s.gate.unwrap())
+}
+
+async fn get(s: &TestServer, path: &str) -> (u16, String) {
+    let r = s.client.get(gate_url(s, path)).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_keys_never_reach_the_upstream_and_real_ones_always_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, writer) = gate_over(&url, &["u1", "u2", "a/b"], &up, |_| {}).await;
+
+    // Absent: the gate answers, the upstream never sees it.
+    let (status, body) = get(&s, "/api/profiles/nobody").await;
+    assert_eq!(status, 404, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"], "not_found");
+    assert_eq!(up.seen.total(), 0, "the upstream saw a refused key");
+    // HEAD is judged too, and answered without a body.
+    let r = s
+        .client
+        .head(gate_url(&s, "/api/profiles/nobody"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(up.seen.total(), 0);
+
+    // Present: forwarded with its query string untouched.
+    let (status, body) = get(&s, "/api/profiles/u1?x=%2F&y=1").await;
+    assert_eq!(status, 200, "{body}");
+    let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["target"], "/api/profiles/u1?x=%2F&y=1");
+    assert_eq!(up.seen.at("/api/profiles/u1"), 1);
+
+    // Created by another program: admitted through capture, forwarded.
+    sqlx::query("INSERT INTO users VALUES ('u9', 'user u9')")
+        .execute(&writer)
+        .await
+        .unwrap();
+    eventually(5, "u9 forwarded", || async {
+        get(&s, "/api/profiles/u9").await.0 == 200
+    })
+    .await;
+    assert!(up.seen.at("/api/profiles/u9") >= 1);
+
+    // The key is decoded exactly once: `a%2Fb` is the key `a/b`.
+    assert_eq!(get(&s, "/api/profiles/a%2Fb").await.0, 200);
+    assert_eq!(up.seen.at("/api/profiles/a%2Fb"), 1, "the original target");
+    assert_eq!(get(&s, "/api/profiles/u%31").await.0, 200, "u%31 is u1");
+    assert_eq!(
+        get(&s, "/api/profiles/u%2531").await.0,
+        404,
+        "u%2531 is u%31"
+    );
+
+    // Not judged: other methods, other paths, keys the column cannot
+    // hold (a control character), a trailing slash.
+    let before = up.seen.total();
+    let r = s
+        .client
+        .post(gate_url(&s, "/api/profiles/nobody"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for path in [
+        "/api/other/nobody",
+        "/api/profiles/%01",
+        "/api/profiles/nobody/",
+        "/api/profiles/%zz",
+    ] {
+        assert_eq!(get(&s, path).await.0, 200, "{path} is forwarded");
+    }
+    assert_eq!(up.seen.total(), before + 5);
+
+    // Normalised before matching, so no spelling gets around the gate.
+    for path in [
+        "//api//profiles/nobody",
+        "/api/./profiles/nobody",
+        "/api/x/../profiles/nobody",
+        "/api/x/%2e%2e/profiles/nobody",
+        "/api/profil%65s/nobody",
+    ] {
+        let (status, _) = get(&s, path).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    assert_eq!(
+        up.seen.total(),
+        before + 5,
+        "no refused spelling got through"
+    );
+
+    // The service's own routes are not on the gate's port.
+    assert_eq!(get(&s, "/metrics").await.0, 200, "forwarded, not ours");
+    assert!(up.seen.at("/metrics") == 1);
+    let metrics = s.metrics_text().await;
+    assert!(
+        metrics.contains(&format!(
+            "bloomgate_gate_requests_total{{route=\"{ROUTE}\",outcome=\"rejected\"}}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("bloomgate_gate_upstream_not_found_total"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_that_cannot_vouch_lets_everything_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, writer) = gate_over(&url, &["u1"], &up, |c| {
+        c.sql.out_of_step_ms = 300;
+    })
+    .await;
+    assert_eq!(get(&s, "/api/profiles/nobody").await.0, 404, "vouched");
+    // The change feed becomes unreadable: the instance may miss creates,
+    // so its filter's "no" no longer stands.
+    sqlx::query("ALTER TABLE bloomgate_changes RENAME TO bloomgate_changes_gone")
+        .execute(&writer)
+        .await
+        .unwrap();
+    eventually(10, "forwarded once out of step", || async {
+        get(&s, "/api/profiles/nobody").await.0 == 200
+    })
+    .await;
+    assert!(up.seen.at("/api/profiles/nobody") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_pass_through_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |_| {}).await;
+    let gate = s.gate.unwrap();
+    let within = Duration::from_secs(5);
+    // The same request, straight and through the gate: status line,
+    // end-to-end headers and body alike (hop-by-hop ones removed).
+    for (req, hop) in [
+        (
+            "GET /exact HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            true,
+        ),
+        (
+            "GET /status/204 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "GET /status/304 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "HEAD /download-cl/5 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "GET /download/70000 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "GET /download-cl/70000 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+    ] {
+        let direct = raw(up.addr, req.as_bytes(), within).await;
+        let gated = raw(gate, req.as_bytes(), within).await;
+        let (d, g) = (clean(&direct, hop, false), clean(&gated, hop, true));
+        assert_eq!(d, g, "{req}");
+        if hop {
+            assert!(!gated.to_ascii_lowercase().contains("x-hop"), "{gated}");
+            assert!(
+                gated.contains("Thu, 01 Jan 2026"),
+                "the upstream's Date kept"
+            );
+        }
+    }
+
+    // The upstream saw the X-Forwarded-* lists appended and Host kept.
+    let r = s
+        .client
+        .get(gate_url(&s, "/echo"))
+        .header("host", "api.example")
+        .header("x-forwarded-for", "10.1.1.1")
+        .header("connection", "x-secret")
+        .header("x-secret", "hop")
+        .header("te", "trailers")
+        .header("proxy-authorization", "Basic eA==")
+        .send()
+        .await
+        .unwrap();
+    let echo: serde_json::Value = r.json().await.unwrap();
+    let h = &echo["headers"];
+    assert_eq!(h["host"][0], "api.example");
+    assert_eq!(h["x-forwarded-for"][0], "10.1.1.1, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert_eq!(h["x-forwarded-host"][0], "api.example");
+    for hop in ["x-secret", "te", "proxy-authorization"] {
+        assert!(h.get(hop).is_none(), "{hop} forwarded: {h}");
+    }
+}
+
+/// A raw response as (status line, sorted end-to-end headers, decoded
+/// body): `Connection` always dropped (each side has its own), `Date`
+/// unless `exact` (the upstream sets one there), and the hop-by-hop
+/// headers the upstream sent there, on the straight side.
+fn clean(r: &str, exact: bool, gated: bool) -> (String, Vec<String>, Vec<u8>) {
+    let (head, body) = r.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().to_owned();
+    let mut headers: Vec<String> = lines
+        .map(str::to_ascii_lowercase)
+        .filter(|l| !l.starts_with("connection:"))
+        .filter(|l| exact || !l.starts_with("date:"))
+        .filter(|l| gated || !exact || !(l.starts_with("x-hop:") || l.starts_with("keep-alive:")))
+        .collect();
+    headers.sort();
+    let chunked = headers.iter().any(|h| h == "transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body.as_bytes())
+    } else {
+        body.as_bytes().to_vec()
+    };
+    (status, headers, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
+        b = &b[nl + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_mib_both_ways_streams_in_bounded_memory() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |_| {}).await;
+    let gate = s.gate.unwrap();
+    const N: u64 = 100 << 20;
+    let base = rss();
+    let mut peak = base;
+
+    // Download.
+    let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
+    c.write_all(
+        format!("GET /download/{N} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = c.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+        if got % (8 << 20) < n as u64 {
+            peak = peak.max(rss());
+        }
+    }
+    assert!(got > N, "the whole body and its chunk framing: {got}");
+
+    // Upload.
+    let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
+    c.write_all(
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: {N}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let zeros = vec![0u8; 64 * 1024];
+    let mut sent = 0u64;
+    while sent < N {
+        c.write_all(&zeros).await.unwrap();
+        sent += zeros.len() as u64;
+        if sent.is_multiple_of(8 << 20) {
+            peak = peak.max(rss());
+        }
+    }
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).await.unwrap();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(answer.ends_with(&N.to_string()), "{answer}");
+    assert_eq!(
+        up.seen.uploaded.load(std::sync::atomic::Ordering::SeqCst),
+        N
+    );
+    let grew = peak.saturating_sub(base);
+    eprintln!("RSS grew by {} MiB while 2 x 100 MiB streamed", grew >> 20);
+    assert!(
+        grew < 48 << 20,
+        "RSS grew by {grew} bytes: a body was buffered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_are_json_and_a_gone_client_cancels_its_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.timeout_ms = 400;
+        c.gate.idle_timeout_ms = 400;
+    })
+    .await;
+    // Stalled: no headers within timeout_ms.
+    let (status, body) = get(&s, "/stall").await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("gateway_timeout"), "{body}");
+    // A body that stops moving is cut by the idle timeout.
+    let r = s
+        .client
+        .get(gate_url(&s, "/slow-body"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.is_err(), "the stalled body ends in an error");
+
+    // A client that goes away cancels its upstream request.
+    let cancelled = || up.seen.cancelled.load(std::sync::atomic::Ordering::SeqCst);
+    let before = cancelled();
+    let gate = s.gate.unwrap();
+    let _ = raw(
+        gate,
+        b"GET /stall HTTP/1.1\r\nHost: h\r\n\r\n",
+        Duration::from_millis(100),
+    )
+    .await;
+    eventually(5, "the upstream request cancelled", || async {
+        cancelled() > before
+    })
+    .await;
+
+    // Unreachable: 502.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let dir2 = tempfile::tempdir().unwrap();
+    let url2 = common::sqlite_url(&dir2);
+    let (s2, _w2) = gate_over(&url2, &["u1"], &up, |c| {
+        c.gate.upstream = format!("http://{dead}");
+    })
+    .await;
+    let (status, body) = get(&s2, "/api/profiles/u1").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("bad_gateway"), "{body}");
+    // A refused key is still answered without the upstream.
+    assert_eq!(get(&s2, "/api/profiles/nobody").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_spliced_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |_| {}).await;
+    let mut c = tokio::net::TcpStream::connect(s.gate.unwrap())
+        .await
+        .unwrap();
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: echo"), "{head}");
+    for msg in [&b"hello"[..], b"\x81\x05frame", b"bye"] {
+        c.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, msg);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smuggling_open_proxying_and_oversized_requests_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.max_uri_bytes = 200;
+    })
+    .await;
+    let gate = s.gate.unwrap();
+    let within = Duration::from_secs(3);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(300));
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(70 * 1024)
+    );
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "CL then TE",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "TE then CL",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "two equal lengths",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx".to_vec(),
+            400,
+        ),
+        (
+            "two lengths",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy".to_vec(),
+            400,
+        ),
+        (
+            "obs-fold",
+            b"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n  folded\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "CONNECT",
+            b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            "absolute-form, another host",
+            b"GET http://example.com/x HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+            400,
+        ),
+        ("target too long", long.into_bytes(), 414),
+        ("head too large", big.into_bytes(), 431),
+    ];
+    for (what, req, want) in cases {
+        let answer = raw(gate, &req, within).await;
+        assert_eq!(status_of(&answer), want, "{what}: {answer}");
+    }
+    assert_eq!(up.seen.total(), 0, "nothing refused reached the upstream");
+    // A clean request after a clean one on the same connection is
+    // forwarded (the scan follows bodies to the next head).
+    let two = b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc\
+        GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
+    let answer = raw(gate, two, within).await;
+    assert_eq!(answer.matches("HTTP/1.1 200").count(), 2, "{answer}");
+    // Absolute-form for the gate's own host is forwarded as origin-form.
+    let same = b"GET http://h/api/profiles/u1 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
+    let answer = raw(gate, same, within).await;
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(
+        answer.contains("\"target\":\"/api/profiles/u1\""),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_request_check_answers_for_the_original_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.listen = None;
+        c.gate.routes[0].not_found_status = 410;
+    })
+    .await;
+    let check = |headers: Vec<(&'static str, &'static str)>, path: &'static str| {
+        let mut r = s.client.get(s.url(path));
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let nginx = |uri: &'static str| vec![("x-original-method", "GET"), ("x-original-uri", uri)];
+    assert_eq!(
+        check(nginx("/api/profiles/nobody?q=1"), "/api/gate/check")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        check(nginx("/api/profiles/u1"), "/api/gate/check").await.0,
+        200
+    );
+    assert_eq!(
+        check(nginx("/elsewhere/nobody"), "/api/gate/check").await.0,
+        200
+    );
+    let caddy = vec![
+        ("x-forwarded-method", "GET"),
+        ("x-forwarded-uri", "/api/profiles/nobody"),
+    ];
+    let (status, body) = check(caddy, "/api/gate/check").await;
+    assert_eq!(status, 410, "the route's own answer");
+    assert!(body.contains("not_found"), "{body}");
+    let post = vec![
+        ("x-forwarded-method", "POST"),
+        ("x-forwarded-uri", "/api/profiles/nobody"),
+    ];
+    assert_eq!(
+        check(post, "/api/gate/check").await.0,
+        200,
+        "POST is not judged"
+    );
+    assert_eq!(
+        check(vec![], "/api/gate/check/api/profiles/nobody").await.0,
+        410
+    );
+    assert_eq!(
+        check(vec![], "/api/gate/check/api/profiles/u1").await.0,
+        200
+    );
+    let (status, body) = check(
+        vec![("x-original-uri", "/api/profiles/u1")],
+        "/api/gate/check",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("x-original-method"), "{body}");
+    assert_eq!(check(vec![], "/api/gate/check").await.0, 400);
+    assert_eq!(up.seen.total(), 0, "the check never calls the upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_spellings_the_collation_finds_are_forwarded() {
+    let Some(url) = common::mysql_database("http_gate").await else {
+        return;
+    };
+    let up = Upstream::start().await;
+    let (s, writer) = gate_over(&url, &["p42"], &up, |_| {}).await;
+    for path in [
+        "/api/profiles/p42",
+        "/api/profiles/P42",
+        "/api/profiles/p42%20",
+    ] {
+        assert_eq!(get(&s, path).await.0, 200, "{path}");
+    }
+    assert_eq!(get(&s, "/api/profiles/q42").await.0, 404);
+    // Another program's insert, made in its own transaction.
+    sqlx::query("INSERT INTO users VALUES ('Q42', 'user Q42')")
+        .execute(&writer)
+        .await
+        .unwrap();
+    eventually(5, "q42 forwarded after the insert", || async {
+        get(&s, "/api/profiles/q42").await.0 == 200
+    })
+    .await;
+    assert_eq!(up.seen.at("/api/profiles/q42"), 1);
+}
