@@ -53,6 +53,16 @@ pub struct AttackArgs {
     /// seed 002's `u1001`); refused for integer keys.
     #[arg(long)]
     key_prefix: Option<String>,
+    /// The request path, `{id}` where the key goes (`/api/profiles/{id}`):
+    /// an API behind the HTTP gate. Needs --resource, whose filter's
+    /// figures the report reads.
+    #[arg(long)]
+    path: Option<String>,
+    /// The stats to read (default `{--url}/api/cache/stats`): bloomgate's
+    /// own listener when --url is the gate (which forwards that path to
+    /// the upstream).
+    #[arg(long)]
+    stats_url: Option<String>,
     /// Base URL of the service (loopback only, unless --allow-remote).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
@@ -123,6 +133,10 @@ struct Tally {
 pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
     let plan = plan(&a)?;
     let url = check_target(&a.url, a.allow_remote)?;
+    let stats_url = match &a.stats_url {
+        Some(s) => check_target(s, a.allow_remote)?,
+        None => format!("{url}/api/cache/stats"),
+    };
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(a.concurrency as usize)
@@ -141,7 +155,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let before = snapshot(&client, &url, db.as_ref(), redis.as_mut()).await?;
+    let before = snapshot(&client, &stats_url, db.as_ref(), redis.as_mut()).await?;
     let target = Target::new(&a, &before.stats)?;
 
     let ids = Ids::new(&a);
@@ -166,7 +180,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
     let sampler = a.plot.is_some().then(|| {
         let (client, url, samples, done, stop) = (
             client.clone(),
-            url.clone(),
+            stats_url.clone(),
             Arc::clone(&samples),
             Arc::clone(&done),
             Arc::clone(&stop),
@@ -254,7 +268,7 @@ pub async fn attack(a: AttackArgs) -> anyhow::Result<()> {
     if let Some(s) = sampler {
         s.await?;
     }
-    let after = snapshot(&client, &url, db.as_ref(), redis.as_mut()).await?;
+    let after = snapshot(&client, &stats_url, db.as_ref(), redis.as_mut()).await?;
     latencies.sort_unstable();
 
     let sent = latencies.len() as u64;
@@ -451,6 +465,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(users.path_of(9), "/api/users/k-9");
+        let behind = Target::new(
+            &args(&["--resource", "users", "--path", "/api/profiles/{id}/card"]),
+            &stats,
+        )
+        .unwrap();
+        assert_eq!(behind.path_of(7), "/api/profiles/u7/card");
+        for bad in ["api/{id}", "/api/x", "/{id}/{id}"] {
+            let e = Target::new(&args(&["--resource", "users", "--path", bad]), &stats)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--path"), "{bad}: {e}");
+        }
+        let e = Target::new(&args(&["--path", "/p/{id}"]), &stats)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--resource"), "{e}");
         let orders = Target::new(&args(&["--resource", "orders"]), &stats).unwrap();
         assert_eq!(orders.path_of(42), "/api/orders/42");
         let e = Target::new(&args(&["--resource", "carts"]), &stats)

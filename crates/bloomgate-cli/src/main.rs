@@ -63,7 +63,7 @@ enum Command {
     /// Measure insert and query throughput and the actual FPR on this machine.
     Bench(filters::BenchArgs),
     /// Send random-id GETs to a running service and report what got through.
-    Attack(attack::AttackArgs),
+    Attack(Box<attack::AttackArgs>),
     /// Print, install or remove the change-capture triggers of the
     /// configured tables (`capture = "triggers"`).
     Capture(capture::CaptureArgs),
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Command::Query(a) => filters::query(&a),
         Command::Info(a) => filters::info(&a),
         Command::Bench(a) => filters::bench(&a),
-        Command::Attack(a) => runtime().and_then(|rt| rt.block_on(attack::attack(a))),
+        Command::Attack(a) => runtime().and_then(|rt| rt.block_on(attack::attack(*a))),
         Command::Capture(a) => runtime().and_then(|rt| rt.block_on(capture::capture(a))),
     };
     match result {

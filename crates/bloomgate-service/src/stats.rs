@@ -132,8 +132,54 @@ pub async fn json(state: &AppState) -> serde_json::Value {
     for res in &state.resources {
         resources.insert(res.name.to_string(), res.stats());
     }
+    if state.gate.is_set() {
+        body["gate"] = gate(state, &resources);
+    }
     body["resources"] = resources.into();
     body
+}
+
+/// The HTTP gate's routes: what each answered, and the false positives
+/// it observed beside its filter's expected rate.
+fn gate(state: &AppState, resources: &serde_json::Map<String, Value>) -> Value {
+    use crate::metrics::proxy::Outcome;
+    let m = &state.metrics.gate;
+    let counts = |slot: usize| {
+        json!({
+            "rejected": m.count(slot, Outcome::Rejected),
+            "forwarded": m.count(slot, Outcome::Forwarded),
+            "upstream_error": m.count(slot, Outcome::UpstreamError),
+            "bad_request": m.count(slot, Outcome::BadRequest),
+        })
+    };
+    let routes: Vec<Value> = state
+        .gate_routes
+        .all()
+        .iter()
+        .map(|r| {
+            let (judged, not_found) = m.observed(r.slot);
+            let mut v = counts(r.slot);
+            v["path"] = r.path.clone().into();
+            v["resource"] = r.resource().into();
+            v["judged"] = judged.into();
+            v["upstream_not_found"] = not_found.into();
+            v["observed_fpr"] = if judged > 0 {
+                (not_found as f64 / judged as f64).into()
+            } else {
+                Value::Null
+            };
+            v["expected_fpr"] = resources
+                .get(r.resource())
+                .map_or(Value::Null, |x| x["filter"]["expected_fpr"].clone());
+            v
+        })
+        .collect();
+    json!({
+        "listen": state.gate.listen.map(|a| a.to_string()),
+        "routes": routes,
+        "unrouted": counts(m.unrouted()),
+        "upstream_in_flight": m.in_flight_now(),
+    })
 }
 
 /// The SKU table as the default resource `skus`: [`crate::resource::Resource::stats_with`] (the

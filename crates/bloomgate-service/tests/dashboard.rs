@@ -61,7 +61,10 @@ fn rendered(dom: &str) -> (HashMap<String, String>, HashMap<String, String>) {
 }
 
 fn at<'a>(v: &'a Value, key: &str) -> &'a Value {
-    key.split('.').fold(v, |v, k| &v[k])
+    key.split('.').fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) if v.is_array() => &v[i],
+        _ => &v[k],
+    })
 }
 
 #[tokio::test]
@@ -225,6 +228,11 @@ async fn the_dashboard_shows_every_resource() {
     pool.close().await;
     let mut config = common::config(&url, None, "dashboard-res");
     config.resources = vec![common::users_resource("users")];
+    // The HTTP gate's check (no proxy listener): its route's row too.
+    config
+        .gate
+        .routes
+        .push(toml::from_str("path = \"/api/profiles/{key}\"\nresource = \"users\"\n").unwrap());
     let server = TestServer::start(config, 100).await;
     common::eventually(20, "users' filter built", || async {
         server.stats().await["resources"]["users"]["filter"]["ready"] == true
@@ -238,6 +246,10 @@ async fn the_dashboard_shows_every_resource() {
     }
     for id in [1, 2, 3, 999_999_999] {
         server.get(&format!("/api/seckill/{id}")).await;
+    }
+    for (n, status) in [("x1", 404), ("x2", 404), ("x3", 404), ("u1", 200)] {
+        let path = format!("/api/gate/check/api/profiles/{n}");
+        assert_eq!(server.get(&path).await.0, status, "{path}");
     }
     let profile = tempfile::tempdir().unwrap();
     let page = server.url("/dashboard?interval=300");
@@ -273,6 +285,17 @@ async fn the_dashboard_shows_every_resource() {
             assert_eq!(&shown, at(&stats, &full), "{full}");
         }
     }
+    for key in ["rejected", "forwarded", "resource", "expected_fpr"] {
+        let full = format!("gate.routes.0.{key}");
+        let shown: Value = serde_json::from_str(
+            keyed
+                .get(&full)
+                .unwrap_or_else(|| panic!("{full} not on the page")),
+        )
+        .unwrap();
+        assert_eq!(&shown, at(&stats, &full), "{full}");
+    }
+    assert_eq!(keyed["gate.routes.0.rejected"], "3");
     assert_eq!(keyed["resources.users.key_type"], "\"text\"");
     assert_eq!(keyed["resources.skus.key_type"], "\"int\"");
     server.stop().await;

@@ -28,12 +28,12 @@ pub fn get(v: &Value, path: &[&str]) -> i64 {
 
 pub async fn stats(client: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
     let r = client
-        .get(format!("{url}/api/cache/stats"))
+        .get(url)
         .send()
         .await
-        .with_context(|| format!("fetching {url}/api/cache/stats"))?;
+        .with_context(|| format!("fetching {url}"))?;
     if !r.status().is_success() {
-        bail!("{url}/api/cache/stats answered {}", r.status());
+        bail!("{url} answered {}", r.status());
     }
     Ok(r.json().await?)
 }

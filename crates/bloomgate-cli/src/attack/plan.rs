@@ -215,6 +215,8 @@ pub fn check_target(raw: &str, allow_remote: bool) -> anyhow::Result<String> {
 pub struct Target {
     /// The path before the key, e.g. `/api/users/`.
     pub path: String,
+    /// The path after the key (`--path`'s rest after `{id}`).
+    pub after: String,
     /// `None` for seed 000's route; the resource's name otherwise.
     pub resource: Option<String>,
     /// Text keys are `{prefix}{n}`; integer keys are `n`.
@@ -230,8 +232,12 @@ impl Target {
     /// does).
     pub fn new(a: &AttackArgs, stats: &Value) -> anyhow::Result<Self> {
         let Some(name) = &a.resource else {
+            if a.path.is_some() {
+                bail!("--path needs --resource: the resource whose filter judges the keys");
+            }
             return Ok(Self {
                 path: "/api/seckill/".into(),
+                after: String::new(),
                 resource: None,
                 text_prefix: None,
             });
@@ -254,8 +260,19 @@ impl Target {
         if !text && a.key_prefix.is_some() {
             bail!("--key-prefix: resource {name} has integer keys");
         }
+        let (path, after) = match &a.path {
+            None => (format!("/api/{name}/"), String::new()),
+            Some(p) => {
+                let ok = p.starts_with('/') && p.matches("{id}").count() == 1;
+                let Some((before, after)) = p.split_once("{id}").filter(|_| ok) else {
+                    bail!("--path must start with / and hold {{id}} once (got {p:?})");
+                };
+                (before.to_owned(), after.to_owned())
+            }
+        };
         Ok(Self {
-            path: format!("/api/{name}/"),
+            path,
+            after,
             resource: Some(name.clone()),
             text_prefix: text.then(|| a.key_prefix.clone().unwrap_or_else(|| "u".into())),
         })
@@ -264,8 +281,8 @@ impl Target {
     /// The URL path of the i-th request's key.
     pub fn path_of(&self, n: u64) -> String {
         match &self.text_prefix {
-            Some(prefix) => format!("{}{prefix}{n}", self.path),
-            None => format!("{}{n}", self.path),
+            Some(prefix) => format!("{}{prefix}{n}{}", self.path, self.after),
+            None => format!("{}{n}{}", self.path, self.after),
         }
     }
 

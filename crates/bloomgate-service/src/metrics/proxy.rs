@@ -110,6 +110,12 @@ impl ProxyMetrics {
         self.in_flight.fetch_add(delta, Ordering::Relaxed);
     }
 
+    /// Upstream requests in flight now.
+    #[must_use]
+    pub fn in_flight_now(&self) -> i64 {
+        self.in_flight.load(Ordering::Relaxed).max(0)
+    }
+
     /// The families in the text format (nothing without a gate).
     pub fn render(&self, out: &mut String) {
         let (Some(routes), Some(series)) = (self.routes.get(), self.series.get()) else {

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The HTTP gate (docs/http-gate.md) against the proxies people run, in one run.
+
+One upstream for all: nginx answering a fixed JSON body (1 worker). In
+front of it, side by side:
+  * bloomgate's reverse proxy (`[gate]`, release build, a SQLite `users`
+    table of 1,000 keys, one route);
+  * nginx `proxy_pass` with an upstream keep-alive pool (2 workers);
+  * HAProxy (2 threads, `http-reuse always`);
+  * nginx `auth_request` asking bloomgate's `/api/gate/check`, then
+    `proxy_pass` (the docs' config, docs/gate/nginx.conf);
+  * the upstream straight (what no proxy costs).
+Forwarded requests are `GET /api/profiles/u1` (a present key). Rejected
+requests (`GET /api/profiles/nobody<n>`, random absent keys) are measured
+against the bare axum app's fixed response
+(crates/bloomgate-service/examples/bare_axum.rs).
+
+Every target gets `wrk -t2 -c64` for DURATION seconds, targets alternating,
+ROUNDS rounds, each round starting one target later; the tables show the
+median req/s, the median of the per-round ratios to the anchor, and the
+median p99. Then 1 GiB is downloaded and uploaded through the gate and
+through nginx (curl, timed), with the gate's peak RSS (VmHWM).
+
+Usage: scripts/gate_bench.py BIN BARE_AXUM
+Environment: ROUNDS (5), DURATION (3), STREAM=0 to skip the 1 GiB rows.
+"""
+
+import os
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_http import machine_header, run, wait
+
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
+DURATION = int(os.environ.get("DURATION", "3"))
+STREAM = os.environ.get("STREAM", "1") != "0"
+BIN, BARE = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp()
+PROCS = []
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT = 18101, 18102, 18103, 18104, 18105, 18106, 18107
+
+ABSENT = """
+math.randomseed(7)
+request = function()
+  return wrk.format(nil, "/api/profiles/nobody" .. math.random(1, 100000000))
+end
+"""
+
+
+def start(args, log, **env):
+    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                         env={**os.environ, **env})
+    PROCS.append(p)
+    return p
+
+
+def nginx(name, body):
+    conf = os.path.join(TMP, f"{name}.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes {2 if name != 'upstream' else 1};
+pid {TMP}/{name}.pid;
+error_log {TMP}/{name}.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {TMP}/{name}-body;
+  proxy_temp_path {TMP}/{name}-proxy;
+  fastcgi_temp_path {TMP}/{name}-fcgi;
+  uwsgi_temp_path {TMP}/{name}-uwsgi;
+  scgi_temp_path {TMP}/{name}-scgi;
+  {body}
+}}
+""")
+    start(["nginx", "-p", TMP, "-c", conf, "-g", "daemon off;"], os.path.join(TMP, f"{name}.log"))
+
+
+def wrk(url, script=None):
+    args = ["wrk", "-t2", "-c64", f"-d{DURATION}s", "--latency", url]
+    if script:
+        args[1:1] = ["-s", script]
+    out = subprocess.run(args, capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, float(p99.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
+
+
+def table(title, targets, anchor):
+    """`targets`: name -> (url, script). Alternating rounds."""
+    names = list(targets)
+    rps = {n: [] for n in names}
+    p99 = {n: [] for n in names}
+    for r in range(ROUNDS):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            url, script = targets[n]
+            a, b, _ = wrk(url, script)
+            rps[n].append(a)
+            p99[n].append(b)
+    print(f"\n### {title}\n")
+    print(f"| target | req/s (median) | ratio to {anchor} (median of rounds) | p99 ms (median) |")
+    print("|---|---:|---:|---:|")
+    for n in names:
+        ratios = [x / y for x, y in zip(rps[n], rps[anchor])]
+        print(f"| {n} | {statistics.median(rps[n]):,.0f} | {statistics.median(ratios):.2f} | "
+              f"{statistics.median(p99[n]):.2f} |")
+
+
+def vmhwm(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def stream(name, port):
+    """1 GiB down, then up, through `port`; seconds each."""
+    t = time.time()
+    subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/big"], check=True)
+    down = time.time() - t
+    t = time.time()
+    subprocess.run(f"head -c 1073741824 /dev/zero | curl -s -o /dev/null -T - "
+                   f"http://127.0.0.1:{port}/upload", shell=True, check=True)
+    up = time.time() - t
+    return down, up
+
+
+def main():
+    print(f"`scripts/gate_bench.py` (ROUNDS={ROUNDS}, DURATION={DURATION}); machine:\n")
+    machine_header()
+    # The upstream: a fixed body, a 1 GiB body, and an upload sink.
+    big = os.path.join(TMP, "big")
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)
+    nginx("upstream", f"""server {{ listen 127.0.0.1:{UP};
+    location / {{ default_type application/json; return 200 '{{"ok":true}}'; }}
+    location = /big {{ alias {big}; }}
+    location = /upload {{ client_max_body_size 0; client_body_buffer_size 1m;
+                          proxy_request_buffering off; return 200 'ok'; }}
+  }}""")
+    # bloomgate: users u1..u1000, a gate on GATE, the check on SVC.
+    db = os.path.join(TMP, "users.db")
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE users (id VARCHAR(32) PRIMARY KEY, name TEXT NOT NULL)")
+    c.executemany("INSERT INTO users VALUES (?, ?)", [(f"u{i}", f"user {i}") for i in range(1, 1001)])
+    c.commit()
+    c.close()
+    conf = os.path.join(TMP, "bloomgate.toml")
+    with open(conf, "w") as f:
+        f.write(f"""listen = "127.0.0.1:{SVC}"
+database_url = "sqlite://{db}"
+[[resources]]
+name = "users"
+table = "users"
+key = "id"
+key_type = "text"
+[gate]
+listen = "127.0.0.1:{GATE}"
+upstream = "http://127.0.0.1:{UP}"
+[[gate.routes]]
+path = "/api/profiles/{{key}}"
+resource = "users"
+""")
+    gate = start([BIN, "serve", "--config", conf], os.path.join(TMP, "gate.log"), RUST_LOG="warn")
+    start([BARE, f"127.0.0.1:{BARE_PORT}"], os.path.join(TMP, "bare.log"))
+    nginx("proxy", f"""upstream api {{ server 127.0.0.1:{UP}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{NGINX};
+    location / {{ proxy_pass http://api; proxy_http_version 1.1; proxy_set_header Connection "";
+                 client_max_body_size 0; proxy_request_buffering off; proxy_buffering off; }}
+  }}""")
+    site = open(os.path.join(ROOT, "docs/gate/nginx.conf")).read()
+    site = (site.replace("127.0.0.1:8080", f"127.0.0.1:{SVC}")
+                .replace("127.0.0.1:9000", f"127.0.0.1:{UP}")
+                .replace("127.0.0.1:8000", f"127.0.0.1:{AUTH}"))
+    nginx("auth", site)
+    hcfg = os.path.join(TMP, "haproxy.cfg")
+    with open(hcfg, "w") as f:
+        f.write(f"""global
+  nbthread 2
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{HAPROXY}
+  default_backend be
+backend be
+  server up 127.0.0.1:{UP}
+""")
+    start(["haproxy", "-f", hcfg], os.path.join(TMP, "haproxy.log"))
+    wait(f"http://127.0.0.1:{SVC}/readyz", '"ready":true', 120)
+    for port in (GATE, NGINX, HAPROXY, AUTH, UP):
+        wait(f"http://127.0.0.1:{port}/api/profiles/u1", "ok", 30)
+    wait(f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", "not_found", 30)
+    script = os.path.join(TMP, "absent.lua")
+    with open(script, "w") as f:
+        f.write(ABSENT)
+    present = "/api/profiles/u1"
+    table("Forwarded requests (a present key), against nginx proxy_pass", {
+        "nginx proxy_pass": (f"http://127.0.0.1:{NGINX}{present}", None),
+        "bloomgate gate": (f"http://127.0.0.1:{GATE}{present}", None),
+        "HAProxy": (f"http://127.0.0.1:{HAPROXY}{present}", None),
+        "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}{present}", None),
+        "upstream straight": (f"http://127.0.0.1:{UP}{present}", None),
+    }, "nginx proxy_pass")
+    table("Rejected requests (random absent keys), against the bare axum fixed response", {
+        "bare axum": (f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", None),
+        "bloomgate gate": (f"http://127.0.0.1:{GATE}/", script),
+        "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}/", script),
+    }, "bare axum")
+    if STREAM:
+        print("\n### 1 GiB through the proxy (curl, one transfer each)\n")
+        print("| through | download s | upload s |")
+        print("|---|---:|---:|")
+        for name, port in (("nginx proxy_pass", NGINX), ("bloomgate gate", GATE)):
+            down, up = stream(name, port)
+            print(f"| {name} | {down:.2f} | {up:.2f} |")
+        print(f"\nbloomgate's peak RSS (VmHWM) after the transfers: {vmhwm(gate.pid)} MiB")
+
+
+run(main, PROCS, TMP)
