@@ -21,7 +21,11 @@ median req/s, the median of the per-round ratios to the anchor, and the
 median p99. Then 1 GiB is downloaded and uploaded through the gate and
 through nginx (curl, timed), with the gate's peak RSS (VmHWM).
 
-Usage: scripts/gate_bench.py BIN BARE_AXUM
+The bare hyper proxy (crates/bloomgate-service/examples/bare_proxy.rs:
+hyper's server and hyper-util's pooled client, nothing else) is a row of
+its own: the floor of a proxy on the crates the gate is built on.
+
+Usage: scripts/gate_bench.py BIN BARE_AXUM BARE_PROXY
 Environment: ROUNDS (5), DURATION (3), STREAM=0 to skip the 1 GiB rows.
 """
 
@@ -39,12 +43,13 @@ from bench_http import machine_header, run, wait
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 DURATION = int(os.environ.get("DURATION", "3"))
 STREAM = os.environ.get("STREAM", "1") != "0"
-BIN, BARE = sys.argv[1], sys.argv[2]
+BIN, BARE, BARE_PROXY_BIN = sys.argv[1], sys.argv[2], sys.argv[3]
 TMP = tempfile.mkdtemp()
 PROCS = []
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT = 18101, 18102, 18103, 18104, 18105, 18106, 18107
+UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT, BARE_PROXY = (
+    18101, 18102, 18103, 18104, 18105, 18106, 18107, 18108)
 
 ABSENT = """
 math.randomseed(7)
@@ -125,10 +130,12 @@ def vmhwm(pid):
 def stream(name, port):
     """1 GiB down, then up, through `port`; seconds each."""
     t = time.time()
-    subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/big"], check=True)
+    got = subprocess.run(["curl", "-sf", "-o", "/dev/null", "-w", "%{size_download}",
+                          f"http://127.0.0.1:{port}/big"], check=True, capture_output=True, text=True)
+    assert int(got.stdout) == 1 << 30, f"{name}: downloaded {got.stdout} bytes"
     down = time.time() - t
     t = time.time()
-    subprocess.run(f"head -c 1073741824 /dev/zero | curl -s -o /dev/null -T - "
+    subprocess.run(f"head -c 1073741824 /dev/zero | curl -sf -o /dev/null -T - "
                    f"http://127.0.0.1:{port}/upload", shell=True, check=True)
     up = time.time() - t
     return down, up
@@ -138,9 +145,12 @@ def main():
     print(f"`scripts/gate_bench.py` (ROUNDS={ROUNDS}, DURATION={DURATION}); machine:\n")
     machine_header()
     # The upstream: a fixed body, a 1 GiB body, and an upload sink.
+    # nginx's workers run as nobody: the directory and file must be theirs to read.
+    os.chmod(TMP, 0o755)
     big = os.path.join(TMP, "big")
     with open(big, "wb") as f:
         f.truncate(1 << 30)
+    os.chmod(big, 0o644)
     nginx("upstream", f"""server {{ listen 127.0.0.1:{UP};
     location / {{ default_type application/json; return 200 '{{"ok":true}}'; }}
     location = /big {{ alias {big}; }}
@@ -172,10 +182,12 @@ resource = "users"
 """)
     gate = start([BIN, "serve", "--config", conf], os.path.join(TMP, "gate.log"), RUST_LOG="warn")
     start([BARE, f"127.0.0.1:{BARE_PORT}"], os.path.join(TMP, "bare.log"))
+    start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_PROXY}", f"http://127.0.0.1:{UP}"],
+          os.path.join(TMP, "bare_proxy.log"))
     nginx("proxy", f"""upstream api {{ server 127.0.0.1:{UP}; keepalive 64; }}
   server {{ listen 127.0.0.1:{NGINX};
     location / {{ proxy_pass http://api; proxy_http_version 1.1; proxy_set_header Connection "";
-                 client_max_body_size 0; proxy_request_buffering off; proxy_buffering off; }}
+                 client_max_body_size 0; proxy_request_buffering off; proxy_max_temp_file_size 0; }}
   }}""")
     site = open(os.path.join(ROOT, "docs/gate/nginx.conf")).read()
     site = (site.replace("127.0.0.1:8080", f"127.0.0.1:{SVC}")
@@ -201,7 +213,7 @@ backend be
 """)
     start(["haproxy", "-f", hcfg], os.path.join(TMP, "haproxy.log"))
     wait(f"http://127.0.0.1:{SVC}/readyz", '"ready":true', 120)
-    for port in (GATE, NGINX, HAPROXY, AUTH, UP):
+    for port in (GATE, NGINX, HAPROXY, AUTH, UP, BARE_PROXY):
         wait(f"http://127.0.0.1:{port}/api/profiles/u1", "ok", 30)
     wait(f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", "not_found", 30)
     script = os.path.join(TMP, "absent.lua")
@@ -212,6 +224,7 @@ backend be
         "nginx proxy_pass": (f"http://127.0.0.1:{NGINX}{present}", None),
         "bloomgate gate": (f"http://127.0.0.1:{GATE}{present}", None),
         "HAProxy": (f"http://127.0.0.1:{HAPROXY}{present}", None),
+        "bare hyper proxy": (f"http://127.0.0.1:{BARE_PROXY}{present}", None),
         "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}{present}", None),
         "upstream straight": (f"http://127.0.0.1:{UP}{present}", None),
     }, "nginx proxy_pass")

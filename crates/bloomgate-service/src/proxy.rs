@@ -82,7 +82,7 @@ impl Proxy {
                 let r = &route.refusal;
                 forward::fixed(
                     StatusCode::from_u16(r.status).unwrap_or(StatusCode::NOT_FOUND),
-                    &r.content_type,
+                    r.content_type.clone(),
                     r.body.clone(),
                 )
             }

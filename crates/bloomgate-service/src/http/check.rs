@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::http::json_errors::AsIs;
 use crate::proxy::check::{check, Answer};
 use crate::state::AppState;
 
@@ -24,17 +25,20 @@ pub async fn gate_check(State(state): State<Arc<AppState>>, req: Request) -> Res
     .await;
     match answer {
         Answer::Allow => StatusCode::OK.into_response(),
-        Answer::Forbidden => crate::http::error::error_response(
-            StatusCode::FORBIDDEN,
-            "not_found",
-            "the gate's filter says this key does not exist",
-        ),
+        // No body: nginx reads none from an auth subrequest, and a body
+        // left unread costs it the keep-alive connection to bloomgate.
+        Answer::Forbidden => {
+            let mut resp = StatusCode::FORBIDDEN.into_response();
+            resp.extensions_mut().insert(AsIs);
+            resp
+        }
         Answer::Refuse(r) => {
             let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::NOT_FOUND);
             let mut resp = (status, r.body.clone()).into_response();
-            if let Ok(ct) = HeaderValue::from_str(&r.content_type) {
-                resp.headers_mut().insert(CONTENT_TYPE, ct);
-            }
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, r.content_type.clone());
+            // The route's answer as configured, JSON or not.
+            resp.extensions_mut().insert(AsIs);
             resp
         }
         Answer::BadRequest(why) => {

@@ -9,6 +9,12 @@ use axum::http::{Response, StatusCode};
 
 use crate::http::error::error_response;
 
+/// Marks a response whose error body is what it must be, not rewritten:
+/// the HTTP gate's check answers an auth-request proxy with a bare 403 or
+/// with the route's configured refusal, whatever its content type.
+#[derive(Debug, Clone, Copy)]
+pub struct AsIs;
+
 /// The machine-readable code for a status.
 #[must_use]
 pub fn code_for(status: StatusCode) -> &'static str {
@@ -48,6 +54,9 @@ fn message_for(status: StatusCode) -> &'static str {
 pub fn json_errors(response: Response<Body>) -> Response<Body> {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    if response.extensions().get::<AsIs>().is_some() {
         return response;
     }
     let is_json = response

@@ -30,8 +30,8 @@ pub type ProxyBody = Either<Full<Bytes>, Idle<Incoming>>;
 #[derive(Debug)]
 pub struct Upstream {
     client: Client<HttpConnector, Idle<Incoming>>,
-    /// `http://host:port`, the prefix of every forwarded target.
-    base: String,
+    /// `host:port`, every forwarded target's authority.
+    authority: hyper::http::uri::Authority,
     timeout: Duration,
     idle: Duration,
 }
@@ -60,10 +60,12 @@ impl Upstream {
             .pool_idle_timeout(Duration::from_secs(config.pool_idle_secs))
             .build(connector);
         let authority = crate::config::proxy::upstream_authority(&config.upstream)
-            .unwrap_or_else(|_| "127.0.0.1:80".into());
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| hyper::http::uri::Authority::from_static("127.0.0.1:80"));
         Self {
             client,
-            base: format!("http://{authority}"),
+            authority,
             timeout: Duration::from_millis(config.timeout_ms),
             idle: Duration::from_millis(config.idle_timeout_ms),
         }
@@ -84,15 +86,16 @@ impl Upstream {
         &self,
         mut req: Request<Idle<Incoming>>,
     ) -> Result<Response<Incoming>, Failure> {
-        let target = req
-            .uri()
-            .path_and_query()
-            .map_or("/", hyper::http::uri::PathAndQuery::as_str);
-        let mut uri = String::with_capacity(self.base.len() + target.len());
-        uri.push_str(&self.base);
-        uri.push_str(target);
-        *req.uri_mut() = uri
-            .parse()
+        let mut parts = hyper::http::uri::Parts::default();
+        parts.scheme = Some(hyper::http::uri::Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(
+            req.uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| hyper::http::uri::PathAndQuery::from_static("/")),
+        );
+        *req.uri_mut() = hyper::Uri::from_parts(parts)
             .map_err(|e| Failure::Unreachable(format!("target: {e}")))?;
         match tokio::time::timeout(self.timeout, self.client.request(req)).await {
             Ok(Ok(resp)) => Ok(resp),
@@ -143,6 +146,11 @@ fn connection_names(headers: &HeaderMap, token: &str) -> bool {
 /// Removes the hop-by-hop headers; with `upgrade`, keeps `Upgrade` and
 /// says `Connection: upgrade` again.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    if !headers.contains_key(header::CONNECTION) && !has_hop_by_hop(headers) {
+        // The usual case (HTTP/1.1 keep-alive says nothing): one pass over
+        // the names, nothing removed, nothing allocated.
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -172,8 +180,22 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
+/// Whether any header is hop-by-hop by its name alone.
+fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|k| HOP_BY_HOP.contains(k) || k.as_str().starts_with("proxy-"))
+}
+
 /// Appends `value` to the list in `name` (one header line, comma-joined).
 pub fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if !headers.contains_key(&name) {
+        // The usual case: the first proxy. No joining.
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+        return;
+    }
     let mut joined = String::new();
     for v in headers.get_all(&name) {
         if let Ok(v) = v.to_str() {
@@ -286,17 +308,20 @@ where
 #[must_use]
 pub fn own_answer(status: StatusCode, error: &str, message: &str) -> Response<ProxyBody> {
     let body = serde_json::json!({ "error": error, "message": message }).to_string();
-    fixed(status, "application/json", Bytes::from(body))
+    fixed(
+        status,
+        HeaderValue::from_static("application/json"),
+        Bytes::from(body),
+    )
 }
 
 /// A response of the gate's own with `body`.
 #[must_use]
-pub fn fixed(status: StatusCode, content_type: &str, body: Bytes) -> Response<ProxyBody> {
+pub fn fixed(status: StatusCode, content_type: HeaderValue, body: Bytes) -> Response<ProxyBody> {
     let mut resp = Response::new(Either::Left(Full::new(body)));
     *resp.status_mut() = status;
-    if let Ok(ct) = HeaderValue::from_str(content_type) {
-        resp.headers_mut().insert(header::CONTENT_TYPE, ct);
-    }
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
     resp
 }
 

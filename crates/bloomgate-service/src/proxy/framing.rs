@@ -169,17 +169,18 @@ impl Scanner {
     /// `None` while it is incomplete (the state moves on either way, to
     /// `Done` for a head hyper refuses).
     fn head(&mut self, bytes: &[u8]) -> Option<usize> {
-        // Most heads fit the stack's array: no allocation per request.
-        let mut stack = [httparse::EMPTY_HEADER; 128];
+        // Most heads fit the stack's array, left uninitialised (httparse
+        // writes what it reads): no allocation and no 4 KiB fill per head.
+        let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
         let mut heap = Vec::new();
-        let headers: &mut [httparse::Header<'_>] = if self.max_headers <= stack.len() {
+        let headers = if self.max_headers <= stack.len() {
             &mut stack[..self.max_headers]
         } else {
-            heap.resize(self.max_headers, httparse::EMPTY_HEADER);
-            &mut heap
+            heap.resize_with(self.max_headers, std::mem::MaybeUninit::uninit);
+            &mut heap[..]
         };
-        let mut req = httparse::Request::new(headers);
-        match req.parse(bytes) {
+        let mut req = httparse::Request::new(&mut []);
+        match req.parse_with_uninit_headers(bytes, headers) {
             Ok(httparse::Status::Complete(used)) => {
                 let (mut lengths, mut chunked, mut te, mut upgrade) = (0, false, false, false);
                 let mut length = 0u64;

@@ -17,8 +17,8 @@ use crate::resource::Resource;
 pub struct Refusal {
     /// The status (404 by default).
     pub status: u16,
-    /// The content type.
-    pub content_type: Arc<str>,
+    /// The content type (checked by the config's validation).
+    pub content_type: hyper::header::HeaderValue,
     /// The body.
     pub body: Bytes,
 }
@@ -117,11 +117,18 @@ impl Route {
     /// False only when the raw key decodes to a key the column could hold
     /// and the resource's filter vouches that it is absent.
     async fn holds(&self, raw: &str) -> bool {
-        let Some(bytes) = decode(raw) else {
-            return true;
-        };
-        let Ok(text) = std::str::from_utf8(&bytes) else {
-            return true;
+        let decoded;
+        let text = if raw.contains('%') {
+            let Some(bytes) = decode(raw) else {
+                return true;
+            };
+            decoded = bytes;
+            let Ok(text) = std::str::from_utf8(&decoded) else {
+                return true;
+            };
+            text
+        } else {
+            raw
         };
         let r = &self.resource;
         match r.fold().parse(r.key_type(), text) {
@@ -150,7 +157,8 @@ fn refusal(r: &ProxyRoute) -> Refusal {
     };
     Refusal {
         status: r.not_found_status,
-        content_type: r.not_found_content_type.as_str().into(),
+        content_type: hyper::header::HeaderValue::from_str(&r.not_found_content_type)
+            .unwrap_or(hyper::header::HeaderValue::from_static("application/json")),
         body,
     }
 }
