@@ -379,6 +379,32 @@ async fn upstream_failures_are_json_and_a_gone_client_cancels_its_request() {
     assert_eq!(r.status(), 200);
     assert!(r.text().await.is_err(), "the stalled body ends in an error");
 
+    // An upload that takes longer than timeout_ms but never stops for
+    // idle_timeout_ms is not cut: the header timeout counts from its end.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(s.gate.unwrap())
+            .await
+            .unwrap();
+        c.write_all(
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            c.write_all(b"x").await.unwrap();
+        }
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).await.unwrap();
+        assert_eq!(
+            status_of(&answer),
+            200,
+            "a 1.5 s upload under a 400 ms header timeout: {answer}"
+        );
+        assert!(answer.ends_with("10"), "{answer}");
+    }
+
     // A client that goes away cancels its upstream request.
     let cancelled = || up.seen.cancelled.load(std::sync::atomic::Ordering::SeqCst);
     let before = cancelled();

@@ -97,7 +97,19 @@ impl Upstream {
         );
         *req.uri_mut() = hyper::Uri::from_parts(parts)
             .map_err(|e| Failure::Unreachable(format!("target: {e}")))?;
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+        // The response-header timeout counts from the end of the request
+        // body: an upload may take as long as it keeps moving (its idle
+        // timeout bounds it), and an upstream answers after reading it.
+        let sent = req.body_mut().on_end();
+        let answer = self.client.request(req);
+        let mut answer = std::pin::pin!(answer);
+        if let Some(sent) = sent {
+            tokio::select! {
+                r = answer.as_mut() => return r.map_err(|e| Failure::Unreachable(error_chain(&e))),
+                _ = sent => {}
+            }
+        }
+        match tokio::time::timeout(self.timeout, answer).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(Failure::Unreachable(error_chain(&e))),
             Err(_) => Err(Failure::Timeout),
@@ -235,6 +247,8 @@ pub struct Idle<B> {
     idle: Duration,
     last: quanta::Instant,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Told when the body has ended (or failed): see [`Idle::on_end`].
+    ended: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl<B> Idle<B> {
@@ -245,7 +259,23 @@ impl<B> Idle<B> {
             idle,
             last: quanta::Instant::now(),
             timer: None,
+            ended: None,
         }
+    }
+
+    /// A future that resolves once the body has ended, been cut, or been
+    /// dropped; `None` for a body that is already over (a GET's), which
+    /// costs no channel.
+    pub fn on_end(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>>
+    where
+        B: Body,
+    {
+        if self.inner.is_end_stream() {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ended = Some(tx);
+        Some(rx)
     }
 }
 
@@ -271,6 +301,11 @@ where
             Poll::Ready(frame) => {
                 this.last = quanta::Instant::now();
                 this.timer = None;
+                if !matches!(frame, Some(Ok(_))) || this.inner.is_end_stream() {
+                    if let Some(ended) = this.ended.take() {
+                        let _ = ended.send(());
+                    }
+                }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => loop {
@@ -286,6 +321,7 @@ where
                 }
                 let now = quanta::Instant::now();
                 if now.saturating_duration_since(this.last) >= idle {
+                    this.ended = None;
                     return Poll::Ready(Some(Err(Box::new(IdleTimeout(idle)))));
                 }
                 timer
