@@ -65,7 +65,22 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         peer: SocketAddr,
-        framing: Option<framing::Refused>,
+        framing: framing::Head,
+    ) -> Response<ProxyBody> {
+        let mut resp = self.answer(req, peer, framing).await;
+        if framing == framing::Head::Unscanned {
+            // The scan cannot vouch for the bytes after this request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
+    }
+
+    async fn answer(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        framing: framing::Head,
     ) -> Response<ProxyBody> {
         let m = &self.metrics.gate;
         if let Some(refused) = self.refused(&req, framing) {
@@ -95,9 +110,9 @@ impl Proxy {
     fn refused(
         &self,
         req: &Request<Incoming>,
-        framing: Option<framing::Refused>,
+        framing: framing::Head,
     ) -> Option<Response<ProxyBody>> {
-        if let Some(refused) = framing {
+        if let framing::Head::Refused(refused) = framing {
             let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::BAD_REQUEST);
             let code = if refused.status == 431 {
                 "header_too_large"
@@ -111,10 +126,21 @@ impl Proxy {
             return Some(r);
         }
         if req.method() == Method::CONNECT {
-            return Some(own_answer(
+            let mut r = own_answer(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "not_a_proxy",
                 "CONNECT is refused: this gate forwards only to its upstream",
+            );
+            // The smuggling scan stops at a CONNECT: so does the connection.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+        if req.headers().get_all(header::HOST).iter().count() > 1 {
+            return Some(own_answer(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "more than one Host header",
             ));
         }
         if let Some(authority) = req.uri().authority() {
@@ -149,7 +175,16 @@ impl Proxy {
         let upgrade = forward::wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        // A chunked body keeps its framing (hyper's client would send a
+        // GET's or HEAD's body of unknown length as none at all).
+        let chunked = parts.headers.contains_key(header::TRANSFER_ENCODING);
         forward::strip_hop_by_hop(&mut parts.headers, upgrade);
+        if chunked {
+            parts.headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
         let ip = peer.ip().to_string();
         forward::append_list(&mut parts.headers, X_FORWARDED_FOR, &ip);
         forward::append_list(&mut parts.headers, X_FORWARDED_PROTO, "http");
@@ -198,6 +233,12 @@ impl Proxy {
                     forward::splice(client_side, hyper::upgrade::on(&mut resp));
                 }
                 forward::strip_hop_by_hop(resp.headers_mut(), switched);
+                if upgrade && !switched {
+                    // A declined upgrade: the smuggling scan stopped at its
+                    // head, so the connection ends with this answer.
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 forward::streamed(resp, self.upstream.idle())
             }
         }

@@ -163,8 +163,11 @@ fn gate(state: &AppState, resources: &serde_json::Map<String, Value>) -> Value {
             v["resource"] = r.resource().into();
             v["judged"] = judged.into();
             v["upstream_not_found"] = not_found.into();
-            v["observed_fpr"] = if judged > 0 {
-                (not_found as f64 / judged as f64).into()
+            // Of the absent keys asked (refused, or let through and then
+            // not found upstream), the share the filter let through.
+            let rejected = m.count(r.slot, Outcome::Rejected);
+            v["observed_fpr"] = if not_found + rejected > 0 {
+                (not_found as f64 / (not_found + rejected) as f64).into()
             } else {
                 Value::Null
             };

@@ -101,6 +101,26 @@ async fn judged_through(front: u16, up: &Upstream) {
     assert!(body.contains("/api/profiles/u1?x=1"), "{body}");
     assert_eq!(get("/elsewhere").await.0, 200);
     assert_eq!(up.seen.at("/api/profiles/u1"), 1);
+    // A client that sends the other proxy's headers, naming an unrouted
+    // path, does not get its absent key past the check.
+    for (uri, method) in [
+        ("x-original-uri", "x-original-method"),
+        ("x-forwarded-uri", "x-forwarded-method"),
+    ] {
+        let r = client
+            .get(format!("http://127.0.0.1:{front}/api/profiles/nobody"))
+            .header(uri, "/elsewhere")
+            .header(method, "GET")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "spoofed {uri}");
+    }
+    assert_eq!(
+        up.seen.at("/api/profiles/nobody"),
+        0,
+        "refused before the API"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -121,6 +121,18 @@ impl ProxyConfig {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        for (key, value) in [
+            ("gate.timeout_ms", self.timeout_ms),
+            ("gate.idle_timeout_ms", self.idle_timeout_ms),
+            ("gate.connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            if value > MAX_TIMEOUT_MS {
+                return Err(invalid(
+                    key,
+                    format!("must be at most {MAX_TIMEOUT_MS} (a day)"),
+                ));
+            }
+        }
         if self.max_header_bytes < 8192 {
             return Err(invalid("gate.max_header_bytes", "must be at least 8192"));
         }
@@ -246,6 +258,9 @@ impl Pattern {
     }
 }
 
+/// The longest timeout, milliseconds: a day.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
 fn http_header_value_invalid(v: &str) -> bool {
     v.is_empty() || v.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
@@ -359,6 +374,9 @@ mod tests {
             "gate.routes[0].not_found_status"
         );
         c.routes[0].not_found_status = 410;
+        c.idle_timeout_ms = u64::MAX;
+        assert_eq!(key_of(c.validate(&["users"])), "gate.idle_timeout_ms");
+        c.idle_timeout_ms = 1000;
         c.max_header_bytes = 100;
         assert_eq!(key_of(c.validate(&["users"])), "gate.max_header_bytes");
     }

@@ -51,6 +51,15 @@ pub async fn check<'a>(
             .transpose()
     };
     let read = || -> Result<(String, String, bool), String> {
+        // A client may add either pair to its own request, and the
+        // proxies copy client headers: a request with both is refused,
+        // and each documented config clears the pair it does not set.
+        if headers.contains_key("x-original-uri") && headers.contains_key("x-forwarded-uri") {
+            return Err(
+                "both X-Original-URI and X-Forwarded-Uri: clear the pair your proxy does not set (docs/http-gate.md)"
+                    .to_owned(),
+            );
+        }
         for (uri, meth, nginx) in [
             ("x-original-uri", "x-original-method", true),
             ("x-forwarded-uri", "x-forwarded-method", false),

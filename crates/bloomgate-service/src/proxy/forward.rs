@@ -139,6 +139,16 @@ const HOP_BY_HOP: [HeaderName; 6] = [
     header::UPGRADE,
 ];
 
+/// End-to-end headers a `Connection` token never removes.
+const PROTECTED: [HeaderName; 6] = [
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::AUTHORIZATION,
+    header::COOKIE,
+    header::CONTENT_TYPE,
+    HeaderName::from_static("forwarded"),
+];
+
 /// Whether a request asks to switch protocols (`Connection: upgrade`
 /// with an `Upgrade` header).
 #[must_use]
@@ -163,12 +173,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         // the names, nothing removed, nothing allocated.
         return;
     }
+    // A name in `Connection` is removed unless it is one a sender may not
+    // take away: a client's `Connection: host` must not drop `Host`, nor
+    // `Connection: x-forwarded-for` a trusted proxy's list.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !PROTECTED.contains(n) && !n.as_str().starts_with("x-forwarded-"))
         .collect();
     let kept_upgrade = if upgrade {
         headers.get(header::UPGRADE).cloned()
@@ -309,6 +323,12 @@ where
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => loop {
+                if this.timer.is_none() {
+                    // Counted from the first wait, not from the last frame:
+                    // the time the reader took before asking again (a
+                    // client slow to read) is not the upstream's.
+                    this.last = quanta::Instant::now();
+                }
                 let idle = this.idle;
                 let deadline = this.last + idle;
                 let timer = this.timer.get_or_insert_with(|| {
@@ -375,7 +395,11 @@ mod tests {
     fn hop_by_hop_headers_and_those_connection_names_are_removed() {
         let mut h = HeaderMap::new();
         for (k, v) in [
-            ("connection", "keep-alive, x-secret"),
+            (
+                "connection",
+                "keep-alive, x-secret, host, x-forwarded-for, content-length",
+            ),
+            ("x-forwarded-for", "10.0.0.1"),
             ("keep-alive", "timeout=5"),
             ("te", "trailers"),
             ("trailer", "x"),
@@ -391,8 +415,9 @@ mod tests {
         }
         let mut plain = h.clone();
         strip_hop_by_hop(&mut plain, false);
-        let names: Vec<&str> = plain.keys().map(HeaderName::as_str).collect();
-        assert_eq!(names, ["x-kept", "host"]);
+        let mut names: Vec<&str> = plain.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["host", "x-forwarded-for", "x-kept"]);
         let mut up = h.clone();
         strip_hop_by_hop(&mut up, true);
         assert_eq!(up["upgrade"], "websocket");

@@ -42,19 +42,48 @@ const TOO_LARGE: Refused = Refused {
     why: "the request head is larger than gate.max_header_bytes",
 };
 
-/// The verdicts of a connection's heads, oldest first (`None`: clean).
+/// What the scan says of a request's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// Read and clean.
+    Clean,
+    /// Not read: the scan had stopped (an upgrade, a `CONNECT`, framing
+    /// it could not follow). Served, and the connection closed after it.
+    Unscanned,
+    /// Refused.
+    Refused(Refused),
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Each head's verdict, oldest first (`None`: clean).
+    heads: VecDeque<Option<Refused>>,
+    /// The scan has stopped: later heads are not read.
+    stopped: bool,
+}
+
+/// The verdicts of a connection's heads.
 #[derive(Debug, Default, Clone)]
-pub struct Verdicts(Arc<Mutex<VecDeque<Option<Refused>>>>);
+pub struct Verdicts(Arc<Mutex<Queue>>);
 
 impl Verdicts {
-    /// The verdict of the next request's head (clean when none is known).
+    /// The verdict of the next request's head.
     #[must_use]
-    pub fn next(&self) -> Option<Refused> {
-        lock(&self.0).pop_front().flatten()
+    pub fn next(&self) -> Head {
+        match lock(&self.0).heads.pop_front() {
+            Some(Some(r)) => Head::Refused(r),
+            Some(None) => Head::Clean,
+            // A head the scan did not read (it stopped, or never saw it).
+            None => Head::Unscanned,
+        }
     }
 
     fn push(&self, v: Option<Refused>) {
-        lock(&self.0).push_back(v);
+        lock(&self.0).heads.push_back(v);
+    }
+
+    fn stop(&self) {
+        lock(&self.0).stopped = true;
     }
 }
 
@@ -80,8 +109,9 @@ enum Chunk {
     Trailer(Vec<u8>),
 }
 
-/// Longest chunk-size or trailer line followed.
-const MAX_LINE: usize = 4096;
+/// Longest chunk-size or trailer line followed (above hyper's 16 KiB
+/// limits on chunk extensions and trailers).
+const MAX_LINE: usize = 64 * 1024;
 
 /// The scanner of one connection.
 #[derive(Debug)]
@@ -107,6 +137,12 @@ impl Scanner {
             },
             verdicts,
         )
+    }
+
+    /// Stops the scan for good.
+    fn done(&mut self) {
+        self.state = State::Done;
+        self.verdicts.stop();
     }
 
     /// Reads `bytes`, the next the connection received.
@@ -156,7 +192,7 @@ impl Scanner {
                         n
                     }
                     Step::Lost => {
-                        self.state = State::Done;
+                        self.done();
                         return;
                     }
                 },
@@ -212,9 +248,11 @@ impl Scanner {
                 };
                 self.verdicts.push(verdict);
                 let connect = req.method == Some("CONNECT");
-                self.state = if verdict.is_some() || upgrade || connect || (te && !chunked) {
-                    State::Done
-                } else if te {
+                if verdict.is_some() || upgrade || connect || (te && !chunked) {
+                    self.done();
+                    return Some(used);
+                }
+                self.state = if te {
                     State::Chunks(Chunk::Size(Vec::new()))
                 } else if length > 0 {
                     State::Length(length)
@@ -228,11 +266,11 @@ impl Scanner {
                 // Over the limit: refused here if hyper does not refuse it
                 // first (the connection ends either way).
                 self.verdicts.push(Some(TOO_LARGE));
-                self.state = State::Done;
+                self.done();
                 Some(bytes.len())
             }
             _ => {
-                self.state = State::Done;
+                self.done();
                 Some(bytes.len())
             }
         }
@@ -293,7 +331,12 @@ fn chunk_step(chunk: &mut Chunk, bytes: &[u8]) -> Step {
                 Ok(nl) => nl,
                 Err(step) => return step,
             };
-            let empty = line.iter().all(|&b| b == b'\r');
+            // hyper ends a trailer line only at CRLF; a bare LF is not a
+            // line's end to it, so the scan cannot follow: it stops.
+            if line.last() != Some(&b'\r') {
+                return Step::Lost;
+            }
+            let empty = line.len() == 1;
             line.clear();
             if empty {
                 Step::End(nl + 1)
@@ -377,7 +420,7 @@ mod tests {
             s.feed(piece);
         }
         let mut out = Vec::new();
-        while let Some(x) = lock(&v.0).pop_front() {
+        while let Some(x) = lock(&v.0).heads.pop_front() {
             out.push(x);
         }
         out
@@ -423,11 +466,27 @@ mod tests {
         let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "b".repeat(300));
         let (mut s, v) = Scanner::new(256, 100);
         s.feed(big.as_bytes());
-        assert_eq!(v.next(), Some(TOO_LARGE));
+        assert_eq!(v.next(), Head::Refused(TOO_LARGE));
         let (mut s, v) = Scanner::new(256, 100);
         for piece in big.as_bytes().chunks(100) {
             s.feed(piece);
         }
-        assert_eq!(v.next(), Some(TOO_LARGE));
+        assert_eq!(v.next(), Head::Refused(TOO_LARGE));
+    }
+
+    #[test]
+    fn after_an_upgrade_or_a_bare_lf_trailer_later_heads_are_unscanned() {
+        let (mut s, v) = Scanner::new(64 * 1024, 100);
+        s.feed(
+            b"GET /ws HTTP/1.1\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+        );
+        assert_eq!(v.next(), Head::Clean);
+        assert_eq!(v.next(), Head::Unscanned);
+        // A trailer ended by a bare LF: hyper reads on as trailer, the
+        // scan cannot follow, so what follows is not judged clean.
+        let (mut s, v) = Scanner::new(64 * 1024, 100);
+        s.feed(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\nGET /fake HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n");
+        assert_eq!(v.next(), Head::Clean);
+        assert_eq!(v.next(), Head::Unscanned);
     }
 }

@@ -117,6 +117,11 @@ impl Route {
     /// False only when the raw key decodes to a key the column could hold
     /// and the resource's filter vouches that it is absent.
     async fn holds(&self, raw: &str) -> bool {
+        if raw.contains(';') {
+            // A path parameter (`u1;jsessionid=…`): Java servers strip it
+            // and serve `u1`, so the key is not judged.
+            return true;
+        }
         let decoded;
         let text = if raw.contains('%') {
             let Some(bytes) = decode(raw) else {
