@@ -60,6 +60,15 @@ fn rendered(dom: &str) -> (HashMap<String, String>, HashMap<String, String>) {
     (keyed, ids)
 }
 
+/// The page's raw value of `full` is the stats' value.
+fn shows_as_stats(keyed: &std::collections::HashMap<String, String>, stats: &Value, full: &str) {
+    let raw = keyed
+        .get(full)
+        .unwrap_or_else(|| panic!("{full} not on the page"));
+    let shown: Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(&shown, at(stats, full), "{full}");
+}
+
 fn at<'a>(v: &'a Value, key: &str) -> &'a Value {
     key.split('.').fold(v, |v, k| match k.parse::<usize>() {
         Ok(i) if v.is_array() => &v[i],
@@ -275,25 +284,11 @@ async fn the_dashboard_shows_every_resource() {
             "l1.misses",
             "sql.statements",
         ] {
-            let full = format!("resources.{name}.{key}");
-            let shown: Value = serde_json::from_str(
-                keyed
-                    .get(&full)
-                    .unwrap_or_else(|| panic!("{full} not on the page")),
-            )
-            .unwrap();
-            assert_eq!(&shown, at(&stats, &full), "{full}");
+            shows_as_stats(&keyed, &stats, &format!("resources.{name}.{key}"));
         }
     }
     for key in ["rejected", "forwarded", "resource", "expected_fpr"] {
-        let full = format!("gate.routes.0.{key}");
-        let shown: Value = serde_json::from_str(
-            keyed
-                .get(&full)
-                .unwrap_or_else(|| panic!("{full} not on the page")),
-        )
-        .unwrap();
-        assert_eq!(&shown, at(&stats, &full), "{full}");
+        shows_as_stats(&keyed, &stats, &format!("gate.routes.0.{key}"));
     }
     assert_eq!(keyed["gate.routes.0.rejected"], "3");
     assert_eq!(keyed["resources.users.key_type"], "\"text\"");

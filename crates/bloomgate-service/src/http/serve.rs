@@ -57,11 +57,7 @@ pub async fn serve(
     limits: Limits,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(
-        limits
-            .max_connections
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let permits = connection_permits(limits.max_connections);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut signal = std::pin::pin!(signal);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -113,6 +109,14 @@ pub async fn until_stopped<C: std::future::Future>(
             }
         }
     }
+}
+
+/// The permits of a listener's connection limit (at least one).
+#[must_use]
+pub fn connection_permits(max_connections: usize) -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(
+        max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    ))
 }
 
 /// The next connection within the limit: a permit first (the rest wait

@@ -39,11 +39,7 @@ pub async fn serve(
     limits: Limits,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(
-        limits
-            .max_connections
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let permits = crate::http::serve::connection_permits(limits.max_connections);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut signal = std::pin::pin!(signal);
     let mut builder = hyper::server::conn::http1::Builder::new();

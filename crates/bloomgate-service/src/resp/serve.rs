@@ -45,9 +45,7 @@ pub async fn serve(
         max_request: config.max_request_bytes,
     };
     let conf = Arc::new(config);
-    let permits = Arc::new(tokio::sync::Semaphore::new(
-        max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let permits = crate::http::serve::connection_permits(max_connections);
     // Each connection's stop: a oneshot of its own (polling one costs no
     // lock, unlike a channel every connection shares), dropped at shutdown.
     let stoppers: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
