@@ -132,6 +132,29 @@ impl Config {
         self.demo
             .unwrap_or(self.resources.is_empty() && !self.gate.is_set())
     }
+
+    /// The configured features that need bloomgate's outbox (its tables
+    /// in the database), by the key that turns each on; empty when the
+    /// service can run with `SELECT` alone.
+    #[must_use]
+    pub fn outbox_needs(&self) -> Vec<String> {
+        let mut needs = Vec::new();
+        if self.demo() {
+            needs.push("demo".to_owned());
+            if self.cache.capture == Capture::Triggers {
+                needs.push("cache.capture".to_owned());
+            }
+        }
+        for (i, r) in self.resources.iter().enumerate() {
+            if r.capture == Capture::Triggers {
+                needs.push(resources::ResourceConfig::key_of(i, "capture"));
+            }
+        }
+        if self.sql.outbox == Some(true) {
+            needs.push("sql.outbox".to_owned());
+        }
+        needs
+    }
 }
 
 /// The `sql.*` table: how much the service may ask of the database.
@@ -183,6 +206,14 @@ pub struct SqlConfig {
     /// log for this long stops answering 404 on its filter's word alone
     /// (it may have missed creates), milliseconds.
     pub out_of_step_ms: u64,
+    /// bloomgate's own tables in the database (`bloomgate_changes`, its
+    /// state and migrations): the outbox every instance follows. Unset:
+    /// made only when a configured feature needs it (the demo SKU table,
+    /// `capture = "triggers"`), and used when an earlier start made it.
+    /// `true`: made and used (a `keys` or `invalidate` call then reaches
+    /// every instance durably). `false`: never; the service needs only
+    /// `SELECT` on the tables it guards (see [`Config::outbox_needs`]).
+    pub outbox: Option<bool>,
 }
 
 impl Default for SqlConfig {
@@ -201,6 +232,7 @@ impl Default for SqlConfig {
             outbox_gap_ms: 10_000,
             outbox_retention_secs: 86_400,
             out_of_step_ms: 3_000,
+            outbox: None,
         }
     }
 }

@@ -250,16 +250,28 @@ pub async fn prepare(
     // Where the outbox follower starts: before the scan (or the snapshot's
     // or epoch's own position), so every create after it is followed.
     let outbox = &state.outbox;
-    let mut outbox_from = match outbox.start_position().await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(error = %e, "change outbox unreadable at start; following from its beginning");
-            0
+    // Without bloomgate's outbox (`sql.outbox` off) there is no position
+    // to follow from, so nothing positioned in it (a snapshot, an epoch)
+    // is restored: every filter is built from its table.
+    let outbox_on = outbox.store.outbox_on();
+    let mut outbox_from = if outbox_on {
+        match outbox.start_position().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "change outbox unreadable at start; following from its beginning");
+                0
+            }
         }
+    } else {
+        0
     };
     // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
     // a snapshot or an epoch covers those up to its own position.
-    let mut covered = outbox.max_seq().await.unwrap_or(0);
+    let mut covered = if outbox_on {
+        outbox.max_seq().await.unwrap_or(0)
+    } else {
+        0
+    };
     // The demo SKU table's filter, where it is served.
     let skus_on = state.demo && c.bloom_enabled;
     // The default resource's snapshot first, as every resource's.
@@ -308,7 +320,7 @@ pub async fn prepare(
     // every entry after it (one that commits late too) is applied.
     let mut restored_resources = Vec::with_capacity(state.resources.len());
     for r in &state.resources {
-        let at = if c.bloom_enabled {
+        let at = if c.bloom_enabled && outbox_on {
             // Its snapshot, else the newest shared rebuild, else a scan.
             match r.restore().await {
                 Some((at, _)) => Some(at),
@@ -324,7 +336,9 @@ pub async fn prepare(
     }
     // The SKU table's rebuild requests its starting filter holds.
     outbox.cover(crate::store::SKU_RESOURCE, covered);
-    outbox.spawn_follower(outbox_from, state.skus.gate());
+    if outbox_on {
+        outbox.spawn_follower(outbox_from, state.skus.gate());
+    }
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
     // They build at start whatever `bloom_build_on_start` says (it holds

@@ -75,6 +75,15 @@ pub enum StartError {
         /// Where to look, for a certificate that did not verify.
         hint: &'static str,
     },
+    /// The database user may not create bloomgate's outbox, which the
+    /// features named need; nothing was written.
+    #[error("database_url: the database user cannot create bloomgate's outbox tables (bloomgate_changes, bloomgate_outbox_state, bloomgate_migrations): {source}. {needs} needs them. Grant the user CREATE on the schema (or have a DBA run `bloomgate capture install`, which makes them and grants the user what it needs), or turn {needs} off; without them the service needs only SELECT (docs/guard-your-table.md#what-bloomgate-creates-in-your-database)")]
+    Rights {
+        /// The features, by configuration key.
+        needs: String,
+        /// What the database said.
+        source: StoreError,
+    },
     /// The shared filter (strict mode) could not be opened.
     #[error(transparent)]
     Shared(#[from] crate::share::redis_filter::SharedError),
@@ -164,7 +173,33 @@ impl AppState {
         let demo = config.demo();
         let captured = crate::feed::capture::targets(config);
         crate::feed::capture::check_before_migrate(&store, &captured).await??;
-        store.migrate_for(demo).await?;
+        // bloomgate's own tables only where a configured feature needs
+        // them (or an earlier start made them): a guarded table needs
+        // SELECT alone.
+        let needs = config.outbox_needs();
+        let outbox_on =
+            !needs.is_empty() || (config.sql.outbox.is_none() && store.outbox_exists().await?);
+        if outbox_on {
+            store.migrate_for(demo).await.map_err(|e| {
+                if e.sqlx().is_some_and(crate::store::is_permission_denied) {
+                    StartError::Rights {
+                        needs: needs.join(", "),
+                        source: e,
+                    }
+                } else {
+                    e.into()
+                }
+            })?;
+            let by = if needs.is_empty() {
+                "an earlier start, which made it".to_owned()
+            } else {
+                needs.join(", ")
+            };
+            tracing::info!(needed_by = %by, "bloomgate's outbox is on: changes recorded here reach every instance");
+        } else {
+            store.set_outbox_off();
+            tracing::info!("bloomgate's outbox is off (no configured feature needs it; sql.outbox): nothing is created in the database, every start scans, a warm's rebuild reaches this instance alone, and keys and invalidate calls answer 409");
+        }
         crate::feed::capture::install_missing(&store, &captured).await?;
         // The SKU table exists now (with the demo): its watch column is
         // checked as a configured table's is.

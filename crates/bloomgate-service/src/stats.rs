@@ -46,6 +46,7 @@ pub async fn json(state: &AppState) -> serde_json::Value {
     let outbox = {
         let o = &state.outbox.counters;
         json!({
+            "enabled": state.outbox.store.outbox_on(),
             "in_step": r.gate.in_step(),
             "unvouched": r.gate.unvouched(),
             "watermark": state.outbox.watermark(),

@@ -26,6 +26,7 @@ pub mod table;
 
 pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
 pub(crate) use limits::{StatementLimit, Within};
+pub use migrations::{is_permission_denied, OutboxOff};
 pub(crate) use scan::{page_statement, text_at};
 pub use scan::{KeyRange, Page};
 
@@ -150,6 +151,8 @@ pub struct SkuStore {
     pub(crate) sku_captured: Arc<std::sync::atomic::AtomicBool>,
     /// This database's identity, read after the migrations.
     identity: Arc<std::sync::OnceLock<String>>,
+    /// `sql.outbox` resolved off: nothing is recorded ([`OutboxOff`]).
+    outbox_off: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SkuStore {
@@ -256,6 +259,7 @@ impl SkuStore {
             background: crate::tasks::Background::new(),
             sku_captured: Arc::default(),
             identity: Arc::default(),
+            outbox_off: Arc::default(),
         };
         Ok(store)
     }
@@ -407,7 +411,7 @@ impl SkuStore {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if e.sqlx().is_some_and(is_unique_violation) => Ok(false),
+            Err(e) if e.sqlx().is_some_and(migrations::is_unique_violation) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -573,10 +577,6 @@ fn sku_from_row(r: &AnyRow) -> Result<Sku, sqlx::Error> {
         seckill_end: r.try_get(6)?,
         updated_at: r.try_get(7)?,
     })
-}
-
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 /// Adds `mode=rwc` to a SQLite URL and creates the file's directory.

@@ -4,6 +4,8 @@
 //! application's database). On SQLite, MariaDB and PostgreSQL: the tables
 //! before and after start, the application's rows untouched, no SKU route,
 //! no `bloom` object in the stats, readiness from the resources alone.
+//! Without capture it creates nothing at all; a `SELECT`-only user starts,
+//! serves and rebuilds, and a feature that needs more names the right.
 
 mod common;
 
@@ -34,22 +36,42 @@ async fn users_only(url: &str) {
     let w = common::sql_pool(url).await;
     common::users_table(&w, &["u1001", "u1002"]).await;
     let before = tables(&w, url).await;
+    // With capture, bloomgate's own tables and nothing else; first without.
+    for capture in [false, true] {
+        users_served(url, &w, &before, capture).await;
+    }
+    w.close().await;
+}
+
+async fn users_served(url: &str, w: &sqlx::AnyPool, before: &[String], capture: bool) {
     let mut c = common::config(url, None, "demo-off");
     c.demo = None;
     c.seed_if_empty = 200_000;
-    c.resources.push(common::users_resource("users"));
+    let mut users = common::users_resource("users");
+    if capture {
+        users.capture = bloomgate_service::config::Capture::Triggers;
+    }
+    c.resources.push(users);
     assert!(!c.demo());
     let s = TestServer::start(c, 200_000).await;
     eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
-    let after = tables(&w, url).await;
+    let after = tables(w, url).await;
     let added: Vec<&String> = after.iter().filter(|t| !before.contains(t)).collect();
     assert!(!after.contains(&"skus".to_string()), "{after:?}");
-    assert!(
-        added.iter().all(|t| t.starts_with("bloomgate_")),
-        "only bloomgate's own tables: {added:?}"
-    );
+    if capture {
+        assert!(
+            !added.is_empty() && added.iter().all(|t| t.starts_with("bloomgate_")),
+            "only bloomgate's own tables: {added:?}"
+        );
+    } else {
+        assert!(
+            added.is_empty(),
+            "nothing created without capture: {added:?}"
+        );
+    }
+    assert_eq!(s.stats().await["outbox"]["enabled"], capture);
     let users: i64 = sqlx::query("SELECT COUNT(*) FROM users")
-        .fetch_one(&w)
+        .fetch_one(w)
         .await
         .unwrap()
         .get(0);
@@ -88,7 +110,6 @@ async fn users_only(url: &str) {
     assert!(skus.is_empty(), "no SKU series: {skus:?}");
     assert!(metrics.contains("resource=\"users\""));
     s.stop().await;
-    w.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,4 +163,158 @@ fn the_demo_is_on_by_default_only_without_resources() {
             .unwrap()
             .demo()
     );
+}
+
+async fn exec(pool: &sqlx::AnyPool, q: &str) {
+    sqlx::query(q)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{q}: {e}"));
+}
+
+/// A user with `SELECT` on `users` and nothing else: two instances start,
+/// serve (a real key 200, an absent one refused by the filter), survive a
+/// warm with `rebuild_bloom` (which says it reached this instance alone),
+/// answer a `keys` call 409 naming `sql.outbox`, and leave the database as
+/// it was. Asked for the outbox, the start names the right and the
+/// feature, and writes nothing.
+async fn select_only(admin_url: &str, postgres: bool) {
+    let user = "bg_select_only";
+    let admin = common::sql_pool(admin_url).await;
+    common::users_table(&admin, &["u1001", "u1002"]).await;
+    let db = admin_url.rsplit('/').next().unwrap().to_owned();
+    let service_url = if postgres {
+        for q in [
+            format!("DROP ROLE IF EXISTS {user}"),
+            format!("CREATE ROLE {user} LOGIN"),
+            format!("GRANT SELECT ON users TO {user}"),
+        ] {
+            exec(&admin, &q).await;
+        }
+        common::as_user(admin_url, user)
+    } else {
+        for q in [
+            format!("DROP USER IF EXISTS '{user}'@'%'"),
+            format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'np'"),
+            format!("GRANT SELECT ON `{db}`.users TO '{user}'@'%'"),
+        ] {
+            exec(&admin, &q).await;
+        }
+        common::as_user(admin_url, &format!("{user}:np"))
+    };
+    let before = tables(&admin, admin_url).await;
+    let redis = common::redis_url().await;
+    let prefix = format!("select-only-{postgres}");
+    if let Some(r) = &redis {
+        common::redis_clear(r, &format!("bgtest:{prefix}:")).await;
+    }
+    let config = || {
+        let mut c = common::config(&service_url, redis.as_deref(), &prefix);
+        c.demo = None;
+        c.resources = vec![common::users_resource("users")];
+        c
+    };
+    let a = TestServer::start(config(), 0).await;
+    let b = TestServer::start(config(), 0).await;
+    for s in [&a, &b] {
+        eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+        assert_eq!(s.get("/api/users/u1001").await.0, 200);
+        let (status, body) = s.get("/api/users/u9999").await;
+        assert_eq!((status, body["error"].as_str()), (404, Some("not_found")));
+        assert_eq!(s.stats().await["outbox"]["enabled"], false);
+    }
+    let rejected = &a.stats().await["resources"]["users"]["filter"]["rejected"];
+    assert!(
+        rejected.as_u64() >= Some(1),
+        "the filter refused: {rejected}"
+    );
+    // A row another program inserts, then a warm that rebuilds.
+    exec(
+        &admin,
+        "INSERT INTO users (id, name) VALUES ('u2000', 'new')",
+    )
+    .await;
+    let (status, body) = a
+        .send(
+            reqwest::Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["reached"], "this_instance", "{body}");
+    assert_eq!(body["added"], 3, "{body}");
+    assert_eq!(a.get("/api/users/u2000").await.0, 200);
+    for (path, keys) in [
+        ("/api/users/keys", r#"{"keys":["u3000"]}"#),
+        ("/api/users/invalidate", r#"{"keys":["u1001"]}"#),
+    ] {
+        let (status, body) = a.send(reqwest::Method::POST, path, Some(keys)).await;
+        assert_eq!(status, 409, "{path}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("sql.outbox"), "{message}");
+    }
+    a.stop().await;
+    b.stop().await;
+    assert_eq!(tables(&admin, admin_url).await, before, "nothing created");
+    // A feature that needs the outbox names the right, and writes nothing.
+    let mut c = config();
+    c.sql.outbox = Some(true);
+    let refused = match bloomgate_service::AppState::connect(&c).await {
+        Ok(_) => panic!("a SELECT-only user cannot make the outbox"),
+        Err(e) => e.to_string(),
+    };
+    for part in ["CREATE", "sql.outbox", "bloomgate capture install"] {
+        assert!(refused.contains(part), "{part:?} in: {refused}");
+    }
+    assert_eq!(tables(&admin, admin_url).await, before, "still nothing");
+    admin.close().await;
+    if postgres {
+        let root = common::sql_pool(common::POSTGRES_ADMIN_URL).await;
+        exec(&root, &format!("DROP DATABASE {db} WITH (FORCE)")).await;
+        exec(&root, &format!("DROP ROLE {user}")).await;
+        root.close().await;
+    } else {
+        let root = common::sql_pool(common::MYSQL_ADMIN_URL).await;
+        exec(&root, &format!("DROP USER '{user}'@'%'")).await;
+        root.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_select_only_user_starts_serves_and_rebuilds_mariadb() {
+    let Some(url) = common::mysql_database("select_only").await else {
+        return;
+    };
+    select_only(&url, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_select_only_user_starts_serves_and_rebuilds_postgres() {
+    let Some(url) = common::postgres_database("select_only").await else {
+        return;
+    };
+    select_only(&url, true).await;
+}
+
+/// `sql.outbox = false` beside a feature that needs the outbox is refused
+/// with both named.
+#[test]
+fn outbox_off_beside_capture_is_refused() {
+    let mut c = Config {
+        demo: Some(false),
+        ..Config::default()
+    };
+    let mut users = common::users_resource("users");
+    users.capture = bloomgate_service::config::Capture::Triggers;
+    c.resources.push(users);
+    c.sql.outbox = Some(false);
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("sql.outbox") && e.contains("resources[0].capture"),
+        "{e}"
+    );
+    c.resources[0].capture = bloomgate_service::config::Capture::None;
+    c.validate().unwrap();
+    assert!(c.outbox_needs().is_empty());
 }

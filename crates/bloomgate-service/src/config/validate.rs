@@ -10,6 +10,14 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         resources::validate_all(&self.resources)?;
+        if self.sql.outbox == Some(false) {
+            if let Some(need) = self.outbox_needs().first() {
+                return Err(invalid(
+                    "sql.outbox",
+                    format!("is false, but {need} needs bloomgate's outbox (its tables in the database): set it to true, or turn {need} off"),
+                ));
+            }
+        }
         let c = &self.cache;
         if c.capture == super::Capture::Triggers {
             if let Some(i) = self

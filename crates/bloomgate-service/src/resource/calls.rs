@@ -128,6 +128,9 @@ impl<R: Guarded> Resource<R> {
             .record_many(&self.name, &spelled, kind)
             .await
             .map_err(|e| {
+                if let Some(off) = e.source.downcast_ref::<crate::store::OutboxOff>() {
+                    return AppError::Conflict(off.to_string());
+                }
                 tracing::warn!(resource = %self.name, error = %e, "recording keys in the outbox failed");
                 AppError::Unavailable(e.to_string())
             })?;

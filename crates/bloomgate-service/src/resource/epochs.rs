@@ -52,7 +52,9 @@ impl<R: Guarded> Resource<R> {
     /// The doorbell and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
     pub(super) fn epoch_store(&self) -> Option<(&crate::feed::doorbell::Doorbell, &str)> {
-        if self.is_watched() {
+        // An epoch is positioned in the outbox: without it (`sql.outbox`
+        // off), none is stored or adopted.
+        if self.is_watched() || !self.store.outbox_on() {
             return None;
         }
         Some((self.changes.as_ref()?, self.epoch_counter.as_deref()?))

@@ -28,6 +28,11 @@ pub struct WarmReport {
     pub added: u64,
     /// The epoch the rebuild was shared as (the others adopt it), if it was.
     pub epoch: Option<u64>,
+    /// `"this_instance"` when the rebuild could reach no other instance
+    /// (the service runs without its outbox: `sql.outbox` off); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<&'static str>,
     /// How long it took.
     pub duration_ms: u64,
 }
@@ -63,6 +68,7 @@ impl<R: Guarded> Resource<R> {
             self.sweep_cached().await;
         }
         let (rows, outcome) = self.warm_first(limit).await?;
+        let report_asked = rebuild.is_some();
         let (report, epoch) = match rebuild {
             Some(task) => task
                 .await
@@ -76,6 +82,7 @@ impl<R: Guarded> Resource<R> {
             added: report.as_ref().map_or(0, |r| r.added),
             rebuild_bloom: report,
             epoch,
+            reached: (report_asked && !self.store.outbox_on()).then_some("this_instance"),
             duration_ms: started.elapsed().as_millis() as u64,
         })
     }
@@ -203,6 +210,10 @@ impl<R: Guarded> Resource<R> {
     /// the SQL outbox asks every other instance to rebuild from SQL, so the
     /// remedy for a `TRUNCATE` reaches the whole fleet without Redis too.
     async fn ask_others_to_rebuild(&self) {
+        if !self.store.outbox_on() {
+            tracing::info!(resource = %self.name, "rebuilt on this instance alone: without bloomgate's outbox (sql.outbox) no other instance is asked");
+            return;
+        }
         let recorded = self
             .store
             .record_many(&self.name, &[String::new()], crate::wire::kind::REBUILD)

@@ -48,7 +48,7 @@ pub(crate) trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
                     limit.note_slow(statement, took);
                 }
                 if let Err(e) = &r {
-                    if !is_unique_violation(e) {
+                    if !super::migrations::is_unique_violation(e) {
                         limit.counters.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }

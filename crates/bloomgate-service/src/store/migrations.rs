@@ -9,6 +9,27 @@ use super::*;
 /// the SKU table (portable DDL), then the change outbox (whose
 /// auto-increment column each backend spells its own way) and its state
 /// row.
+/// What recording a change answers when the service runs without its
+/// outbox (`sql.outbox` off: a `SELECT`-only user's configuration).
+#[derive(Debug, thiserror::Error)]
+#[error("bloomgate's outbox is off (sql.outbox): a change recorded here would reach no other instance; set sql.outbox = true (the database user then needs CREATE, or a DBA runs `bloomgate capture install`)")]
+pub struct OutboxOff;
+
+/// Whether the database refused a statement for a missing right
+/// (PostgreSQL's `42501`, MySQL's "… command denied", SQLite's read-only
+/// file).
+pub fn is_permission_denied(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    let text = db.message().to_ascii_lowercase();
+    db.code().as_deref() == Some("42501") || text.contains("denied") || text.contains("readonly")
+}
+
+pub(super) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
 /// The migration that creates the demo SKU table.
 const SKU_TABLE_MIGRATION: i64 = 1;
 
@@ -108,20 +129,19 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn migrate_for(&self, demo: bool) -> Result<(), StoreError> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            .execute(&self.pool)
-            .within(&self.bg_limit, "migrate")
-            .await
-            .map_err(err("migrate"))?;
-        let applied: Vec<i64> = sqlx::query("SELECT version FROM bloomgate_migrations")
-            .fetch_all(&self.pool)
-            .within(&self.bg_limit, "migrate")
-            .await
-            .map_err(err("migrate"))?
-            .iter()
-            .map(|r| r.try_get::<i64, _>(0))
-            .collect::<Result<_, _>>()
-            .map_err(err("migrate"))?;
+        // Read first: a database migrated already needs no DDL (nor the
+        // right to run it) from a later start.
+        let applied = match self.applied_migrations().await {
+            Ok(applied) => applied,
+            Err(_) => {
+                sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
+                    .execute(&self.pool)
+                    .within(&self.bg_limit, "migrate")
+                    .await
+                    .map_err(err("migrate"))?;
+                self.applied_migrations().await?
+            }
+        };
         for (version, ddl) in migrations(self.backend) {
             if applied.contains(&version) || (version == SKU_TABLE_MIGRATION && !demo) {
                 continue;
@@ -166,6 +186,18 @@ impl SkuStore {
         Ok(())
     }
 
+    async fn applied_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        sqlx::query("SELECT version FROM bloomgate_migrations")
+            .fetch_all(&self.pool)
+            .within(&self.bg_limit, "migrate")
+            .await
+            .map_err(err("migrate"))?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(err("migrate"))
+    }
+
     /// This database's identity: a random number the first migration of
     /// its outbox wrote, so a snapshot or a shared epoch made against
     /// another database (staging and production under one Redis prefix,
@@ -174,5 +206,54 @@ impl SkuStore {
     #[must_use]
     pub fn identity(&self) -> Option<&str> {
         self.identity.get().map(String::as_str)
+    }
+
+    /// Runs this store without bloomgate's outbox: nothing is migrated,
+    /// and recording a change answers [`OutboxOff`].
+    pub fn set_outbox_off(&self) {
+        self.outbox_off
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether bloomgate's outbox is there to record changes in.
+    #[must_use]
+    pub fn outbox_on(&self) -> bool {
+        !self.outbox_off.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn refuse_without_outbox(&self) -> Result<(), StoreError> {
+        if self.outbox_on() {
+            Ok(())
+        } else {
+            Err(StoreError::new("record change", OutboxOff))
+        }
+    }
+
+    /// Whether bloomgate's outbox tables are in the database already (an
+    /// earlier start made them), read from the catalogue without touching
+    /// them.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn outbox_exists(&self) -> Result<bool, StoreError> {
+        let q = match self.backend {
+            Backend::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'bloomgate_outbox_state'"
+            }
+            Backend::MySql => {
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'bloomgate_outbox_state'"
+            }
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'bloomgate_outbox_state'"
+            }
+        };
+        let n: i64 = sqlx::query(q)
+            .fetch_one(&self.pool)
+            .within(&self.bg_limit, "migrate")
+            .await
+            .map_err(err("migrate"))?
+            .try_get(0)
+            .map_err(err("migrate"))?;
+        Ok(n > 0)
     }
 }

@@ -86,6 +86,7 @@ impl SkuStore {
         key: &str,
         kind: &'static str,
     ) -> Result<(), StoreError> {
+        self.refuse_without_outbox()?;
         // PostgreSQL: the same statement notifies the listeners (on
         // commit; see `crate::feed::outbox`'s listener), no extra round trip.
         let q = if self.backend == Backend::Postgres {
@@ -153,6 +154,7 @@ impl SkuStore {
         if keys.is_empty() {
             return Ok(());
         }
+        self.refuse_without_outbox()?;
         let started = Instant::now();
         // SQLite takes at most 32,766 bound values in a statement.
         for chunk in keys.chunks(1000) {
