@@ -434,6 +434,11 @@ pub struct CacheConfig {
     pub bloom_retry_min_ms: u64,
     /// Longest wait between retries of a failed start-up build, milliseconds.
     pub bloom_retry_max_ms: u64,
+    /// Keys per second a filter rebuild may read from its table, across
+    /// its readers (start-up scans and rebuilds, every table): spares the
+    /// database, and a build takes rows / this at least. 0: as fast as
+    /// the database answers.
+    pub bloom_scan_rows_per_sec: u64,
     /// Where to keep the filter snapshot for restarts without a SQL scan
     /// (the change outbox replays what came after it).
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
@@ -522,6 +527,7 @@ impl Default for CacheConfig {
             bloom_audit_every_ms: 1_000,
             bloom_retry_min_ms: 100,
             bloom_retry_max_ms: 30_000,
+            bloom_scan_rows_per_sec: 0,
             bloom_snapshot_path: None,
             bloom_snapshot_every_secs: 300,
             bloom_mode: BloomMode::Local,

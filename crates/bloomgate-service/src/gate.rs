@@ -82,6 +82,9 @@ pub struct GateConfig {
     pub fpp: f64,
     /// Rebuild with room for twice the items when an alarm is raised.
     pub auto_rebuild: bool,
+    /// Keys per second a rebuild's scan may read (all its readers); 0:
+    /// no limit.
+    pub scan_rows_per_sec: u64,
 }
 
 /// A test hook: a function a test may set, called at one place in the

@@ -314,6 +314,7 @@ fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> GateConfig {
         expected: options.expected,
         fpp: options.fpp,
         auto_rebuild: options.auto_rebuild.unwrap_or(c.bloom_auto_rebuild),
+        scan_rows_per_sec: c.bloom_scan_rows_per_sec,
     }
 }
 

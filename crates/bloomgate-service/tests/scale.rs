@@ -58,6 +58,7 @@ fn gate_over(
             expected,
             fpp,
             auto_rebuild: false,
+            scan_rows_per_sec: 0,
         },
         keys,
     ));
@@ -496,6 +497,7 @@ async fn a_filter_found_past_its_size_is_resized_at_once_and_not_ready_meanwhile
             expected: 100,
             fpp: 0.01,
             auto_rebuild: true,
+            scan_rows_per_sec: 0,
         },
         Arc::new(ScanOf(source.clone())),
     ));
@@ -515,4 +517,42 @@ async fn a_filter_found_past_its_size_is_resized_at_once_and_not_ready_meanwhile
     .await;
     assert!(gate.capacity() >= 5_000, "{}", gate.capacity());
     assert_eq!(source.scans.load(Ordering::SeqCst), 2);
+}
+
+/// `cache.bloom_scan_rows_per_sec` holds a start-up scan to its rate over
+/// both readers (3,000 keys at 1,000 a second take 3 s at least, where
+/// SQLite alone reads them in milliseconds), the progress shows the limit
+/// and the wait, and every key is in the filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_rate_limit_holds_the_scan_to_its_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url, 3_000).await;
+    let mut c = common::config(&url, None, "scale-rate");
+    c.demo = None;
+    c.resources.push(common::users_resource("users"));
+    c.cache.bloom_scan_rows_per_sec = 1_000;
+    let started = std::time::Instant::now();
+    let s = TestServer::start(c, 0).await;
+    common::eventually(15, "built", || async { ready(&s).await.0 == 200 }).await;
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(2_900),
+        "{:?}",
+        started.elapsed()
+    );
+    let stats = s.stats().await;
+    let filter = &stats["resources"]["users"]["filter"];
+    assert_eq!(filter["rebuild_scanned"], 3_000, "{filter}");
+    assert_eq!(filter["rebuild_rows_per_sec_limit"], 1_000, "{filter}");
+    let rate = filter["rebuild_rows_per_sec"].as_f64().unwrap();
+    assert!(rate > 0.0 && rate <= 1_010.0, "{filter}");
+    assert!(
+        filter["rebuild_throttled_ms"].as_u64() > Some(1_000),
+        "{filter}"
+    );
+    for i in [1, 1_500, 3_000] {
+        assert_eq!(s.get(&format!("/api/users/u{i:06}")).await.0, 200);
+    }
+    assert_eq!(s.get("/api/users/u999999").await.0, 404);
+    s.stop().await;
 }

@@ -224,6 +224,7 @@ mod tests {
                 expected: 1000,
                 fpp: 0.01,
                 auto_rebuild: false,
+                scan_rows_per_sec: 0,
             },
             Arc::new(store),
         ));

@@ -23,6 +23,10 @@ pub struct Progress {
     running: AtomicBool,
     /// Tenths of the estimate already logged.
     logged: AtomicU64,
+    /// The scan's limit, keys per second (0: none).
+    limit: AtomicU64,
+    /// Milliseconds the scan's readers waited for the limit.
+    throttled_ms: AtomicU64,
 }
 
 /// [`Progress`] for the stats endpoint and `/metrics`.
@@ -34,10 +38,16 @@ pub struct ProgressStats {
     pub estimated_total: u64,
     /// Keys scanned per second, over the scan so far.
     pub rows_per_sec: f64,
+    /// The limit on it (`cache.bloom_scan_rows_per_sec`; 0: none).
+    pub rows_per_sec_limit: u64,
+    /// Milliseconds the scan waited for that limit, over its readers.
+    pub throttled_ms: u64,
 }
 
 impl Progress {
-    pub(super) fn start(&self, estimated: u64) {
+    pub(super) fn start(&self, estimated: u64, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+        self.throttled_ms.store(0, Ordering::Relaxed);
         self.scanned.store(0, Ordering::Relaxed);
         self.logged.store(0, Ordering::Relaxed);
         self.estimated.store(estimated, Ordering::Relaxed);
@@ -77,8 +87,40 @@ impl Progress {
                 estimated_total = estimated,
                 percent = tenth * 10,
                 rows_per_sec = s.rows_per_sec as u64,
+                rows_per_sec_limit = s.rows_per_sec_limit,
                 "filter rebuild progress"
             );
+        }
+    }
+
+    /// How long a reader waits before its next page, so that the keys
+    /// scanned so far took at least `scanned / limit` seconds (the limit
+    /// holds over all the readers); `None` without a limit or when the
+    /// scan is behind it.
+    fn pace(&self) -> Option<Duration> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        if limit == 0 {
+            return None;
+        }
+        let scanned = self.scanned.load(Ordering::Relaxed);
+        let due = self
+            .started_ms
+            .load(Ordering::Relaxed)
+            .saturating_add(scanned.saturating_mul(1000) / limit);
+        let wait = due.saturating_sub(crate::model::now_millis());
+        (wait > 0).then(|| {
+            self.throttled_ms.fetch_add(wait, Ordering::Relaxed);
+            Duration::from_millis(wait)
+        })
+    }
+
+    /// Keys per page under the limit: about a tenth of a second's worth
+    /// (at least 100), so the database sees an even load, not a page of
+    /// [`PAGE`] keys and then a long wait.
+    fn page_under_limit(&self, page: usize) -> usize {
+        match self.limit.load(Ordering::Relaxed) {
+            0 => page,
+            limit => page.min(usize::try_from(limit / 10).unwrap_or(usize::MAX).max(100)),
         }
     }
 
@@ -98,6 +140,8 @@ impl Progress {
             } else {
                 scanned as f64 * 1e3 / took as f64
             },
+            rows_per_sec_limit: self.limit.load(Ordering::Relaxed),
+            throttled_ms: self.throttled_ms.load(Ordering::Relaxed),
         }
     }
 }
@@ -186,7 +230,9 @@ impl Gate {
         let mut after: Option<Key> = None;
         let mut total = 0u64;
         let mut pages = 0i64;
-        let limit = self.page_rows.load(Ordering::Relaxed).max(1);
+        let limit = self
+            .progress
+            .page_under_limit(self.page_rows.load(Ordering::Relaxed).max(1));
         if let (Some(m), true) = (&meet, range.descending) {
             if !m.needed().await {
                 return Ok(0);
@@ -230,6 +276,9 @@ impl Gate {
                 m.reached(&range, page.last.clone());
             }
             self.progress.add(page.keys as u64, &self.name);
+            if let Some(wait) = self.progress.pace() {
+                tokio::time::sleep(wait).await;
+            }
             pages += 1;
             self.scan_page.pass(pages).await;
             if page.keys < limit {

@@ -369,7 +369,8 @@ impl Gate {
             self.building.store(Some(Arc::clone(&filter)));
         }
         let deleted_before = self.deleted_since_build.load(Ordering::Relaxed);
-        self.progress.start(estimate.unwrap_or(0));
+        self.progress
+            .start(estimate.unwrap_or(0), self.config.scan_rows_per_sec);
         let scanned = self.scan_all(&filter).await;
         self.progress.finish();
         let added = scanned.map_err(store_err)?;

@@ -75,6 +75,10 @@ pub struct GateStats {
     pub rebuild_estimated_total: u64,
     /// Its keys scanned per second.
     pub rebuild_rows_per_sec: f64,
+    /// The limit on that (`cache.bloom_scan_rows_per_sec`; 0: none).
+    pub rebuild_rows_per_sec_limit: u64,
+    /// Milliseconds that scan waited for the limit, over its readers.
+    pub rebuild_throttled_ms: u64,
     /// Pages of a rebuild's scan read again after failing.
     pub rebuild_page_retries: u64,
     /// The background row check of a restored or adopted filter: `none`,
@@ -133,6 +137,8 @@ impl Gate {
             rebuild_scanned: progress.scanned,
             rebuild_estimated_total: progress.estimated_total,
             rebuild_rows_per_sec: progress.rows_per_sec,
+            rebuild_rows_per_sec_limit: progress.rows_per_sec_limit,
+            rebuild_throttled_ms: progress.throttled_ms,
             rebuild_page_retries: self.page_retries.load(Ordering::Relaxed),
             row_check: super::progress::ROW_CHECK
                 [usize::from(self.row_check.load(Ordering::Relaxed)).min(4)],
