@@ -183,7 +183,14 @@ impl AppState {
             store.migrate_for(demo).await.map_err(|e| {
                 if e.sqlx().is_some_and(crate::store::is_permission_denied) {
                     StartError::Rights {
-                        needs: needs.join(", "),
+                        // Found there with no feature asking: a later
+                        // migration of it.
+                        needs: if needs.is_empty() {
+                            "sql.outbox (unset: the outbox an earlier start made is used)"
+                                .to_owned()
+                        } else {
+                            needs.join(", ")
+                        },
                         source: e,
                     }
                 } else {
