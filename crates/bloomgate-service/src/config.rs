@@ -44,6 +44,12 @@ pub struct Config {
     /// beside `database_url`. (A `Config` built in code sets
     /// `database_url` itself.)
     pub database_url_file: Option<std::path::PathBuf>,
+    /// A read replica of `database_url` (same kind of server) that filter
+    /// rebuilds scan instead of the primary. A scan starts only once the
+    /// replica has replayed everything the primary had committed when it
+    /// began (MariaDB's GTID position, MySQL's executed GTID set,
+    /// PostgreSQL's WAL position), so replication lag hides no row.
+    pub scan_database_url: Option<String>,
     /// Redis URL; without one (and without `redis_cluster`) the service
     /// runs filter + L1 + SQL. `rediss://` speaks TLS; an ACL user logs in
     /// as `redis[s]://user:password@host:port/`.
@@ -96,6 +102,10 @@ impl std::fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))
             .field("database_url_file", &self.database_url_file)
+            .field(
+                "scan_database_url",
+                &self.scan_database_url.as_deref().map(redact_url),
+            )
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("redis_url_file", &self.redis_url_file)
             .field(
@@ -494,6 +504,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: DEFAULT_DATABASE_URL.into(),
             database_url_file: None,
+            scan_database_url: None,
             redis_url: None,
             redis_url_file: None,
             redis_tls_ca: None,

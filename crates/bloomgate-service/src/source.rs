@@ -324,7 +324,10 @@ impl KeyScan for SkuStore {
         self.counters
             .id_scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Box::pin(self.int_ranges("id", "skus"))
+        Box::pin(async move {
+            self.scan_caught_up().await?;
+            self.int_ranges("id", "skus").await
+        })
     }
 
     fn page<'a>(

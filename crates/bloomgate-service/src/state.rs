@@ -161,6 +161,10 @@ impl AppState {
             .map_err(|e| StartError::connect("database_url", e.source, Some(&config.database_url)))?
             .with_background(background.clone())
             .with_sku_capture(config.cache.capture == crate::config::Capture::Triggers);
+        let store = match &config.scan_database_url {
+            Some(url) => store.with_scan_replica(url, &config.sql),
+            None => store,
+        };
         // The configured tables are checked before anything is written: a
         // bad one stops the start with the database as it was.
         let mut tables = Vec::with_capacity(config.resources.len());

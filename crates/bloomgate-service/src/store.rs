@@ -15,6 +15,7 @@ use crate::wire::kind;
 
 mod audit;
 mod capture;
+mod connect;
 mod limits;
 mod many;
 mod migrations;
@@ -153,6 +154,8 @@ pub struct SkuStore {
     identity: Arc<std::sync::OnceLock<String>>,
     /// `sql.outbox` resolved off: nothing is recorded ([`OutboxOff`]).
     outbox_off: Arc<std::sync::atomic::AtomicBool>,
+    /// The scan readers read a replica (`scan_database_url`).
+    scan_replica: bool,
 }
 
 impl SkuStore {
@@ -206,7 +209,7 @@ impl SkuStore {
         };
         let mut url = url.to_string();
         if backend == Backend::Sqlite {
-            url = prepare_sqlite(&url);
+            url = connect::prepare_sqlite(&url);
         }
         let acquire = Duration::from_millis(c.acquire_timeout_ms);
         let pool = match AnyPoolOptions::new()
@@ -260,6 +263,7 @@ impl SkuStore {
             sku_captured: Arc::default(),
             identity: Arc::default(),
             outbox_off: Arc::default(),
+            scan_replica: false,
         };
         Ok(store)
     }
@@ -577,24 +581,4 @@ fn sku_from_row(r: &AnyRow) -> Result<Sku, sqlx::Error> {
         seckill_end: r.try_get(6)?,
         updated_at: r.try_get(7)?,
     })
-}
-
-/// Adds `mode=rwc` to a SQLite URL and creates the file's directory.
-fn prepare_sqlite(url: &str) -> String {
-    let rest = url
-        .trim_start_matches("sqlite://")
-        .trim_start_matches("sqlite:");
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path != ":memory:" && !path.is_empty() {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            if !dir.as_os_str().is_empty() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-        }
-    }
-    let mut params: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
-    if !params.iter().any(|p| p.starts_with("mode=")) {
-        params.push("mode=rwc");
-    }
-    format!("sqlite://{path}?{}", params.join("&"))
 }

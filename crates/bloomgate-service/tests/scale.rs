@@ -556,3 +556,110 @@ async fn a_scan_rate_limit_holds_the_scan_to_its_rate() {
     assert_eq!(s.get("/api/users/u999999").await.0, 404);
     s.stop().await;
 }
+
+async fn run(pool: &sqlx::AnyPool, q: &str) {
+    sqlx::query(q)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{q}: {e}"));
+}
+
+/// `scan_database_url`: a MariaDB primary and its replica, both servers
+/// of the test. The replica's SQL thread is stopped, so a row committed on
+/// the primary has not reached it: the start-up scan waits (not ready)
+/// instead of scanning without that row, which would refuse it with a
+/// 404. Once the replica applies it, the scan reads the replica (a row
+/// written there alone is in the filter) and the late row is found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_a_replica_waits_until_it_has_caught_up_mariadb() {
+    if common::mysql_database("replica_probe").await.is_none() {
+        return;
+    }
+    let primary =
+        common::OwnServer::mariadb_with(&["--log-bin=bin".into(), "--server-id=1".into()]).await;
+    let replica = common::OwnServer::mariadb_with(&["--server-id=2".into()]).await;
+    let p = common::sql_pool(&primary.url()).await;
+    let r = common::sql_pool(&replica.url()).await;
+    run(
+        &r,
+        &format!(
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos",
+            primary.port
+        ),
+    )
+    .await;
+    run(&r, "START SLAVE").await;
+    let ids: Vec<String> = (1..=1_000).map(|i| format!("u{i:06}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    common::users_table(&p, &ids).await;
+    common::eventually(20, "the replica has the table", || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
+            .fetch_one(&r)
+            .await
+            .is_ok_and(|n| n == 1_000)
+    })
+    .await;
+    run(&r, "STOP SLAVE SQL_THREAD").await;
+    run(&p, "INSERT INTO users (id, name) VALUES ('u_late', 'late')").await;
+    run(&r, "INSERT INTO users (id, name) VALUES ('u_replica', 'r')").await;
+    let mut c = common::config(&primary.url(), None, "scale-replica");
+    c.demo = None;
+    c.scan_database_url = Some(replica.url());
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let (status, body) = ready(&s).await;
+    assert_eq!(status, 503, "waiting for the replica: {body}");
+    assert_eq!(body["resources"]["users"]["state"], "building", "{body}");
+    assert_eq!(
+        s.get("/api/users/u_late").await.0,
+        200,
+        "fail open meanwhile"
+    );
+    run(&r, "START SLAVE SQL_THREAD").await;
+    common::eventually(20, "built from the replica", || async {
+        ready(&s).await.0 == 200
+    })
+    .await;
+    let (status, body) = s
+        .send(
+            Method::POST,
+            "/api/users/exists",
+            Some(r#"{"keys":["u_late","u_replica","u000500","u_nobody"]}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["exists"],
+        serde_json::json!([true, true, true, false]),
+        "the late row and the replica's own are in the filter"
+    );
+    assert_eq!(s.get("/api/users/u_late").await.0, 200);
+    s.stop().await;
+    p.close().await;
+    r.close().await;
+}
+
+/// A scan replica is a server of the primary's kind; SQLite has none.
+#[test]
+fn a_scan_replica_of_another_kind_is_refused() {
+    let with = |primary: &str, replica: &str| bloomgate_service::Config {
+        database_url: primary.into(),
+        scan_database_url: Some(replica.into()),
+        ..bloomgate_service::Config::default()
+    };
+    for (primary, replica) in [
+        ("sqlite://data/a.db", "sqlite://data/b.db"),
+        ("mysql://root@a/test", "postgres://b/test"),
+        ("postgres://a/test", "redis://b/"),
+    ] {
+        let e = with(primary, replica).validate().unwrap_err().to_string();
+        assert!(e.contains("scan_database_url"), "{primary} {replica}: {e}");
+    }
+    with("mysql://root@a/test", "mariadb://reader@b/test")
+        .validate()
+        .unwrap();
+    with("postgres://a/test", "postgresql://reader@b/test")
+        .validate()
+        .unwrap();
+}

@@ -6,8 +6,9 @@ use super::*;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 12] = [
+const STRING_KEYS: [&str; 13] = [
     "listen",
+    "scan_database_url",
     "watch_column",
     "bloom_snapshot_path",
     "database_url",

@@ -210,6 +210,19 @@ impl Config {
                 format!("unsupported scheme {shown} (sqlite://, mysql://, postgres://)"),
             ));
         }
+        if let Some(scan) = &self.scan_database_url {
+            let family = |url: &str| match url.split_once("://").map(|(s, _)| s) {
+                Some("mysql" | "mariadb") => Some("mysql"),
+                Some("postgres" | "postgresql") => Some("postgres"),
+                _ => None,
+            };
+            if family(scan).is_none() || family(scan) != family(&self.database_url) {
+                return Err(invalid(
+                    "scan_database_url",
+                    "must be a replica of database_url: a mysql:// or postgres:// URL of the same kind (SQLite has no replica)",
+                ));
+            }
+        }
         if let Some(url) = &self.redis_url {
             if !(url.starts_with("redis://")
                 || url.starts_with("rediss://")

@@ -521,6 +521,8 @@ impl DynSource for SqlTable {
     fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
         Box::pin(async move {
             self.count_statement();
+            // Called once per full scan: a replica scanned is caught up.
+            self.store.scan_caught_up().await?;
             match self.key_type {
                 KeyType::Int => self.store.int_ranges(&self.key, &self.table).await,
                 KeyType::Text => Ok(self
