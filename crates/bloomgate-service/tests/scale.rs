@@ -663,3 +663,181 @@ fn a_scan_replica_of_another_kind_is_refused() {
         .validate()
         .unwrap();
 }
+
+/// A PostgreSQL server of the test's own (a primary, or a standby made
+/// with `pg_basebackup`), run as the `postgres` user (initdb refuses root).
+struct OwnPostgres {
+    port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnPostgres {
+    fn bin(name: &str) -> std::path::PathBuf {
+        let dir = std::process::Command::new("pg_config")
+            .arg("--bindir")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "/usr/lib/postgresql/15/bin".into());
+        std::path::Path::new(&dir).join(name)
+    }
+
+    fn as_postgres(program: &str) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut c = std::process::Command::new(Self::bin(program));
+        // The `postgres` account when the test runs as root.
+        if nix_is_root() {
+            let uid = id_of("-u");
+            let gid = id_of("-g");
+            c.uid(uid).gid(gid);
+        }
+        c
+    }
+
+    fn run(mut c: std::process::Command) {
+        let out = c.output().expect("a PostgreSQL program");
+        assert!(
+            out.status.success(),
+            "{c:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A primary that ships WAL (`from`: `None`), or a standby of `from`.
+    async fn start(from: Option<u16>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        if nix_is_root() {
+            std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres", &dir.path().display().to_string()])
+                .status()
+                .unwrap();
+        }
+        let mut c = match from {
+            None => {
+                let mut c = Self::as_postgres("initdb");
+                c.args(["-A", "trust", "-U", "postgres", "-D"]).arg(&data);
+                c
+            }
+            Some(primary) => {
+                let mut c = Self::as_postgres("pg_basebackup");
+                c.args(["-h", "127.0.0.1", "-U", "postgres", "-R", "-X", "stream"])
+                    .args(["-p", &primary.to_string(), "-D"])
+                    .arg(&data);
+                c
+            }
+        };
+        c.stdout(std::process::Stdio::null());
+        Self::run(c);
+        let port = common::free_port();
+        let mut c = Self::as_postgres("postgres");
+        c.arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", dir.path().display()))
+            .args(["-c", "wal_level=replica", "-c", "fsync=off"])
+            .args(["-c", "shared_buffers=16MB", "-c", "max_connections=40"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let child = c.spawn().expect("postgres");
+        common::wait_port(port, true).await;
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        // SIGQUIT: an immediate shutdown, children included.
+        let _ = std::process::Command::new("kill")
+            .args(["-QUIT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+fn id_of(flag: &str) -> u32 {
+    let out = std::process::Command::new("id")
+        .args([flag, "postgres"])
+        .output()
+        .expect("id");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the postgres account")
+}
+
+/// `scan_database_url` on PostgreSQL: a primary and a streaming standby
+/// of the test's own. With the standby's replay paused, a row committed on
+/// the primary has not reached it: the scan waits (not ready) instead of
+/// missing it, and after the replay resumes the row is in the filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_a_standby_waits_until_it_has_replayed_postgres() {
+    if common::postgres_database("standby_probe").await.is_none() {
+        return;
+    }
+    let primary = OwnPostgres::start(None).await;
+    let standby = OwnPostgres::start(Some(primary.port)).await;
+    let p = common::sql_pool(&primary.url()).await;
+    let r = common::sql_pool(&standby.url()).await;
+    let ids: Vec<String> = (1..=1_000).map(|i| format!("u{i:06}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    common::users_table(&p, &ids).await;
+    common::eventually(20, "the standby has the table", || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
+            .fetch_one(&r)
+            .await
+            .is_ok_and(|n| n == 1_000)
+    })
+    .await;
+    run(&r, "SELECT pg_wal_replay_pause()").await;
+    run(&p, "INSERT INTO users (id, name) VALUES ('u_late', 'late')").await;
+    let mut c = common::config(&primary.url(), None, "scale-standby");
+    c.demo = None;
+    c.scan_database_url = Some(standby.url());
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let (status, body) = ready(&s).await;
+    assert_eq!(status, 503, "waiting for the standby: {body}");
+    assert_eq!(
+        s.get("/api/users/u_late").await.0,
+        200,
+        "fail open meanwhile"
+    );
+    run(&r, "SELECT pg_wal_replay_resume()").await;
+    common::eventually(20, "built from the standby", || async {
+        ready(&s).await.0 == 200
+    })
+    .await;
+    let (status, body) = s
+        .send(
+            Method::POST,
+            "/api/users/exists",
+            Some(r#"{"keys":["u_late","u000500","u_nobody"]}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["exists"], serde_json::json!([true, true, false]));
+    s.stop().await;
+    p.close().await;
+    r.close().await;
+}
