@@ -50,6 +50,9 @@ pub struct Config {
     /// began (MariaDB's GTID position, MySQL's executed GTID set,
     /// PostgreSQL's WAL position), so replication lag hides no row.
     pub scan_database_url: Option<String>,
+    /// A file whose content is `scan_database_url`, read as
+    /// `database_url_file`.
+    pub scan_database_url_file: Option<std::path::PathBuf>,
     /// Redis URL; without one (and without `redis_cluster`) the service
     /// runs filter + L1 + SQL. `rediss://` speaks TLS; an ACL user logs in
     /// as `redis[s]://user:password@host:port/`.
@@ -106,6 +109,7 @@ impl std::fmt::Debug for Config {
                 "scan_database_url",
                 &self.scan_database_url.as_deref().map(redact_url),
             )
+            .field("scan_database_url_file", &self.scan_database_url_file)
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("redis_url_file", &self.redis_url_file)
             .field(
@@ -505,6 +509,7 @@ impl Default for Config {
             database_url: DEFAULT_DATABASE_URL.into(),
             database_url_file: None,
             scan_database_url: None,
+            scan_database_url_file: None,
             redis_url: None,
             redis_url_file: None,
             redis_tls_ca: None,

@@ -31,6 +31,10 @@ pub enum AppError {
     /// Conflicts with the current state: 409.
     #[error("{0}")]
     Conflict(String),
+    /// A call that must reach every instance through bloomgate's outbox,
+    /// which this service runs without (`sql.outbox`): 409, nothing done.
+    #[error("{0}")]
+    OutboxOff(String),
     /// A body that is not declared JSON: 415.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -52,6 +56,7 @@ impl AppError {
             Self::Unauthorized => (401, "unauthorized"),
             Self::Forbidden(_) => (403, "forbidden"),
             Self::Conflict(_) => (409, "conflict"),
+            Self::OutboxOff(_) => (409, "outbox_off"),
             Self::UnsupportedMediaType(_) => (415, "unsupported_media_type"),
             Self::Unavailable(_) => (503, "unavailable"),
             Self::Overloaded => (503, "overloaded"),

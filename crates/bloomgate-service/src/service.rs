@@ -338,6 +338,8 @@ pub async fn prepare(
     outbox.cover(crate::store::SKU_RESOURCE, covered);
     if outbox_on {
         outbox.spawn_follower(outbox_from, state.skus.gate());
+    } else if config.sql.outbox.is_none() {
+        follow_once_made(state, Duration::from_millis(config.sql.out_of_step_ms / 3));
     }
     // Resources build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
@@ -399,6 +401,44 @@ pub async fn prepare(
         })));
     }
     Ok(None)
+}
+
+/// An instance that started without bloomgate's outbox (`sql.outbox`
+/// unset, none there) looks for it every `every`: once another instance
+/// or a DBA made it (and this user may write it), it follows it as if it
+/// had started with it. The follower starts at the outbox's position now;
+/// what was recorded before is covered by a rebuild of every filter, owed
+/// (a "no" is not vouched for) until it succeeds, and by dropping L1.
+fn follow_once_made(state: &AppState, every: Duration) {
+    let outbox = state.outbox.clone();
+    let anchor = Arc::clone(state.skus.gate());
+    let resources = state.resources.clone();
+    state.background.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if !matches!(outbox.store.outbox_exists().await, Ok(true)) {
+                continue;
+            }
+            let from = match outbox.start_position().await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "bloomgate's outbox appeared but is not readable yet");
+                    continue;
+                }
+            };
+            outbox.store.set_outbox_on();
+            outbox.spawn_follower(from, &anchor);
+            for r in &resources {
+                r.gate().rebuild_owed(|| {});
+                r.reader.invalidate_all_local();
+            }
+            tracing::warn!(
+                from,
+                "bloomgate's outbox appeared after this instance started without it: following it now, and rebuilding every filter"
+            );
+            return;
+        }
+    });
 }
 
 /// Starts the whole service from a configuration: connect, seed if empty,

@@ -77,10 +77,12 @@ pub enum StartError {
     },
     /// The database user may not create bloomgate's outbox, which the
     /// features named need; nothing was written.
-    #[error("database_url: the database user cannot create bloomgate's outbox tables (bloomgate_changes, bloomgate_outbox_state, bloomgate_migrations): {source}. {needs} needs them. Grant the user CREATE on the schema (or have a DBA run `bloomgate capture install`, which makes them and grants the user what it needs), or turn {needs} off; without them the service needs only SELECT (docs/guard-your-table.md#what-bloomgate-creates-in-your-database)")]
+    #[error("database_url: the database user cannot make or use bloomgate's outbox tables (bloomgate_changes, bloomgate_outbox_state, bloomgate_migrations): {source}. {needs} needs them. Grant the user {rights} (or have a DBA make them: `bloomgate capture install` does, with capture), or turn {needs} off; without them the service needs only SELECT (docs/guard-your-table.md#what-bloomgate-creates-in-your-database)")]
     Rights {
         /// The features, by configuration key.
         needs: String,
+        /// The rights to grant, in this database's terms.
+        rights: &'static str,
         /// What the database said.
         source: StoreError,
     },
@@ -190,10 +192,14 @@ impl AppState {
                         // Found there with no feature asking: a later
                         // migration of it.
                         needs: if needs.is_empty() {
-                            "sql.outbox (unset: the outbox an earlier start made is used)"
-                                .to_owned()
+                            "the outbox found in the database (sql.outbox unset; set it to false to run without it)".to_owned()
                         } else {
                             needs.join(", ")
+                        },
+                        rights: match store.backend() {
+                            crate::store::Backend::Postgres => "CREATE on the schema",
+                            crate::store::Backend::MySql => "CREATE, ALTER and INDEX on the database, and SELECT, INSERT, UPDATE and DELETE on bloomgate's tables (MySQL gives a table's creator no rights on it)",
+                            crate::store::Backend::Sqlite => "a database file, and its directory, it may write",
                         },
                         source: e,
                     }
@@ -202,7 +208,7 @@ impl AppState {
                 }
             })?;
             let by = if needs.is_empty() {
-                "an earlier start, which made it".to_owned()
+                "the outbox found in the database".to_owned()
             } else {
                 needs.join(", ")
             };

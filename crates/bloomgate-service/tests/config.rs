@@ -268,6 +268,7 @@ fn rates_and_sizes_the_filter_cannot_serve_are_refused_with_the_range() {
 fn urls_are_read_from_files_as_mounted_secrets_are() {
     let db = toml_file("postgres://app:pw@db:5432/shop?sslmode=verify-full\n");
     let redis = toml_file("  rediss://app:pw@redis:6380/  ");
+    let replica = toml_file("postgres://reader:pw@replica:5432/shop\n");
     let path = |f: &tempfile::NamedTempFile| f.path().display().to_string();
     // From the environment; the file wins over the conventional variable.
     let c = Config::load_from(
@@ -275,10 +276,16 @@ fn urls_are_read_from_files_as_mounted_secrets_are() {
         env(&[
             ("BLOOMGATE_DATABASE_URL_FILE", &path(&db)),
             ("BLOOMGATE_REDIS_URL_FILE", &path(&redis)),
+            ("BLOOMGATE_SCAN_DATABASE_URL_FILE", &path(&replica)),
             ("DATABASE_URL", "mysql://other@host/db"),
         ]),
     )
     .unwrap();
+    assert_eq!(
+        c.scan_database_url.as_deref(),
+        Some("postgres://reader:pw@replica:5432/shop")
+    );
+    assert!(!format!("{c:?}").contains("reader:pw"), "redacted");
     assert_eq!(
         c.database_url,
         "postgres://app:pw@db:5432/shop?sslmode=verify-full"

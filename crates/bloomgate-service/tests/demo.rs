@@ -165,6 +165,15 @@ fn the_demo_is_on_by_default_only_without_resources() {
     );
 }
 
+async fn exists(s: &TestServer, key: &str) -> bool {
+    let body = format!(r#"{{"keys":[{key:?}]}}"#);
+    let (status, answer) = s
+        .send(reqwest::Method::POST, "/api/users/exists", Some(&body))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    answer["exists"][0].as_bool().unwrap()
+}
+
 async fn exec(pool: &sqlx::AnyPool, q: &str) {
     sqlx::query(q)
         .execute(pool)
@@ -250,14 +259,26 @@ async fn select_only(admin_url: &str, postgres: bool) {
         ("/api/users/invalidate", r#"{"keys":["u1001"]}"#),
     ] {
         let (status, body) = a.send(reqwest::Method::POST, path, Some(keys)).await;
-        assert_eq!(status, 409, "{path}: {body}");
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (409, Some("outbox_off")),
+            "{path}: {body}"
+        );
         let message = body["message"].as_str().unwrap();
         assert!(message.contains("sql.outbox"), "{message}");
     }
-    a.stop().await;
-    b.stop().await;
+    // Refused before anything changed here.
+    assert!(!exists(&a, "u3000").await);
+    for s in [&a, &b] {
+        let stats = s.stats().await;
+        assert_eq!(
+            stats["outbox"]["poll_failures"], 0,
+            "no outbox read: {stats}"
+        );
+        assert_eq!(stats["outbox"]["enabled"], false);
+    }
     assert_eq!(tables(&admin, admin_url).await, before, "nothing created");
-    // A feature that needs the outbox names the right, and writes nothing.
+    // A feature that needs the outbox names the rights, and writes nothing.
     let mut c = config();
     c.sql.outbox = Some(true);
     let refused = match bloomgate_service::AppState::connect(&c).await {
@@ -268,6 +289,52 @@ async fn select_only(admin_url: &str, postgres: bool) {
         assert!(refused.contains(part), "{part:?} in: {refused}");
     }
     assert_eq!(tables(&admin, admin_url).await, before, "still nothing");
+    // Another instance, with rights, makes the outbox, and the DBA lets
+    // this user write it: the running instances follow it from then on.
+    let mut c = common::config(admin_url, redis.as_deref(), &prefix);
+    c.demo = None;
+    c.resources = vec![common::users_resource("users")];
+    c.sql.outbox = Some(true);
+    let maker = TestServer::start(c, 0).await;
+    let grants = if postgres {
+        vec![
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON bloomgate_changes, bloomgate_outbox_state, bloomgate_migrations TO {user}"),
+            format!("GRANT USAGE, SELECT ON SEQUENCE bloomgate_changes_seq_seq TO {user}"),
+        ]
+    } else {
+        vec![format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.`bloomgate_changes` TO '{user}'@'%'"
+        ), format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.`bloomgate_outbox_state` TO '{user}'@'%'"
+        )]
+    };
+    for q in grants {
+        exec(&admin, &q).await;
+    }
+    for s in [&a, &b] {
+        eventually(10, "following the outbox made meanwhile", || async {
+            s.stats().await["outbox"]["enabled"] == true && s.get("/readyz").await.0 == 200
+        })
+        .await;
+    }
+    let (status, body) = a
+        .send(
+            reqwest::Method::POST,
+            "/api/users/keys",
+            Some(r#"{"keys":["u3000"]}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for s in [&b, &maker] {
+        eventually(5, "the key told to A", || async {
+            exists(s, "u3000").await
+        })
+        .await;
+    }
+    assert!(!exists(&b, "u_nobody").await, "B vouches again");
+    maker.stop().await;
+    a.stop().await;
+    b.stop().await;
     admin.close().await;
     if postgres {
         let root = common::sql_pool(common::POSTGRES_ADMIN_URL).await;

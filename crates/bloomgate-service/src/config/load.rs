@@ -6,9 +6,10 @@ use super::*;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).
-const STRING_KEYS: [&str; 13] = [
+const STRING_KEYS: [&str; 14] = [
     "listen",
     "scan_database_url",
+    "scan_database_url_file",
     "watch_column",
     "bloom_snapshot_path",
     "database_url",
@@ -143,6 +144,7 @@ impl Config {
         // conventional DATABASE_URL / REDIS_URL.
         url_from_file(&mut table, "database_url")?;
         url_from_file(&mut table, "redis_url")?;
+        url_from_file(&mut table, "scan_database_url")?;
         for (key, raw) in conventional {
             table.entry(key).or_insert(toml::Value::String(raw));
         }

@@ -45,6 +45,7 @@ impl<R: Guarded> Resource<R> {
     /// again).
     pub async fn add_keys(&self, keys: &[R::Key]) -> Result<(), AppError> {
         self.check_len(keys.len())?;
+        self.need_outbox()?;
         // Redis first: once the entry is in the outbox another instance
         // may learn the key and read it, and must not find a "not found"
         // cached before the row existed. Without that, nothing is
@@ -108,6 +109,7 @@ impl<R: Guarded> Resource<R> {
 
     async fn invalidate_as(&self, keys: &[R::Key], kind: &'static str) -> Result<(), AppError> {
         self.check_len(keys.len())?;
+        self.need_outbox()?;
         let recorded = self.record(keys, kind).await;
         let confirmed = self.reader.invalidate_many(keys).await;
         recorded?;
@@ -122,6 +124,16 @@ impl<R: Guarded> Resource<R> {
         Ok(())
     }
 
+    /// A call the other instances must learn of is refused, before it
+    /// changes anything here, when there is no outbox to reach them.
+    fn need_outbox(&self) -> Result<(), AppError> {
+        if self.store.outbox_on() {
+            Ok(())
+        } else {
+            Err(AppError::OutboxOff(crate::store::OutboxOff.to_string()))
+        }
+    }
+
     async fn record(&self, keys: &[R::Key], kind: &'static str) -> Result<(), AppError> {
         let spelled: Vec<String> = keys.iter().map(ToString::to_string).collect();
         self.store
@@ -129,7 +141,7 @@ impl<R: Guarded> Resource<R> {
             .await
             .map_err(|e| {
                 if let Some(off) = e.source.downcast_ref::<crate::store::OutboxOff>() {
-                    return AppError::Conflict(off.to_string());
+                    return AppError::OutboxOff(off.to_string());
                 }
                 tracing::warn!(resource = %self.name, error = %e, "recording keys in the outbox failed");
                 AppError::Unavailable(e.to_string())

@@ -26,6 +26,16 @@ pub fn is_permission_denied(e: &sqlx::Error) -> bool {
     db.code().as_deref() == Some("42501") || text.contains("denied") || text.contains("readonly")
 }
 
+/// Whether a statement failed for a table that is not there
+/// (PostgreSQL's `42P01`, MySQL's `42S02`, SQLite's "no such table").
+fn is_undefined_table(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    matches!(db.code().as_deref(), Some("42P01" | "42S02"))
+        || db.message().contains("no such table")
+}
+
 pub(super) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
@@ -133,7 +143,7 @@ impl SkuStore {
         // right to run it) from a later start.
         let applied = match self.applied_migrations().await {
             Ok(applied) => applied,
-            Err(_) => {
+            Err(e) if e.sqlx().is_some_and(is_undefined_table) => {
                 sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
                     .execute(&self.pool)
                     .within(&self.bg_limit, "migrate")
@@ -141,6 +151,9 @@ impl SkuStore {
                     .map_err(err("migrate"))?;
                 self.applied_migrations().await?
             }
+            // A right missing, a timeout: said as it is (a CREATE would
+            // only blame the wrong right).
+            Err(e) => return Err(e),
         };
         for (version, ddl) in migrations(self.backend) {
             if applied.contains(&version) || (version == SKU_TABLE_MIGRATION && !demo) {
@@ -215,6 +228,13 @@ impl SkuStore {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Runs this store with bloomgate's outbox again (found made by
+    /// another instance after this one started without it).
+    pub fn set_outbox_on(&self) {
+        self.outbox_off
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether bloomgate's outbox is there to record changes in.
     #[must_use]
     pub fn outbox_on(&self) -> bool {
@@ -229,9 +249,9 @@ impl SkuStore {
         }
     }
 
-    /// Whether bloomgate's outbox tables are in the database already (an
-    /// earlier start made them), read from the catalogue without touching
-    /// them.
+    /// Whether bloomgate's outbox is in the database already (an earlier
+    /// start, another instance or a DBA made it) and this user may write
+    /// it, read from the catalogue and the grants without touching it.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -254,6 +274,6 @@ impl SkuStore {
             .map_err(err("migrate"))?
             .try_get(0)
             .map_err(err("migrate"))?;
-        Ok(n > 0)
+        Ok(n > 0 && self.may_write_outbox().await?)
     }
 }

@@ -46,6 +46,39 @@ impl SkuStore {
         }
     }
 
+    /// Whether this connection's user may add entries to bloomgate's
+    /// outbox (`INSERT` on `bloomgate_changes`; SQLite: always): an outbox
+    /// it may only read is one it cannot run on.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn may_write_outbox(&self) -> Result<bool, StoreError> {
+        match self.backend {
+            Backend::Sqlite => Ok(true),
+            Backend::Postgres => {
+                let row = sqlx::query(
+                    "SELECT CASE WHEN has_table_privilege('bloomgate_changes', 'INSERT') THEN 1 ELSE 0 END",
+                )
+                .fetch_one(&self.pool)
+                .within(&self.bg_limit, "outbox privilege")
+                .await
+                .map_err(err("outbox privilege"))?;
+                let n: i64 = row.try_get(0).map_err(err("outbox privilege"))?;
+                Ok(n > 0)
+            }
+            Backend::MySql => {
+                let db = self
+                    .one_text("SELECT DATABASE()")
+                    .await?
+                    .unwrap_or_default();
+                let grants = self.mysql_grants().await?;
+                Ok(grants
+                    .iter()
+                    .any(|g| grants_right(g, "INSERT", &db, "bloomgate_changes")))
+            }
+        }
+    }
+
     /// The lines of `SHOW GRANTS` for this connection, with its active
     /// roles' on MySQL 8 (MariaDB lists its current role's itself).
     async fn mysql_grants(&self) -> Result<Vec<String>, StoreError> {
@@ -87,6 +120,12 @@ impl SkuStore {
 /// Whether the `SHOW GRANTS` line `line` gives TRIGGER (or every right)
 /// on `table` of schema `db`.
 fn grants_trigger(line: &str, db: &str, table: &str) -> bool {
+    grants_right(line, "TRIGGER", db, table)
+}
+
+/// Whether the `SHOW GRANTS` line `line` gives `right` (or every right)
+/// on `table` of schema `db`.
+fn grants_right(line: &str, right: &str, db: &str, table: &str) -> bool {
     let Some(rest) = line.strip_prefix("GRANT ") else {
         return false;
     };
@@ -100,7 +139,7 @@ fn grants_trigger(line: &str, db: &str, table: &str) -> bool {
     let object = &rest[on + 4..to];
     let holds = rights.split(", ").any(|r| {
         let r = r.trim();
-        r == "ALL PRIVILEGES" || r == "ALL" || r == "TRIGGER"
+        r == "ALL PRIVILEGES" || r == "ALL" || r == right
     });
     if !holds || object.starts_with("FUNCTION ") || object.starts_with("PROCEDURE ") {
         return false;
