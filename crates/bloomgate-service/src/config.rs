@@ -449,7 +449,9 @@ pub struct CacheConfig {
     /// Longest wait between retries of a failed start-up build, milliseconds.
     pub bloom_retry_max_ms: u64,
     /// Keys per second a filter rebuild may read from its table, across
-    /// its readers (start-up scans and rebuilds, every table): spares the
+    /// its readers (start-up scans and rebuilds; per table and instance,
+    /// so rebuilds at once add up; the Redis shared filter's fill is not
+    /// paced): spares the
     /// database, and a build takes rows / this at least. 0: as fast as
     /// the database answers.
     pub bloom_scan_rows_per_sec: u64,

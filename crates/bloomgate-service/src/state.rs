@@ -164,7 +164,7 @@ impl AppState {
             .with_background(background.clone())
             .with_sku_capture(config.cache.capture == crate::config::Capture::Triggers);
         let store = match &config.scan_database_url {
-            Some(url) => store.with_scan_replica(url, &config.sql),
+            Some(url) => store.with_scan_replica(url, &config.sql)?,
             None => store,
         };
         // The configured tables are checked before anything is written: a

@@ -564,6 +564,57 @@ async fn run(pool: &sqlx::AnyPool, q: &str) {
         .unwrap_or_else(|e| panic!("{q}: {e}"));
 }
 
+/// A `users` table of 1,000 keys on `primary`, once `replica` has it.
+async fn users_replicated(primary: &sqlx::AnyPool, replica: &sqlx::AnyPool) {
+    let ids: Vec<String> = (1..=1_000).map(|i| format!("u{i:06}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    common::users_table(primary, &ids).await;
+    common::eventually(20, "the replica has the table", || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
+            .fetch_one(replica)
+            .await
+            .is_ok_and(|n| n == 1_000)
+    })
+    .await;
+}
+
+/// A service guarding `users` on `primary` whose scans read `replica`,
+/// which is held behind: after 1.5 s it is still building (not ready),
+/// and fails open for the row the replica lacks.
+async fn waiting_for(primary: &str, replica: &str, prefix: &str) -> TestServer {
+    let mut c = common::config(primary, None, prefix);
+    c.demo = None;
+    c.scan_database_url = Some(replica.into());
+    c.resources.push(common::users_resource("users"));
+    let s = TestServer::start(c, 0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let (status, body) = ready(&s).await;
+    assert_eq!(status, 503, "waiting for the replica: {body}");
+    assert_eq!(body["resources"]["users"]["state"], "building", "{body}");
+    assert_eq!(
+        s.get("/api/users/u_late").await.0,
+        200,
+        "fail open meanwhile"
+    );
+    s
+}
+
+/// Once the replica caught up: ready, and `exists` of `keys` answers
+/// `want` (the late row in the filter).
+async fn built_with(s: &TestServer, keys: &str, want: &[bool]) {
+    common::eventually(20, "built from the replica", || async {
+        ready(s).await.0 == 200
+    })
+    .await;
+    let (status, body) = s.send(Method::POST, "/api/users/exists", Some(keys)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["exists"],
+        serde_json::json!(want),
+        "the late row (and a replica's own) in the filter"
+    );
+}
+
 /// `scan_database_url`: a MariaDB primary and its replica, both servers
 /// of the test. The replica's SQL thread is stopped, so a row committed on
 /// the primary has not reached it: the start-up scan waits (not ready)
@@ -589,51 +640,18 @@ async fn a_scan_of_a_replica_waits_until_it_has_caught_up_mariadb() {
     )
     .await;
     run(&r, "START SLAVE").await;
-    let ids: Vec<String> = (1..=1_000).map(|i| format!("u{i:06}")).collect();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    common::users_table(&p, &ids).await;
-    common::eventually(20, "the replica has the table", || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
-            .fetch_one(&r)
-            .await
-            .is_ok_and(|n| n == 1_000)
-    })
-    .await;
+    users_replicated(&p, &r).await;
     run(&r, "STOP SLAVE SQL_THREAD").await;
     run(&p, "INSERT INTO users (id, name) VALUES ('u_late', 'late')").await;
     run(&r, "INSERT INTO users (id, name) VALUES ('u_replica', 'r')").await;
-    let mut c = common::config(&primary.url(), None, "scale-replica");
-    c.demo = None;
-    c.scan_database_url = Some(replica.url());
-    c.resources.push(common::users_resource("users"));
-    let s = TestServer::start(c, 0).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
-    let (status, body) = ready(&s).await;
-    assert_eq!(status, 503, "waiting for the replica: {body}");
-    assert_eq!(body["resources"]["users"]["state"], "building", "{body}");
-    assert_eq!(
-        s.get("/api/users/u_late").await.0,
-        200,
-        "fail open meanwhile"
-    );
+    let s = waiting_for(&primary.url(), &replica.url(), "scale-replica").await;
     run(&r, "START SLAVE SQL_THREAD").await;
-    common::eventually(20, "built from the replica", || async {
-        ready(&s).await.0 == 200
-    })
+    built_with(
+        &s,
+        r#"{"keys":["u_late","u_replica","u000500","u_nobody"]}"#,
+        &[true, true, true, false],
+    )
     .await;
-    let (status, body) = s
-        .send(
-            Method::POST,
-            "/api/users/exists",
-            Some(r#"{"keys":["u_late","u_replica","u000500","u_nobody"]}"#),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(
-        body["exists"],
-        serde_json::json!([true, true, true, false]),
-        "the late row and the replica's own are in the filter"
-    );
     assert_eq!(s.get("/api/users/u_late").await.0, 200);
     s.stop().await;
     p.close().await;
@@ -798,45 +816,17 @@ async fn a_scan_of_a_standby_waits_until_it_has_replayed_postgres() {
     let standby = OwnPostgres::start(Some(primary.port)).await;
     let p = common::sql_pool(&primary.url()).await;
     let r = common::sql_pool(&standby.url()).await;
-    let ids: Vec<String> = (1..=1_000).map(|i| format!("u{i:06}")).collect();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    common::users_table(&p, &ids).await;
-    common::eventually(20, "the standby has the table", || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
-            .fetch_one(&r)
-            .await
-            .is_ok_and(|n| n == 1_000)
-    })
-    .await;
+    users_replicated(&p, &r).await;
     run(&r, "SELECT pg_wal_replay_pause()").await;
     run(&p, "INSERT INTO users (id, name) VALUES ('u_late', 'late')").await;
-    let mut c = common::config(&primary.url(), None, "scale-standby");
-    c.demo = None;
-    c.scan_database_url = Some(standby.url());
-    c.resources.push(common::users_resource("users"));
-    let s = TestServer::start(c, 0).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
-    let (status, body) = ready(&s).await;
-    assert_eq!(status, 503, "waiting for the standby: {body}");
-    assert_eq!(
-        s.get("/api/users/u_late").await.0,
-        200,
-        "fail open meanwhile"
-    );
+    let s = waiting_for(&primary.url(), &standby.url(), "scale-standby").await;
     run(&r, "SELECT pg_wal_replay_resume()").await;
-    common::eventually(20, "built from the standby", || async {
-        ready(&s).await.0 == 200
-    })
+    built_with(
+        &s,
+        r#"{"keys":["u_late","u000500","u_nobody"]}"#,
+        &[true, true, false],
+    )
     .await;
-    let (status, body) = s
-        .send(
-            Method::POST,
-            "/api/users/exists",
-            Some(r#"{"keys":["u_late","u000500","u_nobody"]}"#),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["exists"], serde_json::json!([true, true, false]));
     s.stop().await;
     p.close().await;
     r.close().await;

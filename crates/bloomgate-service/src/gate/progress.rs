@@ -27,6 +27,8 @@ pub struct Progress {
     limit: AtomicU64,
     /// Milliseconds the scan's readers waited for the limit.
     throttled_ms: AtomicU64,
+    /// Unix milliseconds the rate limit counts from (the first page).
+    paced_from_ms: AtomicU64,
 }
 
 /// [`Progress`] for the stats endpoint and `/metrics`.
@@ -48,6 +50,7 @@ impl Progress {
     pub(super) fn start(&self, estimated: u64, limit: u64) {
         self.limit.store(limit, Ordering::Relaxed);
         self.throttled_ms.store(0, Ordering::Relaxed);
+        self.pace_from_now();
         self.scanned.store(0, Ordering::Relaxed);
         self.logged.store(0, Ordering::Relaxed);
         self.estimated.store(estimated, Ordering::Relaxed);
@@ -93,6 +96,12 @@ impl Progress {
         }
     }
 
+    /// Starts the rate limit's clock at the first page.
+    pub(super) fn pace_from_now(&self) {
+        self.paced_from_ms
+            .store(crate::model::now_millis(), Ordering::Relaxed);
+    }
+
     /// How long a reader waits before its next page, so that the keys
     /// scanned so far took at least `scanned / limit` seconds (the limit
     /// holds over all the readers); `None` without a limit or when the
@@ -104,7 +113,7 @@ impl Progress {
         }
         let scanned = self.scanned.load(Ordering::Relaxed);
         let due = self
-            .started_ms
+            .paced_from_ms
             .load(Ordering::Relaxed)
             .saturating_add(scanned.saturating_mul(1000) / limit);
         let wait = due.saturating_sub(crate::model::now_millis());

@@ -281,6 +281,9 @@ impl Gate {
     /// decoding of one range's rows does not wait for another's).
     async fn scan_all(self: &Arc<Self>, filter: &Arc<GateFilter>) -> Result<u64, StoreError> {
         let ranges = self.keys.ranges().await?;
+        // The rate limit counts from the first page, not from a wait for
+        // a replica to catch up.
+        self.progress.pace_from_now();
         tracing::info!(
             resource = %self.name,
             ranges = ranges.len(),

@@ -9,11 +9,20 @@ impl SkuStore {
     /// (the driver's own pool of `sql.scan_parallel` connections, opened
     /// lazily); every full scan first waits for it to catch up
     /// ([`Self::scan_caught_up`]).
-    #[must_use]
-    pub fn with_scan_replica(mut self, url: &str, c: &SqlConfig) -> Self {
+    ///
+    /// # Errors
+    /// [`StoreError`] for a URL the driver cannot read (rather than
+    /// scanning the primary without a word).
+    pub fn with_scan_replica(mut self, url: &str, c: &SqlConfig) -> Result<Self, StoreError> {
         self.scan_pool = scan::ScanPool::lazy(self.backend, url, c);
+        if matches!(self.scan_pool, scan::ScanPool::None) {
+            return Err(StoreError::new(
+                "scan replica",
+                "scan_database_url is not a URL the driver can connect with",
+            ));
+        }
         self.scan_replica = true;
-        self
+        Ok(self)
     }
 
     /// With a scan replica: waits until it has replayed everything the
@@ -38,6 +47,7 @@ impl SkuStore {
             scan::ScanPool::MySql(replica) => {
                 let version: String = sqlx::query_scalar("SELECT VERSION()")
                     .fetch_one(&self.pool)
+                    .within(&self.bg_limit, "scan replica")
                     .await
                     .map_err(err("scan replica"))?;
                 let mariadb = version.to_ascii_lowercase().contains("mariadb");
@@ -54,13 +64,15 @@ impl SkuStore {
                 };
                 let position: String = sqlx::query_scalar(position)
                     .fetch_one(&self.pool)
+                    .within(&self.bg_limit, "scan replica")
                     .await
                     .map_err(err("scan replica"))?;
                 // MariaDB answers 0 when there, -1 on the timeout; MySQL
                 // 0 and 1.
                 let answer: Option<i64> = sqlx::query_scalar(wait)
                     .bind(&position)
-                    .bind(timeout.as_secs_f64())
+                    // Whole seconds: MySQL's wait takes no fraction.
+                    .bind(timeout.as_secs().max(1))
                     .fetch_one(replica)
                     .within(&self.bg_limit, "scan replica")
                     .await
@@ -76,6 +88,7 @@ impl SkuStore {
                     "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text",
                 )
                 .fetch_one(&self.pool)
+                .within(&self.bg_limit, "scan replica")
                 .await
                 .map_err(err("scan replica"))?;
                 loop {
@@ -84,6 +97,7 @@ impl SkuStore {
                     )
                     .bind(&position)
                     .fetch_one(replica)
+                    .within(&self.bg_limit, "scan replica")
                     .await
                     .map_err(err("scan replica"))?;
                     if !standby {

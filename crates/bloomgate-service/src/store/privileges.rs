@@ -21,29 +21,7 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn may_create_triggers(&self, table: &str) -> Result<bool, StoreError> {
-        match self.backend {
-            Backend::Sqlite => Ok(true),
-            Backend::Postgres => {
-                let row = sqlx::query(
-                    "SELECT CASE WHEN has_table_privilege($1, 'TRIGGER') THEN 1 ELSE 0 END",
-                )
-                .bind(super::capture::q(self.backend, table))
-                .fetch_one(&self.pool)
-                .within(&self.bg_limit, "capture privilege")
-                .await
-                .map_err(err("capture privilege"))?;
-                let n: i64 = row.try_get(0).map_err(err("capture privilege"))?;
-                Ok(n > 0)
-            }
-            Backend::MySql => {
-                let db = self
-                    .one_text("SELECT DATABASE()")
-                    .await?
-                    .unwrap_or_default();
-                let grants = self.mysql_grants().await?;
-                Ok(grants.iter().any(|g| grants_trigger(g, &db, table)))
-            }
-        }
+        self.may("TRIGGER", table).await
     }
 
     /// Whether this connection's user may add entries to bloomgate's
@@ -53,17 +31,25 @@ impl SkuStore {
     /// # Errors
     /// [`StoreError`].
     pub async fn may_write_outbox(&self) -> Result<bool, StoreError> {
+        self.may("INSERT", "bloomgate_changes").await
+    }
+
+    /// Whether this connection's user holds `right` on `table` (SQLite:
+    /// always): PostgreSQL's `has_table_privilege`; MySQL's grants,
+    /// roles and schema patterns included.
+    async fn may(&self, right: &'static str, table: &str) -> Result<bool, StoreError> {
         match self.backend {
             Backend::Sqlite => Ok(true),
             Backend::Postgres => {
-                let row = sqlx::query(
-                    "SELECT CASE WHEN has_table_privilege('bloomgate_changes', 'INSERT') THEN 1 ELSE 0 END",
-                )
-                .fetch_one(&self.pool)
-                .within(&self.bg_limit, "outbox privilege")
-                .await
-                .map_err(err("outbox privilege"))?;
-                let n: i64 = row.try_get(0).map_err(err("outbox privilege"))?;
+                let row =
+                    sqlx::query("SELECT CASE WHEN has_table_privilege($1, $2) THEN 1 ELSE 0 END")
+                        .bind(super::capture::q(self.backend, table))
+                        .bind(right)
+                        .fetch_one(&self.pool)
+                        .within(&self.bg_limit, "privilege")
+                        .await
+                        .map_err(err("privilege"))?;
+                let n: i64 = row.try_get(0).map_err(err("privilege"))?;
                 Ok(n > 0)
             }
             Backend::MySql => {
@@ -72,9 +58,7 @@ impl SkuStore {
                     .await?
                     .unwrap_or_default();
                 let grants = self.mysql_grants().await?;
-                Ok(grants
-                    .iter()
-                    .any(|g| grants_right(g, "INSERT", &db, "bloomgate_changes")))
+                Ok(grants.iter().any(|g| grants_right(g, right, &db, table)))
             }
         }
     }
@@ -119,6 +103,7 @@ impl SkuStore {
 
 /// Whether the `SHOW GRANTS` line `line` gives TRIGGER (or every right)
 /// on `table` of schema `db`.
+#[cfg(test)]
 fn grants_trigger(line: &str, db: &str, table: &str) -> bool {
     grants_right(line, "TRIGGER", db, table)
 }
