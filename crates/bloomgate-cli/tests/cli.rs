@@ -598,8 +598,21 @@ fn attack_report_agrees_with_the_servers_stats_and_the_databases_counter() {
         sql > 0 && db >= sql && db <= sql + background + 5,
         "service {sql} (+{background} in the background), MariaDB Com_select {db}"
     );
-    // Every SQL answer was cached in Redis once (value or null sentinel).
-    assert_eq!(n(&report["redis_keys_added"]), sql);
+    // Every SQL answer was cached in Redis once (value or null sentinel),
+    // except where Redis failed the lookup or the fill: under load a
+    // command may pass the service's 50 ms Redis timeout. Each such failure
+    // is counted, so the keys Redis gained and the SQL answers differ by
+    // no more than the failures the server reports, and by none when it
+    // reports none.
+    let added = n(&report["redis_keys_added"]);
+    let r = &server["redis"];
+    let failed = n(&r["errors"]) + n(&r["timeouts"]) + n(&r["skipped"]) + n(&r["fills_refused"]);
+    assert!(
+        added <= sql && sql - added <= failed,
+        "Redis gained {added} keys for {sql} SQL answers; the server counts {failed} failed \
+         Redis commands ({r})"
+    );
+    assert!(n(&r["keys_written"]) <= added, "{r}");
     let per_k = report["per_1000"]["sql_queries"].as_f64().unwrap();
     assert!((per_k - sql as f64 / 3.0).abs() < 1e-9);
     let svg = std::fs::read_to_string(&plot).unwrap();
