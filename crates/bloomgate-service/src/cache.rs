@@ -22,9 +22,12 @@ use crate::redis_link::{query_each, RedisTarget};
 use crate::config::CacheConfig;
 use crate::model::Sku;
 
+mod absent;
 mod guard;
 mod l1;
 mod sweep;
+
+pub use absent::{AbsentCounters, AbsentMemory, Recall, Ticket};
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
@@ -280,6 +283,13 @@ impl RedisTier {
             counters: Arc::default(),
             ..self.clone()
         }
+    }
+
+    /// The same tier, its `__nil__`s kept for `secs` (± 10%).
+    #[must_use]
+    pub fn with_nil_ttl(mut self, secs: u64) -> Self {
+        self.nil_ttl = secs;
+        self
     }
 
     async fn guarded<T>(

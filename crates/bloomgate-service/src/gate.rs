@@ -438,6 +438,16 @@ impl Gate {
         }
     }
 
+    /// Whether this gate vouches for its filter: on, built, in step with
+    /// the change feed and owing no rebuild.
+    #[must_use]
+    pub fn vouches(&self) -> bool {
+        self.config.enabled
+            && self.in_step.load(Ordering::Relaxed)
+            && self.owed_rebuilds.load(Ordering::Relaxed) == 0
+            && self.current.load().is_some()
+    }
+
     /// Whether the published filter holds `key` (`None`: the gate is off,
     /// has published no filter, or cannot vouch for it: out of step, or
     /// owing a rebuild).

@@ -36,7 +36,7 @@ mod serve;
 pub use serve::{serve, Limits};
 
 use forward::{own_answer, ProxyBody, Upstream};
-use judge::{Judgement, Routes};
+use judge::{Asker, Judgement, Pending, Route, Routes};
 
 /// The reverse proxy: the routes, the upstream's pool, the metrics.
 #[derive(Debug)]
@@ -87,21 +87,27 @@ impl Proxy {
             m.record(m.unrouted(), Outcome::BadRequest);
             return refused;
         }
-        match self
+        let judged = self
             .routes
-            .judge(req.method().as_str(), req.uri().path())
-            .await
-        {
+            .judge(
+                req.method().as_str(),
+                req.uri().path(),
+                req.headers(),
+                Asker::Proxy,
+            )
+            .await;
+        match judged {
             Judgement::Refuse(route) => {
                 m.record(route.slot, Outcome::Rejected);
-                let r = &route.refusal;
-                forward::fixed(
-                    StatusCode::from_u16(r.status).unwrap_or(StatusCode::NOT_FOUND),
-                    r.content_type.clone(),
-                    r.body.clone(),
-                )
+                refuse(route)
             }
-            Judgement::Pass(route) => self.forward(req, peer, Some(route.slot)).await,
+            Judgement::Remembered(route) => {
+                m.record(route.slot, Outcome::NotFoundCached);
+                refuse(route)
+            }
+            Judgement::Pass(route, pending) => {
+                self.forward(req, peer, Some((route, pending))).await
+            }
             Judgement::Unrouted => self.forward(req, peer, None).await,
         }
     }
@@ -164,14 +170,16 @@ impl Proxy {
         None
     }
 
-    /// Sends `req` to the upstream and streams its answer back.
+    /// Sends `req` to the upstream and streams its answer back; a 404 for
+    /// a `pending` key is remembered first.
     async fn forward(
         &self,
         mut req: Request<Incoming>,
         peer: SocketAddr,
-        slot: Option<usize>,
+        route: Option<(&Route, Option<Pending>)>,
     ) -> Response<ProxyBody> {
         let m = &self.metrics.gate;
+        let slot = route.as_ref().map(|(r, _)| r.slot);
         let upgrade = forward::wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -225,8 +233,12 @@ impl Proxy {
             Ok(mut resp) => {
                 m.upstream_latency(started.elapsed());
                 outcome(Outcome::Forwarded);
-                if let Some(slot) = slot {
-                    m.judged(slot, resp.status() == StatusCode::NOT_FOUND);
+                if let Some((route, pending)) = route {
+                    let not_found = resp.status() == StatusCode::NOT_FOUND;
+                    m.judged(route.slot, not_found);
+                    if let (true, Some(pending)) = (not_found, pending) {
+                        pending.remember(route).await;
+                    }
                 }
                 let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                 if let (true, Some(client_side)) = (switched, client_side) {
@@ -243,6 +255,16 @@ impl Proxy {
             }
         }
     }
+}
+
+/// A route's refusal: its configured answer.
+fn refuse(route: &Route) -> Response<ProxyBody> {
+    let r = &route.refusal;
+    forward::fixed(
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::NOT_FOUND),
+        r.content_type.clone(),
+        r.body.clone(),
+    )
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

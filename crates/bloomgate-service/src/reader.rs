@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use bloomgate_filter::BloomKey;
 
-use crate::cache::{Cached, Entry, Lease, RedisLookup, RedisTier};
+use crate::cache::{AbsentMemory, Cached, Entry, Lease, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
 use crate::key::Key;
@@ -344,6 +344,10 @@ pub struct ShieldedReader<R: Rows = SkuStore> {
     mode: Mode,
     /// The sampled check of the filter's "no" against the source.
     pub audit: Arc<audit::Audit>,
+    /// The HTTP gate's remembered 404s over this table, one per route
+    /// that keeps them: every invalidation below drops the key from them
+    /// too.
+    absent: Arc<std::sync::RwLock<Vec<AbsentMemory<R::Key>>>>,
 }
 
 impl<R: Rows> Clone for ShieldedReader<R> {
@@ -359,6 +363,7 @@ impl<R: Rows> Clone for ShieldedReader<R> {
             after_read: Arc::clone(&self.after_read),
             mode: self.mode.clone(),
             audit: Arc::clone(&self.audit),
+            absent: Arc::clone(&self.absent),
         }
     }
 }
@@ -393,6 +398,7 @@ impl<R: Rows> ShieldedReader<R> {
             after_read: Arc::default(),
             mode: Mode::Local,
             audit: Arc::default(),
+            absent: Arc::default(),
         }
     }
 

@@ -33,7 +33,7 @@ mod warm;
 mod watch;
 mod write;
 
-pub use calls::BatchAnswer;
+pub use calls::{BatchAnswer, Judged};
 pub use epochs::EpochCounters;
 pub use guarded::Guarded;
 pub use warm::WarmReport;

@@ -343,7 +343,11 @@ impl AppState {
             self.resources.push(r);
         }
         if self.gate.is_set() {
-            let routes = crate::proxy::judge::Routes::of(&self.gate, &self.resources);
+            let routes = crate::proxy::judge::Routes::of(
+                &self.gate,
+                &self.resources,
+                self.cache.l1_capacity,
+            );
             let paths: Vec<&str> = routes.all().iter().map(|r| r.path.as_str()).collect();
             self.metrics.gate.init(&paths);
             self.gate_routes = Arc::new(routes);

@@ -151,6 +151,7 @@ fn gate(state: &AppState, resources: &serde_json::Map<String, Value>) -> Value {
             "forwarded": m.count(slot, Outcome::Forwarded),
             "upstream_error": m.count(slot, Outcome::UpstreamError),
             "bad_request": m.count(slot, Outcome::BadRequest),
+            "not_found_cached": m.count(slot, Outcome::NotFoundCached),
         })
     };
     let routes: Vec<Value> = state
@@ -165,13 +166,24 @@ fn gate(state: &AppState, resources: &serde_json::Map<String, Value>) -> Value {
             v["judged"] = judged.into();
             v["upstream_not_found"] = not_found.into();
             // Of the absent keys asked (refused, or let through and then
-            // not found upstream), the share the filter let through.
+            // not found upstream or answered from a remembered 404), the
+            // share the filter let through.
             let rejected = m.count(r.slot, Outcome::Rejected);
-            v["observed_fpr"] = if not_found + rejected > 0 {
-                (not_found as f64 / (not_found + rejected) as f64).into()
+            let passed = not_found + m.count(r.slot, Outcome::NotFoundCached);
+            v["observed_fpr"] = if passed + rejected > 0 {
+                (passed as f64 / (passed + rejected) as f64).into()
             } else {
                 Value::Null
             };
+            v["not_found_memory"] = r.memory.as_ref().map_or(Value::Null, |mem| {
+                let c = mem.counters();
+                json!({
+                    "ttl_secs": mem.ttl().as_secs(),
+                    "remembered": c.remembered.load(Ordering::Relaxed),
+                    "refused": c.refused.load(Ordering::Relaxed),
+                    "recalled": c.recalled.load(Ordering::Relaxed),
+                })
+            });
             v["expected_fpr"] = resources
                 .get(r.resource())
                 .map_or(Value::Null, |x| x["filter"]["expected_fpr"].clone());

@@ -37,6 +37,14 @@ pub fn resource_namespace(name: &str, identity: &str) -> String {
     format!("rv:{name}:{identity}:")
 }
 
+/// The namespace of a gate route's remembered 404s:
+/// `{prefix}gnf:{name}:{tag}:{key}`, `tag` naming the route and what its
+/// resource's filter holds ([`crate::cache::AbsentMemory`]).
+#[must_use]
+pub fn absent_namespace(name: &str, tag: &str) -> String {
+    format!("gnf:{name}:{tag}:")
+}
+
 /// A short, stable name for `parts` (FNV-1a, 8 hex digits): trigger names,
 /// value identities.
 #[must_use]

@@ -287,7 +287,13 @@ async fn the_dashboard_shows_every_resource() {
             shows_as_stats(&keyed, &stats, &format!("resources.{name}.{key}"));
         }
     }
-    for key in ["rejected", "forwarded", "resource", "expected_fpr"] {
+    for key in [
+        "rejected",
+        "forwarded",
+        "resource",
+        "expected_fpr",
+        "not_found_cached",
+    ] {
         shows_as_stats(&keyed, &stats, &format!("gate.routes.0.{key}"));
     }
     assert_eq!(keyed["gate.routes.0.rejected"], "3");

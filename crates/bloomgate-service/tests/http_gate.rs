@@ -27,7 +27,13 @@ async fn gate_over(
 ) -> (TestServer, sqlx::AnyPool) {
     let writer = common::sql_pool(url).await;
     common::users_table(&writer, ids).await;
-    let mut c = common::config(url, None, "http-gate");
+    let mut c = gate_config(common::config(url, None, "http-gate"), up);
+    tweak(&mut c);
+    (started(c).await, writer)
+}
+
+/// `c` with the captured `users` resource and the gate over it.
+fn gate_config(mut c: Config, up: &Upstream) -> Config {
     c.demo = Some(false);
     let mut users = common::users_resource("users");
     users.capture = Capture::Triggers;
@@ -35,10 +41,13 @@ async fn gate_over(
     c.gate.listen = Some("127.0.0.1:0".parse().unwrap());
     c.gate.upstream = up.url();
     c.gate.routes.push(route());
-    tweak(&mut c);
+    c
+}
+
+async fn started(c: Config) -> TestServer {
     let s = TestServer::start(c, 0).await;
     eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
-    (s, writer)
+    s
 }
 
 fn gate_url(s: &TestServer, path: &str) -> String {
@@ -670,4 +679,149 @@ async fn mariadb_spellings_the_collation_finds_are_forwarded() {
     })
     .await;
     assert_eq!(up.seen.at("/api/profiles/q42"), 1);
+}
+
+/// Entries of other instances and programs `s` applied.
+async fn applied(s: &TestServer) -> u64 {
+    s.stats().await["outbox"]["applied"].as_u64().unwrap()
+}
+
+/// Runs `sql` with the `mariadb` command-line client, as another program
+/// on the database's host would.
+fn mariadb_client(url: &str, sql: &str) {
+    let db = url.rsplit('/').next().unwrap();
+    let out = std::process::Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root", db, "-e", sql])
+        .output()
+        .expect("the mariadb client runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
+    let Some(url) = common::mysql_database("http_gate_memory").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let prefix = "http-gate-memory";
+    common::redis_clear(&redis, &format!("bgtest:{prefix}:")).await;
+    let up = Upstream::start().await;
+    let writer = common::sql_pool(&url).await;
+    common::users_table(&writer, &["u1", "gone", "late"]).await;
+    let config = || {
+        let mut c = gate_config(common::config(&url, Some(&redis), prefix), &up);
+        c.gate.routes[0].cache_not_found_secs = 300;
+        c
+    };
+    let a = started(config()).await;
+    let b = started(config()).await;
+    // Rows deleted after the build: the filters still hold them (a
+    // "maybe"), and the API answers 404 for them.
+    sqlx::query("DELETE FROM users WHERE id IN ('gone', 'late')")
+        .execute(&writer)
+        .await
+        .unwrap();
+    eventually(5, "the deletes applied", || async {
+        applied(&a).await >= 2 && applied(&b).await >= 2
+    })
+    .await;
+
+    // Remembered once the upstream answered 404: A and B both answer it
+    // from then on, with the route's refusal.
+    let gone = "/api/profiles/gone";
+    up.seen.set_missing(gone, true);
+    let (status, body) = get(&a, gone).await;
+    assert_eq!((status, up.seen.at(gone)), (404, 1), "{body}");
+    assert!(body.contains("no such profile"), "the upstream's own 404");
+    for s in [&a, &b, &a] {
+        let (status, body) = get(s, gone).await;
+        assert_eq!(status, 404);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], "not_found", "the gate's refusal: {body}");
+    }
+    assert_eq!(up.seen.at(gone), 1, "answered without the upstream");
+    // The auth-request check answers from the memory too.
+    let r = b
+        .client
+        .get(format!("{}/api/gate/check", b.base))
+        .header("x-original-method", "GET")
+        .header("x-original-uri", gone)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // A request with credentials is the caller's, not the key's: it is
+    // forwarded and its 404 is not remembered.
+    for (h, v) in [("cookie", "s=1"), ("authorization", "Bearer x")] {
+        let r = a.client.get(gate_url(&a, gone)).header(h, v).send().await;
+        assert_eq!(r.unwrap().status(), 404);
+    }
+    assert_eq!(up.seen.at(gone), 3);
+
+    // A create by another program (the mariadb client) drops the memory
+    // on every instance.
+    up.seen.set_missing(gone, false);
+    mariadb_client(&url, "INSERT INTO users VALUES ('gone', 'back again')");
+    for s in [&a, &b] {
+        eventually(3, "the created key forwarded", || async {
+            get(s, gone).await.0 == 200
+        })
+        .await;
+    }
+
+    // A 404 the API read before a create committed is not remembered
+    // once an instance applied the create: here the upstream decides its
+    // 404 for `late`, the row is created and applied by both instances,
+    // and only then is the 404 sent.
+    let late = "/api/profiles/late";
+    up.seen.set_missing(late, true);
+    up.seen.hold(late);
+    let pending = tokio::spawn({
+        let (client, target) = (a.client.clone(), gate_url(&a, late));
+        async move { client.get(target).send().await.unwrap().status().as_u16() }
+    });
+    eventually(5, "the API read late", || async { up.seen.at(late) == 1 }).await;
+    let (seen_a, seen_b) = (applied(&a).await, applied(&b).await);
+    up.seen.set_missing(late, false);
+    mariadb_client(&url, "INSERT INTO users VALUES ('late', 'late again')");
+    eventually(5, "the create applied by both", || async {
+        applied(&a).await > seen_a && applied(&b).await > seen_b
+    })
+    .await;
+    up.seen.release(late);
+    assert_eq!(
+        pending.await.unwrap(),
+        404,
+        "the 404 read before the create"
+    );
+    for s in [&a, &b] {
+        let (status, body) = get(s, late).await;
+        assert_eq!(status, 200, "a 404 older than the create answered: {body}");
+    }
+    assert_eq!(up.seen.at(late), 3);
+
+    // Counted: answered from memory, stored, refused; on /metrics too.
+    let stats = a.stats().await;
+    let r = &stats["gate"]["routes"][0];
+    // Two answers before the create, and more while it was on its way.
+    assert!(r["not_found_cached"].as_u64().unwrap() >= 2, "{r}");
+    assert_eq!(r["not_found_memory"]["remembered"], 1, "{r}");
+    assert_eq!(r["not_found_memory"]["refused"], 1, "{r}");
+    let on_b = &b.stats().await["gate"]["routes"][0];
+    assert!(on_b["not_found_cached"].as_u64().unwrap() >= 1, "{on_b}");
+    assert_eq!(on_b["not_found_memory"]["remembered"], 0, "{on_b}");
+    let metrics = a.metrics_text().await;
+    assert!(
+        metrics.contains(&format!(
+            "bloomgate_gate_requests_total{{route=\"{ROUTE}\",outcome=\"not_found_cached\"}} {}",
+            r["not_found_cached"]
+        )),
+        "{metrics}"
+    );
 }

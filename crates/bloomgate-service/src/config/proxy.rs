@@ -81,6 +81,43 @@ pub struct ProxyRoute {
     /// The content type of a refusal.
     #[serde(default = "default_content_type")]
     pub not_found_content_type: String,
+    /// Seconds an upstream 404 for a key the filter let through is
+    /// remembered, in process and in Redis, and answered by the gate;
+    /// 0: not remembered. Needs the resource's `capture = "triggers"`
+    /// (a create drops the memory) and a route whose only variable is
+    /// `{key}`.
+    #[serde(default)]
+    pub cache_not_found_secs: u64,
+}
+
+impl ProxyRoute {
+    fn validate_not_found_cache(&self, key: &str, captured: &[&str]) -> Result<(), ConfigError> {
+        if self.cache_not_found_secs == 0 {
+            return Ok(());
+        }
+        if self.cache_not_found_secs > MAX_TIMEOUT_MS / 1000 {
+            return Err(invalid(key, "must be at most 86400 (a day)"));
+        }
+        if !captured.contains(&self.resource.as_str()) {
+            return Err(invalid(
+                key,
+                format!(
+                    "needs capture = \"triggers\" on the [[resources]] entry {:?}: a row created by any program must drop a remembered 404",
+                    self.resource
+                ),
+            ));
+        }
+        if !Pattern::parse(&self.path).is_ok_and(|p| p.key_only()) {
+            return Err(invalid(
+                key,
+                format!(
+                    "needs a path whose only variable is {{key}} ({:?} has others: their 404 may not be the key's)",
+                    self.path
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_methods() -> Vec<String> {
@@ -106,7 +143,7 @@ impl ProxyConfig {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key.
-    pub fn validate(&self, names: &[&str]) -> Result<(), ConfigError> {
+    pub fn validate(&self, names: &[&str], captured: &[&str]) -> Result<(), ConfigError> {
         if self.listen.is_some() || !self.upstream.is_empty() {
             upstream_authority(&self.upstream)?;
         }
@@ -171,6 +208,7 @@ impl ProxyConfig {
                     "must be a valid header value",
                 ));
             }
+            r.validate_not_found_cache(&at("cache_not_found_secs"), captured)?;
         }
         Ok(())
     }
@@ -310,7 +348,26 @@ mod tests {
             not_found_status: 404,
             not_found_body: None,
             not_found_content_type: default_content_type(),
+            cache_not_found_secs: 0,
         }
+    }
+
+    #[test]
+    fn remembered_404s_need_capture_and_a_key_only_route() {
+        let mut c = ProxyConfig {
+            upstream: "http://127.0.0.1:9000".into(),
+            routes: vec![route("/api/profiles/{key}")],
+            ..ProxyConfig::default()
+        };
+        c.routes[0].cache_not_found_secs = 60;
+        let at = "gate.routes[0].cache_not_found_secs";
+        assert_eq!(key_of(c.validate(&["users"], &[])), at, "no capture");
+        assert!(c.validate(&["users"], &["users"]).is_ok());
+        c.routes[0].path = "/api/{tenant}/profiles/{key}".into();
+        assert_eq!(key_of(c.validate(&["users"], &["users"])), at, "{{tenant}}");
+        c.routes[0].path = "/api/profiles/{key}".into();
+        c.routes[0].cache_not_found_secs = 86_401;
+        assert_eq!(key_of(c.validate(&["users"], &["users"])), at, "over a day");
     }
 
     #[test]
@@ -334,8 +391,11 @@ mod tests {
             routes: vec![route("/api/profiles/{key}")],
             ..ProxyConfig::default()
         };
-        assert!(c.validate(&["users"]).is_ok());
-        assert_eq!(key_of(c.validate(&["orders"])), "gate.routes[0].resource");
+        assert!(c.validate(&["users"], &[]).is_ok());
+        assert_eq!(
+            key_of(c.validate(&["orders"], &[])),
+            "gate.routes[0].resource"
+        );
         for bad in [
             "https://x:1",
             "http://",
@@ -344,10 +404,14 @@ mod tests {
             "",
         ] {
             c.upstream = bad.into();
-            assert_eq!(key_of(c.validate(&["users"])), "gate.upstream", "{bad}");
+            assert_eq!(
+                key_of(c.validate(&["users"], &[])),
+                "gate.upstream",
+                "{bad}"
+            );
         }
         c.upstream = "http://127.0.0.1:9000/".into();
-        assert!(c.validate(&["users"]).is_ok());
+        assert!(c.validate(&["users"], &[]).is_ok());
         for bad in [
             "/api/profiles",
             "api/{key}",
@@ -359,25 +423,28 @@ mod tests {
         ] {
             c.routes = vec![route(bad)];
             assert_eq!(
-                key_of(c.validate(&["users"])),
+                key_of(c.validate(&["users"], &[])),
                 "gate.routes[0].path",
                 "{bad}"
             );
         }
         c.routes = vec![route("/a/{key}")];
         c.routes[0].methods = vec!["get".into()];
-        assert_eq!(key_of(c.validate(&["users"])), "gate.routes[0].methods");
+        assert_eq!(
+            key_of(c.validate(&["users"], &[])),
+            "gate.routes[0].methods"
+        );
         c.routes[0].methods = vec!["GET".into()];
         c.routes[0].not_found_status = 200;
         assert_eq!(
-            key_of(c.validate(&["users"])),
+            key_of(c.validate(&["users"], &[])),
             "gate.routes[0].not_found_status"
         );
         c.routes[0].not_found_status = 410;
         c.idle_timeout_ms = u64::MAX;
-        assert_eq!(key_of(c.validate(&["users"])), "gate.idle_timeout_ms");
+        assert_eq!(key_of(c.validate(&["users"], &[])), "gate.idle_timeout_ms");
         c.idle_timeout_ms = 1000;
         c.max_header_bytes = 100;
-        assert_eq!(key_of(c.validate(&["users"])), "gate.max_header_bytes");
+        assert_eq!(key_of(c.validate(&["users"], &[])), "gate.max_header_bytes");
     }
 }

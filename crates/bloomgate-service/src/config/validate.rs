@@ -269,7 +269,13 @@ impl Config {
         }
         self.resp.validate(&served, self.admin_token.is_some())?;
         let tables: Vec<&str> = self.resources.iter().map(|r| r.name.as_str()).collect();
-        self.gate.validate(&tables)?;
+        let captured: Vec<&str> = self
+            .resources
+            .iter()
+            .filter(|r| r.capture == super::Capture::Triggers)
+            .map(|r| r.name.as_str())
+            .collect();
+        self.gate.validate(&tables, &captured)?;
         if self.admin_token.as_deref() == Some("") {
             return Err(invalid("admin_token", "must not be empty"));
         }

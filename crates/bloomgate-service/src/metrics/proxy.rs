@@ -22,16 +22,25 @@ pub enum Outcome {
     /// Refused before any route was asked: smuggling, an open-proxy
     /// target, a limit.
     BadRequest = 3,
+    /// Let through by the filter, answered by the gate from the
+    /// upstream's remembered 404 (`cache_not_found_secs`).
+    NotFoundCached = 4,
 }
 
-const OUTCOMES: [&str; 4] = ["rejected", "forwarded", "upstream_error", "bad_request"];
+const OUTCOMES: [&str; 5] = [
+    "rejected",
+    "forwarded",
+    "upstream_error",
+    "bad_request",
+    "not_found_cached",
+];
 
 /// The route label of a request no route judged.
 pub const UNROUTED: &str = "(none)";
 
 #[derive(Debug, Default)]
 struct Series {
-    outcomes: [Counter; 4],
+    outcomes: [Counter; 5],
     /// Upstream 404s after the filter said "maybe".
     upstream_not_found: Counter,
     /// Requests the filter judged "maybe" and the upstream answered.

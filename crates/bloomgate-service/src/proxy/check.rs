@@ -15,7 +15,7 @@
 
 use hyper::header::HeaderMap;
 
-use super::judge::{Judgement, Refusal, Routes};
+use super::judge::{Asker, Judgement, Refusal, Routes};
 use crate::metrics::proxy::Outcome;
 use crate::metrics::ServiceMetrics;
 
@@ -83,16 +83,23 @@ pub async fn check<'a>(
         Err(why) => return Answer::BadRequest(why),
     };
     let m = &metrics.gate;
-    match routes.judge(&method, &path).await {
+    let refuse = |route: &'a super::judge::Route| {
+        if nginx {
+            Answer::Forbidden
+        } else {
+            Answer::Refuse(&route.refusal)
+        }
+    };
+    match routes.judge(&method, &path, headers, Asker::Check).await {
         Judgement::Refuse(route) => {
             m.record(route.slot, Outcome::Rejected);
-            if nginx {
-                Answer::Forbidden
-            } else {
-                Answer::Refuse(&route.refusal)
-            }
+            refuse(route)
         }
-        Judgement::Pass(route) => {
+        Judgement::Remembered(route) => {
+            m.record(route.slot, Outcome::NotFoundCached);
+            refuse(route)
+        }
+        Judgement::Pass(route, _) => {
             m.record(route.slot, Outcome::Forwarded);
             Answer::Allow
         }

@@ -3,14 +3,24 @@
 //! auth-request check alike, through the same call the service's own
 //! `exists` makes ([`Resource::exists_one`]): "no" only while the filter
 //! vouches (built, in step; strict and redis modes as configured).
+//!
+//! A route with `cache_not_found_secs` also answers a key its filter let
+//! through when the upstream answered 404 for it lately
+//! ([`AbsentMemory`]): only for `GET` and `HEAD` without `Authorization`
+//! or `Cookie` (whose 404 may be the caller's, not the key's), and only
+//! while the filter vouches.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE};
 
 use super::route::{decode, key_of, normalise};
+use crate::cache::{AbsentMemory, Recall, Ticket};
 use crate::config::proxy::{Pattern, ProxyConfig, ProxyRoute};
-use crate::resource::Resource;
+use crate::key::Key;
+use crate::resource::{Judged, Resource};
 
 /// What a refusal answers.
 #[derive(Debug, Clone)]
@@ -35,18 +45,53 @@ pub struct Route {
     resource: Arc<Resource>,
     /// What a refusal answers.
     pub refusal: Refusal,
+    /// Its remembered 404s (`cache_not_found_secs`).
+    pub memory: Option<AbsentMemory<Key>>,
 }
 
 /// The verdict on one request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub enum Judgement<'a> {
     /// No route matches (method or path): forwarded, not judged.
     Unrouted,
     /// A route matched and its filter may hold the key (or cannot vouch,
-    /// or the key cannot be in the column): forwarded.
-    Pass(&'a Route),
+    /// or the key cannot be in the column): forwarded. With a pending
+    /// memory, the upstream's 404 is to be remembered
+    /// ([`Pending::remember`]).
+    Pass(&'a Route, Option<Pending>),
     /// A route matched and its filter vouches the key is absent.
     Refuse(&'a Route),
+    /// A route matched, its filter let the key through, and the
+    /// upstream's 404 for it is remembered.
+    Remembered(&'a Route),
+}
+
+/// A forwarded request whose 404 the route remembers.
+#[derive(Debug)]
+pub struct Pending {
+    key: Key,
+    ticket: Ticket,
+}
+
+impl Pending {
+    /// Remembers the upstream's 404 for this request's key (a no-op when
+    /// a change of the key was applied meanwhile).
+    pub async fn remember(self, route: &Route) {
+        if let Some(m) = &route.memory {
+            m.remember(&self.key, self.ticket).await;
+        }
+    }
+}
+
+/// How a request is judged: by the proxy, which forwards what passes and
+/// may remember the upstream's 404, or by the check, which never sees
+/// the upstream's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// The reverse proxy.
+    Proxy,
+    /// The auth-request check.
+    Check,
 }
 
 /// Every route, in the configured order (the first that matches judges).
@@ -62,13 +107,22 @@ impl Routes {
     /// Never for a validated configuration (each route's pattern parses
     /// and names a resource in `resources`).
     #[must_use]
-    pub fn of(config: &ProxyConfig, resources: &[Arc<Resource>]) -> Self {
+    ///
+    /// `capacity`: keys each route's remembered 404s hold in process.
+    pub fn of(config: &ProxyConfig, resources: &[Arc<Resource>], capacity: u64) -> Self {
         let routes = config
             .routes
             .iter()
             .enumerate()
             .filter_map(|(slot, r)| {
                 let resource = resources.iter().find(|x| *x.name == *r.resource)?;
+                let memory = (r.cache_not_found_secs > 0).then(|| {
+                    resource.remember_absent(
+                        &r.path,
+                        capacity,
+                        Duration::from_secs(r.cache_not_found_secs),
+                    )
+                });
                 Some(Route {
                     slot,
                     path: r.path.clone(),
@@ -76,6 +130,7 @@ impl Routes {
                     methods: r.methods.clone(),
                     resource: Arc::clone(resource),
                     refusal: refusal(r),
+                    memory,
                 })
             })
             .collect();
@@ -88,8 +143,15 @@ impl Routes {
         &self.routes
     }
 
-    /// Judges `method` and `path` (the target without its query).
-    pub async fn judge(&self, method: &str, path: &str) -> Judgement<'_> {
+    /// Judges `method` and `path` (the target without its query), asked
+    /// by `asker` with the request's `headers`.
+    pub async fn judge(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+        asker: Asker,
+    ) -> Judgement<'_> {
         if self.routes.is_empty() {
             return Judgement::Unrouted;
         }
@@ -103,43 +165,56 @@ impl Routes {
             let Some(raw) = key_of(&route.pattern, &segments) else {
                 continue;
             };
-            return if route.holds(raw).await {
-                Judgement::Pass(route)
-            } else {
-                Judgement::Refuse(route)
+            let Some(key) = route.key(raw) else {
+                return Judgement::Pass(route, None);
+            };
+            return match route.resource.judge_one(&key).await {
+                Judged::Absent => Judgement::Refuse(route),
+                Judged::Maybe { vouched: true } => match &route.memory {
+                    Some(m) if remembers(method, headers) => {
+                        match m.recall(&key, asker == Asker::Proxy).await {
+                            Recall::Absent => Judgement::Remembered(route),
+                            Recall::Unknown(ticket) => Judgement::Pass(
+                                route,
+                                (asker == Asker::Proxy).then_some(Pending { key, ticket }),
+                            ),
+                        }
+                    }
+                    _ => Judgement::Pass(route, None),
+                },
+                Judged::Maybe { vouched: false } => Judgement::Pass(route, None),
             };
         }
         Judgement::Unrouted
     }
 }
 
+/// Whether a request's 404 is the key's: a read without credentials.
+fn remembers(method: &str, headers: &HeaderMap) -> bool {
+    matches!(method, "GET" | "HEAD")
+        && !headers.contains_key(AUTHORIZATION)
+        && !headers.contains_key(COOKIE)
+}
+
 impl Route {
-    /// False only when the raw key decodes to a key the column could hold
-    /// and the resource's filter vouches that it is absent.
-    async fn holds(&self, raw: &str) -> bool {
+    /// The key a raw segment names, once decoded and folded as its column
+    /// compares; `None` for one not judged: a path parameter, a bad
+    /// escape, or a key the column cannot hold.
+    fn key(&self, raw: &str) -> Option<Key> {
         if raw.contains(';') {
             // A path parameter (`u1;jsessionid=…`): Java servers strip it
             // and serve `u1`, so the key is not judged.
-            return true;
+            return None;
         }
         let decoded;
         let text = if raw.contains('%') {
-            let Some(bytes) = decode(raw) else {
-                return true;
-            };
-            decoded = bytes;
-            let Ok(text) = std::str::from_utf8(&decoded) else {
-                return true;
-            };
-            text
+            decoded = decode(raw)?;
+            std::str::from_utf8(&decoded).ok()?
         } else {
             raw
         };
         let r = &self.resource;
-        match r.fold().parse(r.key_type(), text) {
-            Ok(key) => r.exists_one(&key).await,
-            Err(_) => true,
-        }
+        r.fold().parse(r.key_type(), text).ok()
     }
 
     /// The resource's name.

@@ -1,10 +1,29 @@
 //! What a write does to the read path: its key dropped from Redis and
 //! L1, and its load in flight detached, under the shard protocol of
-//! [`super`] (a load that read before the write does not cache).
+//! [`super`] (a load that read before the write does not cache), and
+//! from the HTTP gate's remembered 404s ([`crate::cache::AbsentMemory`]).
 
 use super::*;
 
 impl<R: Rows> ShieldedReader<R> {
+    /// Keeps `memory` in step with this table: each key invalidated here
+    /// is forgotten there too.
+    pub fn track_absent(&self, memory: AbsentMemory<R::Key>) {
+        self.absent
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(memory);
+    }
+
+    /// The remembered-404 memories kept in step with this table.
+    #[must_use]
+    pub fn absent_memories(&self) -> Vec<AbsentMemory<R::Key>> {
+        self.absent
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Drops an id from Redis and L1 and detaches its load in flight. Every
     /// write calls this after its SQL commit, before it answers.
     pub async fn invalidate(&self, id: &R::Key) {
@@ -12,6 +31,9 @@ impl<R: Rows> ShieldedReader<R> {
             if let Err(e) = redis.invalidate(id).await {
                 tracing::warn!(%id, error = %e, "redis DEL failed; the entry expires with its TTL");
             }
+        }
+        for m in self.absent_memories() {
+            m.forget_shared(std::slice::from_ref(id)).await;
         }
         self.invalidate_local(id);
     }
@@ -32,6 +54,10 @@ impl<R: Rows> ShieldedReader<R> {
             },
             None => true,
         };
+        let mut confirmed = confirmed;
+        for m in self.absent_memories() {
+            confirmed &= m.forget_shared(keys).await;
+        }
         for k in keys {
             self.invalidate_local(k);
         }
@@ -46,6 +72,10 @@ impl<R: Rows> ShieldedReader<R> {
         shard.writes += 1;
         shard.flights.remove(id);
         self.l1.invalidate(id);
+        drop(shard);
+        for m in self.absent_memories() {
+            m.forget_local(id);
+        }
     }
 
     /// [`ShieldedReader::invalidate_local`] for every id at once (this
@@ -60,5 +90,16 @@ impl<R: Rows> ShieldedReader<R> {
             shard.flights.clear();
         }
         self.l1.invalidate_all();
+        for m in self.absent_memories() {
+            m.forget_all_local();
+        }
+    }
+
+    /// Drops every remembered 404 from Redis (see
+    /// [`AbsentMemory::sweep`]).
+    pub async fn sweep_absent(&self) {
+        for m in self.absent_memories() {
+            m.sweep().await;
+        }
     }
 }

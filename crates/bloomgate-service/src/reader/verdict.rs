@@ -46,7 +46,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// then the filter's "no" does not stand and no cache answers. Asked of
     /// the filter that judges reads (the shared one in `redis` mode); a
     /// filter that cannot say counts as holding the mark.
-    pub(super) async fn loose_rows(&self) -> bool {
+    pub async fn loose_rows(&self) -> bool {
         let Some(mark) = self.store.loose_mark() else {
             return false;
         };

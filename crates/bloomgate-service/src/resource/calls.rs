@@ -12,6 +12,20 @@ use crate::gate::Verdict;
 use crate::key::Key;
 use crate::source::Row;
 
+/// A filter's verdict on one key, for the HTTP gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// The filter vouches the key is absent.
+    Absent,
+    /// It may be present (or the filter cannot vouch); `vouched`: this
+    /// instance vouches for what it knows of the key (see
+    /// [`Resource::judge_one`]).
+    Maybe {
+        /// Remembered 404s may answer it.
+        vouched: bool,
+    },
+}
+
 /// The answer of a batch read.
 #[derive(Debug)]
 pub struct BatchAnswer<K = Key, T = Row> {
@@ -181,12 +195,56 @@ impl<R: Guarded> Resource<R> {
     where
         R::Key: Clone,
     {
+        self.verdict_one(key).await != Verdict::Reject
+    }
+
+    async fn verdict_one(&self, key: &R::Key) -> Verdict {
         self.counters.exists_checked.fetch_add(1, Ordering::Relaxed);
         let plain = self.reader.store.loose_mark().is_none();
         if plain && (self.reader.shared().is_none() || !self.reader.gate.enabled()) {
-            return self.reader.gate.check(key) != Verdict::Reject;
+            return self.reader.gate.check(key);
         }
-        self.reader.verdicts(std::slice::from_ref(key)).await[0] != Verdict::Reject
+        self.reader.verdicts(std::slice::from_ref(key)).await[0]
+    }
+
+    /// [`Resource::exists_one`], and for a key it may hold whether this
+    /// instance vouches for its answers about the key: the filter built,
+    /// in step with the change feed and owing no rebuild, and the key one
+    /// whose every spelling the caches tell apart. Only then may the HTTP
+    /// gate answer it from a remembered 404
+    /// ([`crate::cache::AbsentMemory`]).
+    pub async fn judge_one(&self, key: &R::Key) -> Judged {
+        match self.verdict_one(key).await {
+            Verdict::Reject => Judged::Absent,
+            Verdict::Pass => Judged::Maybe {
+                vouched: self.reader.gate.vouches()
+                    && R::judged(key)
+                    && !self.reader.loose_rows().await,
+            },
+            Verdict::Open | Verdict::Unvouched => Judged::Maybe { vouched: false },
+        }
+    }
+
+    /// A memory of an upstream's 404s for one HTTP gate route over this
+    /// table (`route` names it), kept in step with the table: a change of
+    /// a key applied here, or told through `keys` and `invalidate`, drops
+    /// the key from it, here and in Redis.
+    pub fn remember_absent(
+        &self,
+        route: &str,
+        capacity: u64,
+        ttl: std::time::Duration,
+    ) -> crate::cache::AbsentMemory<R::Key> {
+        let tag = crate::wire::short_tag(&[
+            route,
+            self.identity.as_deref().unwrap_or(""),
+            &self.fold().identity_suffix(),
+        ]);
+        let namespace = crate::wire::absent_namespace(&self.name, &tag);
+        let redis = self.reader.redis.as_ref().map(|r| r.namespaced(&namespace));
+        let memory = crate::cache::AbsentMemory::new(capacity, ttl, redis);
+        self.reader.track_absent(memory.clone());
+        memory
     }
 
     /// Reads many keys: screened by the filter's batch call, then L1, then

@@ -125,6 +125,13 @@ impl<R: Guarded> Follower for Resource<R> {
     fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
         self.gate().rebuild_owed(done);
         self.reader.invalidate_all_local();
+        // Rows were written that no entry names: the gate's remembered
+        // 404s may hold some of them.
+        if !self.reader.absent_memories().is_empty() {
+            let reader = self.reader.clone();
+            self.background
+                .spawn(async move { reader.sweep_absent().await });
+        }
     }
 
     fn set_in_step(&self, in_step: bool) -> bool {

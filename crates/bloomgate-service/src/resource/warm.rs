@@ -93,6 +93,7 @@ impl<R: Guarded> Resource<R> {
     /// adopt the rebuild, or rebuild themselves) and from Redis.
     async fn sweep_cached(&self) {
         self.reader.invalidate_all_local();
+        self.reader.sweep_absent().await;
         if let Some(redis) = &self.reader.redis {
             match redis.sweep().await {
                 Ok(Some(n)) => {

@@ -31,6 +31,11 @@ pub struct Seen {
     pub cancelled: AtomicU64,
     /// Body bytes received by `/upload`.
     pub uploaded: AtomicU64,
+    /// Paths answered 404, as an API answers a key it does not have.
+    pub missing: Mutex<std::collections::HashSet<String>>,
+    /// Paths whose answer waits for a permit: the answer is decided when
+    /// the request arrives (what the API read), sent when released.
+    pub held: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Seen {
@@ -41,6 +46,29 @@ impl Seen {
 
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::SeqCst)
+    }
+
+    /// Answers `path` 404 from now on (`true`) or the echo (`false`).
+    pub fn set_missing(&self, path: &str, missing: bool) {
+        let mut m = self.missing.lock().unwrap();
+        if missing {
+            m.insert(path.to_owned());
+        } else {
+            m.remove(path);
+        }
+    }
+
+    /// Holds the answers to `path` until [`Seen::release`].
+    pub fn hold(&self, path: &str) {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.held.lock().unwrap().insert(path.to_owned(), gate);
+    }
+
+    /// Sends the held answers to `path`, and holds no more.
+    pub fn release(&self, path: &str) {
+        if let Some(gate) = self.held.lock().unwrap().remove(path) {
+            gate.close();
+        }
     }
 }
 
@@ -139,6 +167,15 @@ async fn answer(mut req: Request<Incoming>, s: Arc<Seen>) -> Response<Out> {
         *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
         r
     };
+    let missing = s.missing.lock().unwrap().contains(&path);
+    let held = s.held.lock().unwrap().get(&path).cloned();
+    if let Some(held) = held {
+        // Closed by `release`.
+        let _ = held.acquire().await;
+    }
+    if missing {
+        return resp(404, full(r#"{"upstream":"no such profile"}"#));
+    }
     match segs.as_slice() {
         ["stall"] => {
             let mut w = Watch(Arc::clone(&s), false);

@@ -1,0 +1,275 @@
+//! Remembered "not found"s of an API bloomgate fronts (the HTTP gate's
+//! `cache_not_found_secs`): a key the filter let through ("maybe") that
+//! the upstream answered 404 is kept for a while, in L1 and in Redis, so
+//! the next request for it is answered without the upstream.
+//!
+//! A memory must never outlive a change of its key that this instance
+//! has applied: it would refuse a row that now exists. The read path's
+//! two rules hold it ([`crate::reader`] and the module docs of
+//! [`crate::cache`]):
+//! - in process, a request notes its shard's change counter before it is
+//!   forwarded, and its 404 is stored only if no change of the shard was
+//!   applied since (under the shard's lock, which the change takes too);
+//! - in Redis, the request leases the key before it is forwarded, and its
+//!   404 replaces only its own lease. Every instance that applies a
+//!   change of the key deletes it, which takes the lease or the memory
+//!   away, whoever else's delete was lost.
+//!
+//! So a 404 the upstream gave before a create committed is never stored
+//! after an instance applied that create, and one stored before is
+//! deleted by each instance as it applies it.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Entry, Lease, RedisLookup, RedisTier, L1};
+use crate::sync::lock;
+
+/// Shards of the change counters.
+const SHARDS: usize = 64;
+
+/// What a recall found.
+#[derive(Debug)]
+pub enum Recall {
+    /// Remembered: the upstream answered 404 for this key lately, and no
+    /// change of it has been applied here since.
+    Absent,
+    /// Not remembered: forward, then [`AbsentMemory::remember`] a 404
+    /// with this ticket.
+    Unknown(Ticket),
+}
+
+/// A forwarded request's right to store its 404: the shard's change
+/// counter when it started, and its Redis lease (none when Redis failed,
+/// another request holds the key, or no Redis is configured).
+#[derive(Debug)]
+pub struct Ticket {
+    changes: u64,
+    lease: Option<Lease>,
+}
+
+/// Counters of one memory.
+#[derive(Debug, Default)]
+pub struct AbsentCounters {
+    /// 404s stored.
+    pub remembered: AtomicU64,
+    /// 404s not stored: a change of the key (or of its shard) was applied
+    /// while the request was forwarded, or its lease was taken.
+    pub refused: AtomicU64,
+    /// Requests answered from the memory.
+    pub recalled: AtomicU64,
+}
+
+/// One route's memory (see the module docs). Clones share it.
+#[derive(Debug, Clone)]
+pub struct AbsentMemory<K> {
+    inner: Arc<Inner<K>>,
+}
+
+#[derive(Debug)]
+struct Inner<K> {
+    l1: L1<K, ()>,
+    shards: Box<[Mutex<u64>]>,
+    redis: Option<RedisTier>,
+    ttl: Duration,
+    counters: AbsentCounters,
+}
+
+impl<K> AbsentMemory<K>
+where
+    K: Hash + Eq + Clone + std::fmt::Display,
+{
+    /// Remembers about `capacity` keys in process, each for `ttl`, and in
+    /// `redis` (its namespace this memory's own) for `ttl` ± 10%.
+    #[must_use]
+    pub fn new(capacity: u64, ttl: Duration, redis: Option<RedisTier>) -> Self {
+        let secs = ttl.as_secs().max(1);
+        Self {
+            inner: Arc::new(Inner {
+                l1: L1::new(capacity, ttl, ttl),
+                shards: (0..SHARDS).map(|_| Mutex::new(0)).collect(),
+                redis: redis.map(|r| r.with_nil_ttl(secs)),
+                ttl,
+                counters: AbsentCounters::default(),
+            }),
+        }
+    }
+
+    fn shard(&self, key: &K) -> &Mutex<u64> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        &self.inner.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    /// How long a 404 is kept.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn counters(&self) -> &AbsentCounters {
+        &self.inner.counters
+    }
+
+    /// Whether the upstream's 404 for `key` is remembered. `lease`: take
+    /// Redis's lease on a miss, for a request about to be forwarded (the
+    /// auth-request check never sees the upstream's answer, so it takes
+    /// none).
+    pub async fn recall(&self, key: &K, lease: bool) -> Recall {
+        // The counter first: a change applied after this point stops the
+        // store, whatever the lookups below find.
+        let changes = *lock(self.shard(key));
+        if self.inner.l1.get(key).is_some() {
+            return self.recalled();
+        }
+        let mut ticket = Ticket {
+            changes,
+            lease: None,
+        };
+        let Some(redis) = &self.inner.redis else {
+            return Recall::Unknown(ticket);
+        };
+        let found = if lease {
+            match redis.lookup::<serde_json::Value>(key).await {
+                Ok(RedisLookup::Nil) => true,
+                Ok(RedisLookup::Miss(l)) => {
+                    ticket.lease = l;
+                    false
+                }
+                Ok(RedisLookup::Hit(_)) | Err(_) => false,
+            }
+        } else {
+            matches!(redis.raw(key).await, Ok(Some(v)) if v == super::NIL_SENTINEL)
+        };
+        if !found {
+            return Recall::Unknown(ticket);
+        }
+        // Kept here too, unless a change was applied since the counter
+        // was read (Redis's answer may predate it).
+        let shard = lock(self.shard(key));
+        if *shard == changes {
+            self.inner.l1.insert(key.clone(), Entry::Missing);
+        }
+        drop(shard);
+        self.recalled()
+    }
+
+    fn recalled(&self) -> Recall {
+        self.inner.counters.recalled.fetch_add(1, Ordering::Relaxed);
+        Recall::Absent
+    }
+
+    /// Stores the upstream's 404 for `key`, asked with `ticket`: in Redis
+    /// if the lease is still there, here if no change was applied since
+    /// the ticket was taken (and Redis did not say the lease was taken).
+    pub async fn remember(&self, key: &K, ticket: Ticket) {
+        let mut stored = true;
+        if let (Some(redis), Some(lease)) = (&self.inner.redis, &ticket.lease) {
+            match redis.fill::<()>(key, lease, None).await {
+                Ok(true) => {}
+                Ok(false) => stored = false,
+                Err(e) => {
+                    tracing::debug!(%key, error = %e, "storing a remembered 404 in Redis failed");
+                }
+            }
+        }
+        let shard = lock(self.shard(key));
+        stored &= *shard == ticket.changes;
+        if stored {
+            self.inner.l1.insert(key.clone(), Entry::Missing);
+        }
+        drop(shard);
+        let c = &self.inner.counters;
+        if stored {
+            c.remembered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A change of `key` applied here: its memory dropped in process, and
+    /// no 404 asked for before this stored.
+    pub fn forget_local(&self, key: &K) {
+        let mut shard = lock(self.shard(key));
+        *shard += 1;
+        self.inner.l1.invalidate(key);
+    }
+
+    /// [`AbsentMemory::forget_local`] for every key (this instance may
+    /// have missed changes).
+    pub fn forget_all_local(&self) {
+        for s in self.inner.shards.iter() {
+            *lock(s) += 1;
+        }
+        self.inner.l1.invalidate_all();
+    }
+
+    /// Drops `keys`' memories from Redis (owed when Redis fails). Returns
+    /// whether Redis confirmed it (true without Redis).
+    pub async fn forget_shared(&self, keys: &[K]) -> bool {
+        match &self.inner.redis {
+            Some(redis) => redis.invalidate_many(keys).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// Drops every memory of this route from Redis (a rebuild: rows may
+    /// have been written that no change named). `SCAN` and `UNLINK`; not
+    /// on a Redis Cluster, where they expire within the TTL.
+    pub async fn sweep(&self) {
+        if let Some(redis) = &self.inner.redis {
+            if let Err(e) = redis.sweep().await {
+                tracing::warn!(error = %e, "dropping remembered 404s from Redis failed; they expire within the route's cache_not_found_secs");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory() -> AbsentMemory<String> {
+        AbsentMemory::new(100, Duration::from_secs(60), None)
+    }
+
+    #[tokio::test]
+    async fn a_404_is_recalled_until_its_key_changes() {
+        let m = memory();
+        let k = "u1".to_owned();
+        let Recall::Unknown(t) = m.recall(&k, true).await else {
+            panic!("remembered before any 404");
+        };
+        m.remember(&k, t).await;
+        assert!(matches!(m.recall(&k, true).await, Recall::Absent));
+        m.forget_local(&k);
+        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+        assert_eq!(m.counters().remembered.load(Ordering::Relaxed), 1);
+        assert_eq!(m.counters().recalled.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_404_asked_for_before_a_change_is_not_stored_after_it() {
+        let m = memory();
+        let k = "u1".to_owned();
+        let Recall::Unknown(t) = m.recall(&k, true).await else {
+            panic!("remembered before any 404");
+        };
+        // The create is applied while the request is at the upstream.
+        m.forget_local(&k);
+        m.remember(&k, t).await;
+        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+        assert_eq!(m.counters().refused.load(Ordering::Relaxed), 1);
+        // And so for every key after a forget of them all.
+        let Recall::Unknown(t) = m.recall(&k, true).await else {
+            unreachable!()
+        };
+        m.forget_all_local();
+        m.remember(&k, t).await;
+        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+    }
+}
