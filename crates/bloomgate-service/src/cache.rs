@@ -285,13 +285,6 @@ impl RedisTier {
         }
     }
 
-    /// The same tier, its `__nil__`s kept for `secs` (± 10%).
-    #[must_use]
-    pub fn with_nil_ttl(mut self, secs: u64) -> Self {
-        self.nil_ttl = secs;
-        self
-    }
-
     async fn guarded<T>(
         &self,
         command: impl Future<Output = redis::RedisResult<T>>,
@@ -338,7 +331,7 @@ impl RedisTier {
         &self,
         id: impl std::fmt::Display,
     ) -> Result<RedisLookup<T>, CacheError> {
-        self.lookup_with(id, |raw| serde_json::from_slice(&raw))
+        self.lookup_with(id, true, |raw| serde_json::from_slice(&raw))
             .await
     }
 
@@ -353,7 +346,7 @@ impl RedisTier {
         &self,
         id: impl std::fmt::Display,
     ) -> Result<RedisLookup<Arc<Cached<T>>>, CacheError> {
-        self.lookup_with(id, |raw| {
+        self.lookup_with(id, true, |raw| {
             let row = serde_json::from_slice(&raw)?;
             Ok(Arc::new(Cached {
                 row,
@@ -366,6 +359,7 @@ impl RedisTier {
     async fn lookup_with<T>(
         &self,
         id: impl std::fmt::Display,
+        get_first: bool,
         decode: impl FnOnce(Vec<u8>) -> serde_json::Result<T>,
     ) -> Result<RedisLookup<T>, CacheError> {
         let key = self.key(id);
@@ -373,13 +367,16 @@ impl RedisTier {
             return Ok(RedisLookup::Miss(None));
         }
         let mut conn = self.conn.clone();
-        // A plain GET first: a hit (the usual answer) then costs Redis no
-        // script run. Only a key that holds nothing takes the script, which
-        // leases it unless a value arrived in between.
+        // A plain GET first (`get_first`): a hit (the usual answer) then
+        // costs Redis no script run. Only a key that holds nothing takes
+        // the script, which leases it unless a value arrived in between.
         let mut lease = None;
-        let mut raw: Option<Vec<u8>> = self
-            .guarded(redis::cmd("GET").arg(&key).query_async(&mut conn))
-            .await?;
+        let mut raw: Option<Vec<u8>> = if get_first {
+            self.guarded(redis::cmd("GET").arg(&key).query_async(&mut conn))
+                .await?
+        } else {
+            None
+        };
         if raw.is_none() {
             let new = Lease::new();
             raw = self

@@ -90,7 +90,7 @@ where
             inner: Arc::new(Inner {
                 l1: L1::new(capacity, ttl, ttl),
                 shards: (0..SHARDS).map(|_| Mutex::new(0)).collect(),
-                redis: redis.map(|r| r.with_nil_ttl(secs)),
+                redis: redis.map(|r| RedisTier { nil_ttl: secs, ..r }),
                 ttl,
                 counters: AbsentCounters::default(),
             }),
@@ -134,7 +134,12 @@ where
             return Recall::Unknown(ticket);
         };
         let found = if lease {
-            match redis.lookup::<serde_json::Value>(key).await {
+            // The script alone, in one round trip: most keys asked hold
+            // nothing (every real key the filter lets through).
+            let looked = redis.lookup_with(key, false, |raw| {
+                serde_json::from_slice::<serde_json::Value>(&raw)
+            });
+            match looked.await {
                 Ok(RedisLookup::Nil) => true,
                 Ok(RedisLookup::Miss(l)) => {
                     ticket.lease = l;
