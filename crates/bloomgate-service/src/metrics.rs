@@ -241,6 +241,8 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
     ("bloomgate_outbox_poll_failures_total", Kind::Counter, "Failed reads of the change outbox."),
     ("bloomgate_outbox_out_of_step_total", Kind::Counter, "Times this instance went out of step with the change feed."),
     ("bloomgate_outbox_rewound_total", Kind::Counter, "Times the change outbox was found behind this instance's position (a restored database): each a rebuild of every filter."),
+    ("bloomgate_outbox_late_applied_total", Kind::Counter, "Changes applied late: committed after their numbers were given up as gaps (a transaction open past sql.outbox_gap_ms)."),
+    ("bloomgate_outbox_late_rebuilds_total", Kind::Counter, "Rebuilds of every filter after a late commit among numbers watched by their count (more given-up runs than are looked up one by one)."),
     ("bloomgate_outbox_open_gaps", Kind::Gauge, "Outbox sequence numbers not seen yet (transactions not committed yet)."),
     ("bloomgate_outbox_last_read_timestamp_seconds", Kind::Gauge, "When the change outbox was last read."),
     ("bloomgate_l1_lookups_total", Kind::Counter, "In-process cache lookups by result."),

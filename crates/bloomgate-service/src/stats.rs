@@ -60,6 +60,8 @@ pub async fn json(state: &AppState) -> serde_json::Value {
             "gaps_expired": o.gaps_expired.load(Ordering::Relaxed),
             "late_applied": o.late_applied.load(Ordering::Relaxed),
             "late_abandoned": o.late_abandoned.load(Ordering::Relaxed),
+            "late_spanned": o.late_spanned.load(Ordering::Relaxed),
+            "late_rebuilds": o.late_rebuilds.load(Ordering::Relaxed),
             "capture_lost": o.capture_lost.load(Ordering::Relaxed),
             "rewound": o.rewound.load(Ordering::Relaxed),
             "doorbell_healthy": state.outbox.doorbell_healthy(),
@@ -283,6 +285,8 @@ pub fn render(m: &ServiceMetrics, s: &Value) -> String {
         ("bloomgate_outbox_poll_failures_total", "poll_failures"),
         ("bloomgate_outbox_out_of_step_total", "out_of_step"),
         ("bloomgate_outbox_rewound_total", "rewound"),
+        ("bloomgate_outbox_late_applied_total", "late_applied"),
+        ("bloomgate_outbox_late_rebuilds_total", "late_rebuilds"),
     ] {
         m.counter(name, vec![], count(o, &[key]));
     }

@@ -301,6 +301,126 @@ async fn a_commit_after_the_gap_expired_reaches_every_instance_postgres() {
     long_transaction(&url, "postgres").await;
 }
 
+/// More given-up runs than are looked up one by one (the limit lowered
+/// to two): the oldest, a transaction still open, is watched by its
+/// count instead; its commit rebuilds every filter on both instances,
+/// and the row answers. Before, the oldest runs were dropped and the row
+/// answered 404 until some later rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_past_the_runs_looked_up_is_found_by_its_count() {
+    let Some(url) = common::mysql_database("capture_spans").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-spans");
+    c.sql.outbox_gap_ms = 300;
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    for s in both {
+        s.state.outbox.set_late_limit(2);
+    }
+    let mut held = w.begin().await.unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u900001', 'slow', 1)")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    // Three rolled-back numbers after it, each before a commit: four
+    // given-up runs, two past the limit.
+    for i in 1..=3 {
+        let mut t = w.begin().await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO users VALUES ('u91000{i}', 'gone', 1)"
+        ))
+        .execute(&mut *t)
+        .await
+        .unwrap();
+        t.rollback().await.unwrap();
+        exec(
+            &w,
+            &format!("INSERT INTO users VALUES ('u92000{i}', 'kept', 1)"),
+        )
+        .await;
+    }
+    on_every(&both, "/api/users/u920003", 200, BOUND).await;
+    for s in both {
+        eventually(10, "the oldest runs watched by their count", || async {
+            s.state.outbox.counters.late_spanned.load(Relaxed) >= 1
+        })
+        .await;
+    }
+    held.commit().await.unwrap();
+    // Found by the next count (every 5 s), then a rebuild of a small table.
+    on_every(&both, "/api/users/u900001", 200, LATE_BOUND + 3).await;
+    // The first instance to count it rebuilt; the other rebuilt on its
+    // own count or on the first one's rebuild entry, whichever came first.
+    let counted: u64 = both
+        .iter()
+        .map(|s| s.state.outbox.counters.late_rebuilds.load(Relaxed))
+        .sum();
+    assert!(counted >= 1);
+    // The rebuild entry, for instances that load a filter made before it.
+    let q = "SELECT COUNT(*) FROM bloomgate_changes WHERE resource = 'users' AND kind = 'r'";
+    let rebuilds: i64 = sqlx::query(q).fetch_one(&w).await.unwrap().get(0);
+    assert!(rebuilds >= 1);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A late transaction of 20,000 rows is applied a page at a time by the
+/// late check's own task, while the poll keeps both instances in step
+/// (`sql.out_of_step_ms` lowered to 1 s). Before, the late check ran in
+/// the poll and recorded the entries again one statement each: the poll
+/// stood still and both instances went out of step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_late_transaction_is_applied_while_in_step() {
+    let Some(url) = common::mysql_database("capture_bulk_late").await else {
+        return;
+    };
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-bulk-late");
+    c.sql.outbox_gap_ms = 300;
+    c.sql.out_of_step_ms = 1_000;
+    let a = TestServer::start(c.clone(), 0).await;
+    let b = TestServer::start(c, 0).await;
+    let both = [&a, &b];
+    const ROWS: u64 = 20_000;
+    let mut held = w.begin().await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO users SELECT CONCAT('b', seq), 'bulk', seq FROM seq_1_to_{ROWS}"
+    ))
+    .execute(&mut *held)
+    .await
+    .unwrap();
+    exec(&w, "INSERT INTO users VALUES ('u930001', 'quick', 1)").await;
+    on_every(&both, "/api/users/u930001", 200, BOUND).await;
+    for s in both {
+        eventually(10, "the bulk numbers given up", || async {
+            s.state.outbox.counters.gaps_expired.load(Relaxed) >= ROWS
+        })
+        .await;
+    }
+    let out_of_step = |s: &TestServer| s.state.outbox.counters.out_of_step.load(Relaxed);
+    let before = [out_of_step(&a), out_of_step(&b)];
+    held.commit().await.unwrap();
+    for s in both {
+        eventually(LATE_BOUND + 5, "the bulk applied late", || async {
+            s.state.outbox.counters.late_applied.load(Relaxed) >= ROWS
+        })
+        .await;
+    }
+    on_every(&both, &format!("/api/users/b{ROWS}"), 200, BOUND).await;
+    assert_eq!(
+        [out_of_step(&a), out_of_step(&b)],
+        before,
+        "an instance went out of step while it applied the late rows"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
 /// A transaction open across the only instance's restart commits after
 /// it: the restarted instance finds the row, although its start position
 /// is past the transaction's number (the numbers missing before the start

@@ -28,22 +28,25 @@
 //! **Late commits.** Another program's transaction, whose entry a capture
 //! trigger wrote, may stay open longer than any wait, and nobody re-records
 //! it. So a given-up number is not forgotten: it joins the follower's late
-//! set (runs of numbers, [`MAX_LATE`] runs at most; `late`), looked for
-//! every 5 s until `sql.outbox_retention_secs`. So do the numbers of a
-//! jump past [`MAX_GAPS`] (one run, beside the rebuild it asks for: a
-//! rebuild cannot see rows still uncommitted) and, at start, those missing
-//! among the [`MAX_LATE`] before the start position. Found, an entry is
-//! applied and recorded again under a new number. Nothing positioned past
-//! the old number misses it: every follower that ran past it has it in
-//! its own late set; a snapshot or epoch whose watermark passed it was
-//! either copied after the new entry was applied (the filter has the key)
-//! or is replayed from a watermark below the new entry (the replay has
-//! it); a follower that starts later starts below the new entry. Bounds,
-//! each reaching the filter at its next rebuild only: an entry trimmed
-//! before it is found (a transaction open longer than the retention); a
-//! run past the [`MAX_LATE`] newest (the oldest go, counted as
-//! `late_abandoned`); a number given up by a process that restarted, more
-//! than [`MAX_LATE`] numbers before the new start position.
+//! set (`late`), looked for every 5 s by a task of its own (a large late
+//! transaction is applied a page at a time and never holds up the poll
+//! that keeps the instance in step). So do the numbers of a jump past
+//! [`MAX_GAPS`] (one run, beside the rebuild it asks for: a rebuild
+//! cannot see rows still uncommitted) and, at start, those missing among
+//! the [`MAX_LATE`] before the start position. Found, an entry is applied
+//! and recorded again under a new number. Nothing positioned past the old
+//! number misses it: every follower that ran past it has it in its own
+//! late set; a snapshot or epoch whose watermark passed it was either
+//! copied after the new entry was applied (the filter has the key) or is
+//! replayed from a watermark below the new entry (the replay has it); a
+//! follower that starts later starts below the new entry. Past
+//! [`MAX_LATE`] runs the oldest are watched by their count instead (a
+//! late commit there rebuilds every filter and records a rebuild entry).
+//! Bounds, each reaching the filter at its next rebuild only: a number
+//! the outbox trimmed past before it committed (a transaction open longer
+//! than the retention, counted as `late_abandoned`); a number given up by
+//! a process that restarted, more than [`MAX_LATE`] numbers before the
+//! new start position.
 //!
 //! **Positions.** A new follower starts at the largest seq whose entry is
 //! older than twice `sql.outbox_gap_ms` (ages by the database's clock,
@@ -150,8 +153,15 @@ pub struct OutboxCounters {
     /// Given-up numbers whose entry appeared later (a transaction that
     /// stayed open past `sql.outbox_gap_ms`): applied late.
     pub late_applied: AtomicU64,
-    /// Given-up numbers no longer watched ([`MAX_LATE`] exceeded).
+    /// Given-up numbers forgotten once the outbox trimmed past them (a
+    /// transaction open longer than `sql.outbox_retention_secs`).
     pub late_abandoned: AtomicU64,
+    /// Given-up numbers moved from the runs looked up one by one to the
+    /// spans watched by their count ([`MAX_LATE`] runs exceeded).
+    pub late_spanned: AtomicU64,
+    /// Rebuilds of every filter after a span's count grew (a late commit
+    /// among numbers not looked up one by one).
+    pub late_rebuilds: AtomicU64,
     /// Checks that found a captured table's triggers missing or changed.
     pub capture_lost: AtomicU64,
     /// Times the outbox went back behind this instance's position (a
@@ -169,11 +179,9 @@ struct Follow {
     /// Smaller numbers not seen yet, with when they were first missed.
     gaps: BTreeMap<i64, Instant>,
     /// Numbers given up as gaps, still looked for every [`LATE_EVERY`]
-    /// until `sql.outbox_retention_secs` after they were given up (a
-    /// long transaction may still commit them), with when.
+    /// until the outbox trims past them (a long transaction may still
+    /// commit them).
     late: late::Late,
-    /// When the late numbers were last looked for.
-    late_read: Option<Instant>,
     /// When `trimmed_through` was last read.
     trim_checked: Option<Instant>,
     /// The entry at `cursor` as read: every read starts at it again, to

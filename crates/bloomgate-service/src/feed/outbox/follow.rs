@@ -77,6 +77,19 @@ impl Outbox {
                 }
             }
         });
+        // The late numbers, apart from the poll: applying a large late
+        // transaction takes longer than the poll may.
+        let (outbox, held) = (self.clone(), Arc::clone(anchor));
+        self.background.spawn(async move {
+            let anchor = held;
+            let _guard = Gate::follow(&anchor);
+            while !Gate::only_followers_left(&anchor) {
+                tokio::time::sleep(LATE_EVERY).await;
+                if let Err(e) = outbox.late().await {
+                    tracing::warn!(error = %e, "change outbox: looking for late commits failed; retrying");
+                }
+            }
+        });
         let (outbox, anchor) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
             let _guard = Gate::follow(&anchor);
@@ -163,15 +176,14 @@ impl Outbox {
                 f.cursor = from;
                 f.at_cursor = None;
                 // Still uncommitted ones may commit later: watched as late.
-                let now = Instant::now();
                 let open = std::mem::take(&mut f.gaps);
-                let mut dropped = 0;
+                let mut moved = 0;
                 for g in open.into_keys() {
-                    dropped += f.late.add(g, g, now);
+                    moved += f.late.add(g, g);
                 }
                 self.counters
-                    .late_abandoned
-                    .fetch_add(dropped, Ordering::Relaxed);
+                    .late_spanned
+                    .fetch_add(moved, Ordering::Relaxed);
             }
             self.rebuild_all();
         }
@@ -215,10 +227,10 @@ impl Outbox {
                             // see rows still uncommitted).
                             jumped = true;
                             let (from, to) = (f.cursor + 1, e.seq - 1);
-                            let dropped = f.late.add(from, to, now);
+                            let moved = f.late.add(from, to);
                             self.counters
-                                .late_abandoned
-                                .fetch_add(dropped, Ordering::Relaxed);
+                                .late_spanned
+                                .fetch_add(moved, Ordering::Relaxed);
                         } else {
                             for g in f.cursor + 1..e.seq {
                                 f.gaps.insert(g, now);
@@ -273,16 +285,16 @@ impl Outbox {
                     .fetch_add(expired.len() as u64, Ordering::Relaxed);
                 // Given up, not forgotten: a transaction that stays open
                 // longer still commits its entry (see `late`).
-                let mut dropped = 0;
+                let mut moved = 0;
                 for seq in expired {
-                    dropped += f.late.add(seq, seq, reread_at);
+                    moved += f.late.add(seq, seq);
                 }
                 self.counters
-                    .late_abandoned
-                    .fetch_add(dropped, Ordering::Relaxed);
+                    .late_spanned
+                    .fetch_add(moved, Ordering::Relaxed);
             }
         }
-        self.late().await
+        Ok(())
     }
 
     /// The outbox went back below this instance's position (a restore, a
@@ -302,7 +314,7 @@ impl Outbox {
             f.cursor = to;
             f.at_cursor = None;
             f.gaps.clear();
-            f.late = late::Late::default();
+            f.late = f.late.emptied();
             for c in f.rebuilds_covered.values_mut() {
                 *c = (*c).min(to);
             }
@@ -337,67 +349,69 @@ impl Outbox {
             .map(|r| r.try_get::<i64, _>(0))
             .collect::<Result<_, _>>()
             .map_err(err("outbox read"))?;
-        let now = Instant::now();
         let mut f = lock(&self.follow);
         for seq in (floor + 1..=from).filter(|s| !seen.contains(s)) {
-            f.late.add(seq, seq, now);
+            f.late.add(seq, seq);
         }
         Ok(())
     }
 
-    /// Looks for the numbers given up as gaps, every [`LATE_EVERY`]: one
-    /// that appeared belongs to a transaction that stayed open past
-    /// `sql.outbox_gap_ms` (another program's, with capture triggers). It
-    /// is applied here now, and recorded again under a new number, so
-    /// that a snapshot or shared rebuild whose watermark passed the old
-    /// number (and whoever replays from it) gets it too.
-    async fn late(&self) -> Result<(), StoreError> {
-        let due: Vec<(i64, i64)> = {
-            let mut f = lock(&self.follow);
-            if f.late.is_empty() || f.late_read.is_some_and(|t| t.elapsed() < LATE_EVERY) {
-                return Ok(());
-            }
-            f.late_read = Some(Instant::now());
-            f.late.expire(self.retention);
-            f.late.ranges()
-        };
-        let found = self.within_ranges(&due).await?;
-        if found.is_empty() {
+    /// Looks for the numbers given up as gaps (run every [`LATE_EVERY`]
+    /// by a task of its own, so a large late transaction never holds up
+    /// the poll that keeps this instance in step): one that appeared
+    /// belongs to a transaction that stayed open past `sql.outbox_gap_ms`
+    /// (another program's, with capture triggers). It is applied here
+    /// now, a page at a time, and recorded again under a new number (many
+    /// keys a statement), so that a snapshot or shared rebuild whose
+    /// watermark passed the old number (and whoever replays from it) gets
+    /// it too. Then the spans (see [`late`]) are counted.
+    pub(super) async fn late(&self) -> Result<(), StoreError> {
+        if lock(&self.follow).late.is_empty() {
             return Ok(());
         }
-        for e in &found {
+        let trimmed = self.trimmed_through().await?;
+        let forgotten = lock(&self.follow).late.forget_through(trimmed);
+        self.counters
+            .late_abandoned
+            .fetch_add(forgotten, Ordering::Relaxed);
+        let due = lock(&self.follow).late.ranges();
+        let found = self.within_ranges(&due).await?;
+        for page in found.chunks(PAGE) {
             tracing::warn!(
-                seq = e.seq,
-                resource = %e.resource,
-                key = %e.key,
-                "a change committed after its number was given up as a gap: applied late and recorded again"
+                entries = page.len(),
+                first_seq = page[0].seq,
+                resource = %page[0].resource,
+                key = %page[0].key,
+                "changes committed after their numbers were given up as gaps: applied late and recorded again"
             );
-        }
-        self.apply_page(&found).await;
-        // Recorded again first, forgotten after: a failed re-record is
-        // found (and applied, harmlessly) again next time, and retried.
-        for e in found
-            .iter()
-            .filter(|e| [kind::CREATED, kind::UPDATED, kind::DELETED].contains(&e.kind.as_str()))
-        {
-            let kind = match e.kind.as_str() {
-                kind::CREATED => kind::CREATED,
-                kind::UPDATED => kind::UPDATED,
-                _ => kind::DELETED,
-            };
-            self.store
-                .record_many(&e.resource, std::slice::from_ref(&e.key), kind)
-                .await?;
-        }
-        {
+            self.apply_page(page).await;
+            // Recorded again first, forgotten after: a failed re-record is
+            // found (and applied, harmlessly) again next time, and retried.
+            let mut again: BTreeMap<(&str, &'static str), Vec<String>> = BTreeMap::new();
+            for e in page {
+                let kind = match e.kind.as_str() {
+                    kind::CREATED => kind::CREATED,
+                    kind::UPDATED => kind::UPDATED,
+                    kind::DELETED => kind::DELETED,
+                    _ => continue,
+                };
+                again
+                    .entry((&e.resource, kind))
+                    .or_default()
+                    .push(e.key.clone());
+            }
+            for ((resource, kind), keys) in &again {
+                self.store.record_many(resource, keys, kind).await?;
+            }
             let mut f = lock(&self.follow);
-            for e in &found {
+            for e in page {
                 f.late.remove(e.seq);
             }
+            drop(f);
+            self.counters
+                .late_applied
+                .fetch_add(page.len() as u64, Ordering::Relaxed);
         }
-        self.counters
-            .late_applied
-            .fetch_add(found.len() as u64, Ordering::Relaxed);
-        Ok(())
+        self.check_spans().await
     }
 }

@@ -1,59 +1,132 @@
-//! The late set: sequence numbers given up as gaps, kept as ranges (a
-//! long transaction's rows, a jump past `MAX_GAPS`, the numbers missing
-//! before a start position are runs), each with when it was given up.
-//! Numbers of the same run cost one range, so a 100,000-row transaction
-//! costs one entry, not 100,000; at most [`MAX_LATE`] ranges are kept.
+//! The late set: sequence numbers given up as gaps, kept until the outbox
+//! trims past them (a transaction may commit any of them later).
+//!
+//! Up to a limit ([`MAX_LATE`] runs) they are kept exactly, as runs of
+//! numbers (a long transaction's rows, a jump past `MAX_GAPS`, the numbers
+//! missing before a start position): a 100,000-row transaction costs one
+//! run. Each run is looked up every [`super::LATE_EVERY`], and an entry
+//! found is applied and recorded again.
+//!
+//! Past the limit the oldest runs are not dropped: they move to *spans*,
+//! watched by their count of entries. A span is made of given-up numbers
+//! only, so it starts with a count of 0 (extended by an adjacent run, it
+//! stays exact); spans past [`MAX_SPANS`] are merged two at a time, the
+//! merged count read in the same statement that checks both. A count
+//! that grew means a late commit somewhere in the span: which entry is
+//! not known, so every filter is rebuilt (its scan sees the row) and a
+//! rebuild entry is recorded for instances that load an older filter.
+//! Both kinds are forgotten only once the outbox trims past them (its
+//! entries older than `sql.outbox_retention_secs` are gone then).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+
+use std::sync::atomic::Ordering;
+
+use sqlx::Row;
 
 use super::{Entry, Outbox, MAX_LATE};
-use crate::store::StoreError;
+use crate::store::{err, StoreError, Within};
+use crate::sync::lock;
 
-/// Inclusive ranges of given-up numbers, by first number.
-#[derive(Debug, Default)]
+/// Spans watched at most; more are merged.
+pub(super) const MAX_SPANS: usize = 16;
+
+/// Numbers given up and not found yet: exact runs, then spans.
+#[derive(Debug)]
 pub(super) struct Late {
-    ranges: BTreeMap<i64, (i64, Instant)>,
+    /// Inclusive runs, by first number.
+    ranges: BTreeMap<i64, i64>,
+    /// Runs kept exactly at most.
+    limit: usize,
+    /// Spans past the limit, by first number.
+    spans: BTreeMap<i64, Span>,
+}
+
+/// Given-up numbers watched by their count (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    /// The last number.
+    pub hi: i64,
+    /// Entries in `lo..=hi` when last counted; `None`: to be counted
+    /// afresh (the outbox trimmed into it).
+    pub seen: Option<i64>,
+}
+
+impl Default for Late {
+    fn default() -> Self {
+        Self {
+            ranges: BTreeMap::new(),
+            limit: MAX_LATE,
+            spans: BTreeMap::new(),
+        }
+    }
 }
 
 impl Late {
-    pub(super) fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
+    /// With at most `limit` exact runs (a test lowers it).
+    pub(super) fn with_limit(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            ..Self::default()
+        }
     }
 
-    /// Adds `from..=to` (given up at `at`), merged with a range that ends
-    /// just before or starts just after it. Returns how many numbers were
-    /// dropped to stay within [`MAX_LATE`] ranges (the oldest numbers).
-    pub(super) fn add(&mut self, mut from: i64, mut to: i64, mut at: Instant) -> u64 {
+    /// No numbers, the same limit.
+    pub(super) fn emptied(&self) -> Self {
+        Self::with_limit(self.limit)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.spans.is_empty()
+    }
+
+    /// Adds `from..=to`, merged with a run that ends just before or starts
+    /// just after it. Returns how many numbers moved to spans to keep the
+    /// exact runs within the limit (the oldest).
+    pub(super) fn add(&mut self, mut from: i64, mut to: i64) -> u64 {
         if from > to {
             return 0;
         }
-        if let Some((&start, &(end, when))) = self.ranges.range(..from).next_back() {
+        if let Some((&start, &end)) = self.ranges.range(..from).next_back() {
             if end + 1 >= from {
                 self.ranges.remove(&start);
-                (from, to, at) = (start, to.max(end), at.max(when));
+                (from, to) = (start, to.max(end));
             }
         }
-        while let Some((&start, &(end, when))) = self.ranges.range(from..).next() {
+        while let Some((&start, &end)) = self.ranges.range(from..).next() {
             if start > to + 1 {
                 break;
             }
             self.ranges.remove(&start);
-            (to, at) = (to.max(end), at.max(when));
+            to = to.max(end);
         }
-        self.ranges.insert(from, (to, at));
-        let mut dropped = 0;
-        while self.ranges.len() > MAX_LATE {
-            if let Some((start, (end, _))) = self.ranges.pop_first() {
-                dropped += (end - start + 1) as u64;
+        self.ranges.insert(from, to);
+        let mut moved = 0;
+        while self.ranges.len() > self.limit {
+            if let Some((start, end)) = self.ranges.pop_first() {
+                moved += (end - start + 1) as u64;
+                self.add_span(start, end);
             }
         }
-        dropped
+        moved
     }
 
-    /// Removes `seq` (its entry was found), splitting its range.
+    /// A run of given-up numbers joins the spans: it extends a span that
+    /// ends just before it (still exact: every number added is unseen),
+    /// or starts one of its own with a count of 0.
+    fn add_span(&mut self, lo: i64, hi: i64) {
+        if let Some((_, span)) = self.spans.range_mut(..lo).next_back() {
+            if span.hi + 1 == lo {
+                span.hi = hi;
+                return;
+            }
+        }
+        self.spans.insert(lo, Span { hi, seen: Some(0) });
+    }
+
+    /// Removes `seq` (its entry was found), splitting its run.
     pub(super) fn remove(&mut self, seq: i64) {
-        let Some((&start, &(end, when))) = self.ranges.range(..=seq).next_back() else {
+        let Some((&start, &end)) = self.ranges.range(..=seq).next_back() else {
             return;
         };
         if seq > end {
@@ -61,25 +134,176 @@ impl Late {
         }
         self.ranges.remove(&start);
         if start < seq {
-            self.ranges.insert(start, (seq - 1, when));
+            self.ranges.insert(start, seq - 1);
         }
         if seq < end {
-            self.ranges.insert(seq + 1, (end, when));
+            self.ranges.insert(seq + 1, end);
         }
     }
 
-    /// Forgets ranges given up longer than `keep` ago.
-    pub(super) fn expire(&mut self, keep: Duration) {
-        self.ranges.retain(|_, (_, when)| when.elapsed() < keep);
+    /// Forgets the numbers at or below `trimmed` (the outbox holds nothing
+    /// there any more); returns how many. A span cut short is counted
+    /// afresh.
+    pub(super) fn forget_through(&mut self, trimmed: i64) -> u64 {
+        let mut forgotten = 0;
+        while let Some((&start, &end)) = self.ranges.first_key_value() {
+            if start > trimmed {
+                break;
+            }
+            self.ranges.remove(&start);
+            forgotten += (end.min(trimmed) - start + 1) as u64;
+            if end > trimmed {
+                self.ranges.insert(trimmed + 1, end);
+            }
+        }
+        while let Some((&lo, &span)) = self.spans.first_key_value() {
+            if lo > trimmed {
+                break;
+            }
+            self.spans.remove(&lo);
+            forgotten += (span.hi.min(trimmed) - lo + 1) as u64;
+            if span.hi > trimmed {
+                self.spans.insert(
+                    trimmed + 1,
+                    Span {
+                        hi: span.hi,
+                        seen: None,
+                    },
+                );
+            }
+        }
+        forgotten
     }
 
-    /// The ranges, in order.
+    /// The exact runs, in order.
     pub(super) fn ranges(&self) -> Vec<(i64, i64)> {
-        self.ranges.iter().map(|(&a, &(b, _))| (a, b)).collect()
+        self.ranges.iter().map(|(&a, &b)| (a, b)).collect()
+    }
+
+    /// The spans, in order.
+    pub(super) fn spans(&self) -> Vec<(i64, Span)> {
+        self.spans.iter().map(|(&lo, &s)| (lo, s)).collect()
+    }
+
+    /// The two neighbouring spans closest together, when there are more
+    /// than [`MAX_SPANS`].
+    pub(super) fn merge_due(&self) -> Option<((i64, Span), (i64, Span))> {
+        if self.spans.len() <= MAX_SPANS {
+            return None;
+        }
+        let spans = self.spans();
+        spans
+            .windows(2)
+            .min_by_key(|w| w[1].0 - w[0].1.hi)
+            .map(|w| (w[0], w[1]))
+    }
+
+    /// Records a count of span `lo`, if it is still the one counted
+    /// (`hi` may have grown since: the numbers added are unseen).
+    pub(super) fn counted(&mut self, lo: i64, hi: i64, seen: i64) {
+        if let Some(span) = self.spans.get_mut(&lo) {
+            if span.hi >= hi {
+                span.seen = Some(seen);
+            }
+        }
+    }
+
+    /// Replaces spans `a` and `b` by one over both, `seen` entries in it,
+    /// if both are still as they were read.
+    pub(super) fn merged(&mut self, a: (i64, Span), b: (i64, Span), seen: i64) {
+        if self.spans.get(&a.0) != Some(&a.1) || self.spans.get(&b.0) != Some(&b.1) {
+            return;
+        }
+        self.spans.remove(&b.0);
+        self.spans.insert(
+            a.0,
+            Span {
+                hi: b.1.hi,
+                seen: Some(seen),
+            },
+        );
     }
 }
 
 impl Outbox {
+    /// At most `limit` runs of given-up numbers are looked up one by one;
+    /// more are watched as spans (a test lowers it).
+    #[doc(hidden)]
+    pub fn set_late_limit(&self, limit: usize) {
+        lock(&self.follow).late.limit = limit.max(1);
+    }
+
+    /// Counts the spans of given-up numbers, merging those past
+    /// [`MAX_SPANS`] first, each merge checking both in the statement
+    /// that counts them together. A count that grew is a late commit of
+    /// unknown key: every filter is rebuilt, and a rebuild entry recorded
+    /// for every table (an instance that loads a filter made before it
+    /// replays the entry and rebuilds too).
+    pub(super) async fn check_spans(&self) -> Result<(), StoreError> {
+        let mut grew = false;
+        for _ in 0..4 * MAX_SPANS {
+            let Some((a, b)) = lock(&self.follow).late.merge_due() else {
+                break;
+            };
+            let [in_a, in_b, all] = self
+                .count_within(&[(a.0, a.1.hi), (b.0, b.1.hi), (a.0, b.1.hi)])
+                .await?;
+            grew |= a.1.seen.is_some_and(|n| in_a > n) || b.1.seen.is_some_and(|n| in_b > n);
+            lock(&self.follow).late.merged(a, b, all);
+        }
+        let spans = lock(&self.follow).late.spans();
+        for (lo, span) in spans {
+            let [n] = self.count_within(&[(lo, span.hi)]).await?;
+            grew |= span.seen.is_some_and(|seen| n > seen);
+            lock(&self.follow).late.counted(lo, span.hi, n);
+        }
+        if grew {
+            tracing::error!(
+                "a change committed among numbers given up long ago (more runs than are looked up one by one): rebuilding every filter"
+            );
+            self.counters.late_rebuilds.fetch_add(1, Ordering::Relaxed);
+            for (name, _) in self.tables() {
+                self.store
+                    .record_many(&name, &[String::new()], crate::wire::kind::REBUILD)
+                    .await?;
+            }
+            self.rebuild_all();
+        }
+        Ok(())
+    }
+
+    /// The entries in each inclusive range, in one statement (one
+    /// snapshot of the table).
+    async fn count_within<const N: usize>(
+        &self,
+        ranges: &[(i64, i64); N],
+    ) -> Result<[i64; N], StoreError> {
+        let parts: Vec<String> = (0..N)
+            .map(|i| {
+                format!(
+                    "(SELECT COUNT(*) FROM bloomgate_changes WHERE seq BETWEEN {} AND {})",
+                    self.store.ph(2 * i + 1),
+                    self.store.ph(2 * i + 2)
+                )
+            })
+            .collect();
+        let q = format!("SELECT {}", parts.join(", "));
+        let mut query = sqlx::query(&q);
+        for &(lo, hi) in ranges {
+            query = query.bind(lo).bind(hi);
+        }
+        let row = query
+            .fetch_one(&self.store.pool)
+            .within(&self.store.bg_limit, self.bg("outbox read"))
+            .await
+            .map_err(err("outbox read"))?;
+        let mut out = [0; N];
+        for (i, n) in out.iter_mut().enumerate() {
+            *n = row.try_get::<i64, _>(i).map_err(err("outbox read"))?;
+        }
+        Ok(out)
+    }
+
     /// The entries visible now within the inclusive `ranges`, a few
     /// hundred ranges per statement.
     pub(super) async fn within_ranges(
@@ -114,30 +338,94 @@ mod tests {
 
     #[test]
     fn runs_merge_split_and_stay_bounded() {
-        let now = Instant::now();
         let mut late = Late::default();
-        assert_eq!(late.add(5, 5, now), 0);
-        late.add(6, 9, now);
-        late.add(3, 4, now);
-        late.add(20, 25, now);
+        assert_eq!(late.add(5, 5), 0);
+        late.add(6, 9);
+        late.add(3, 4);
+        late.add(20, 25);
         assert_eq!(late.ranges(), [(3, 9), (20, 25)]);
         late.remove(3);
         late.remove(7);
         late.remove(25);
         late.remove(12);
         assert_eq!(late.ranges(), [(4, 6), (8, 9), (20, 24)]);
-        late.add(10, 19, now);
+        late.add(10, 19);
         assert_eq!(late.ranges(), [(4, 6), (8, 24)]);
-        late.add(100_000, 199_999, now);
+        late.add(100_000, 199_999);
         assert_eq!(late.ranges().len(), 3, "a jump is one range");
-        let mut many = Late::default();
-        let mut dropped = 0;
-        for i in 0..=MAX_LATE as i64 {
-            dropped += many.add(i * 10, i * 10 + 1, now);
+        assert!(late.spans().is_empty());
+    }
+
+    #[test]
+    fn runs_past_the_limit_become_spans_not_forgotten() {
+        let mut late = Late::with_limit(2);
+        late.add(10, 11);
+        late.add(20, 20);
+        assert_eq!(late.add(30, 30), 2, "the oldest run moved");
+        assert_eq!(late.ranges(), [(20, 20), (30, 30)]);
+        assert_eq!(
+            late.spans(),
+            [(
+                10,
+                Span {
+                    hi: 11,
+                    seen: Some(0)
+                }
+            )]
+        );
+        // The next oldest run is adjacent: the span grows, still exact.
+        assert_eq!(late.add(12, 12), 1);
+        assert_eq!(
+            late.spans(),
+            [(
+                10,
+                Span {
+                    hi: 12,
+                    seen: Some(0)
+                }
+            )]
+        );
+        assert_eq!(late.ranges(), [(20, 20), (30, 30)]);
+        // Forgotten only once trimmed past; a span cut short is recounted.
+        assert_eq!(late.forget_through(11), 2);
+        assert_eq!(late.spans(), [(12, Span { hi: 12, seen: None })]);
+        assert_eq!(late.forget_through(25), 2);
+        assert_eq!(late.ranges(), [(30, 30)]);
+        assert!(late.spans().is_empty());
+    }
+
+    #[test]
+    fn spans_past_the_bound_merge_the_closest_pair() {
+        let mut late = Late::with_limit(1);
+        for i in 0..=MAX_SPANS as i64 + 1 {
+            // Gaps between runs grow, except one small one at i = 5.
+            let at = if i <= 5 { i * 100 } else { i * 1000 };
+            late.add(at, at);
         }
-        assert_eq!(dropped, 2, "the oldest range went");
-        assert_eq!(many.ranges()[0], (10, 11));
-        many.expire(Duration::ZERO);
-        assert!(many.is_empty());
+        assert_eq!(late.spans().len(), MAX_SPANS + 1);
+        let (a, b) = late.merge_due().expect("over the bound");
+        assert_eq!((a.0, b.0), (0, 100), "the first pair is the closest");
+        late.merged(a, b, 3);
+        assert_eq!(
+            late.spans()[0],
+            (
+                0,
+                Span {
+                    hi: 100,
+                    seen: Some(3)
+                }
+            )
+        );
+        assert!(late.merge_due().is_none());
+        // A pair that changed since it was read is not merged.
+        let stale = (
+            0,
+            Span {
+                hi: 100,
+                seen: Some(0),
+            },
+        );
+        late.merged(stale, late.spans()[1], 9);
+        assert_eq!(late.spans().len(), MAX_SPANS);
     }
 }
