@@ -319,7 +319,7 @@ async fn a_late_commit_past_the_runs_looked_up_is_found_by_its_count() {
     let b = TestServer::start(c, 0).await;
     let both = [&a, &b];
     for s in both {
-        s.state.outbox.set_late_limit(2);
+        s.state.outbox.set_late_limits(2, Duration::from_secs(1));
     }
     let mut held = w.begin().await.unwrap();
     sqlx::query("INSERT INTO users VALUES ('u900001', 'slow', 1)")

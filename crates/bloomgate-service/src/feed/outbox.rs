@@ -190,6 +190,12 @@ struct Follow {
 }
 
 impl Follow {
+    /// Gives up `from..=to` as gaps: watched as late (see [`late`]).
+    /// Returns how many numbers moved from runs to spans.
+    fn give_up(&mut self, from: i64, to: i64) -> u64 {
+        self.late.add(from, to, &self.gaps)
+    }
+
     fn watermark(&self) -> i64 {
         self.gaps.keys().next().map_or(self.cursor, |g| g - 1)
     }

@@ -176,11 +176,12 @@ impl Outbox {
                 f.cursor = from;
                 f.at_cursor = None;
                 // Still uncommitted ones may commit later: watched as late.
-                let open = std::mem::take(&mut f.gaps);
+                let open: Vec<i64> = f.gaps.keys().copied().collect();
                 let mut moved = 0;
-                for g in open.into_keys() {
-                    moved += f.late.add(g, g);
+                for g in open {
+                    moved += f.give_up(g, g);
                 }
+                f.gaps.clear();
                 self.counters
                     .late_spanned
                     .fetch_add(moved, Ordering::Relaxed);
@@ -227,7 +228,7 @@ impl Outbox {
                             // see rows still uncommitted).
                             jumped = true;
                             let (from, to) = (f.cursor + 1, e.seq - 1);
-                            let moved = f.late.add(from, to);
+                            let moved = f.give_up(from, to);
                             self.counters
                                 .late_spanned
                                 .fetch_add(moved, Ordering::Relaxed);
@@ -287,7 +288,7 @@ impl Outbox {
                 // longer still commits its entry (see `late`).
                 let mut moved = 0;
                 for seq in expired {
-                    moved += f.late.add(seq, seq);
+                    moved += f.give_up(seq, seq);
                 }
                 self.counters
                     .late_spanned
@@ -351,7 +352,7 @@ impl Outbox {
             .map_err(err("outbox read"))?;
         let mut f = lock(&self.follow);
         for seq in (floor + 1..=from).filter(|s| !seen.contains(s)) {
-            f.late.add(seq, seq);
+            f.give_up(seq, seq);
         }
         Ok(())
     }

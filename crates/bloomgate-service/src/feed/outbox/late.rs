@@ -8,19 +8,25 @@
 //! found is applied and recorded again.
 //!
 //! Past the limit the oldest runs are not dropped: they move to *spans*,
-//! watched by their count of entries. A span is made of given-up numbers
-//! only, so it starts with a count of 0 (extended by an adjacent run, it
-//! stays exact); spans past [`MAX_SPANS`] are merged two at a time, the
-//! merged count read in the same statement that checks both. A count
-//! that grew means a late commit somewhere in the span: which entry is
-//! not known, so every filter is rebuilt (its scan sees the row) and a
-//! rebuild entry is recorded for instances that load an older filter.
-//! Both kinds are forgotten only once the outbox trims past them (its
-//! entries older than `sql.outbox_retention_secs` are gone then).
+//! watched by their count of entries, every [`SPAN_EVERY`]. A span's
+//! count is known without asking: a run moved there is unseen numbers
+//! only, and the numbers between it and the span below (which it then
+//! extends) were all seen, unless one of them is an open gap or a run
+//! (then it starts a span of its own). Spans past [`MAX_SPANS`] are
+//! merged two at a time, the merged count read in the same statement
+//! that checks both. A count that grew means a late commit somewhere in
+//! the span: which entry is not known, so every filter is rebuilt (its
+//! scan sees the row) and a rebuild entry is recorded for instances that
+//! load an older filter. Both kinds are forgotten only once the outbox
+//! trims past them (its entries older than `sql.outbox_retention_secs`
+//! are gone then). Counting a span costs the database a range count of
+//! the outbox's index: the whole retained outbox at worst (Galera's
+//! `auto_increment_increment` leaves numbers no writer ever takes, so
+//! spans are routine there).
 
 use std::collections::BTreeMap;
-
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use sqlx::Row;
 
@@ -31,6 +37,12 @@ use crate::sync::lock;
 /// Spans watched at most; more are merged.
 pub(super) const MAX_SPANS: usize = 16;
 
+/// How often the spans are counted.
+pub(super) const SPAN_EVERY: Duration = Duration::from_secs(60);
+
+/// The open gaps: numbers not seen yet, not given up either.
+pub(super) type Open = BTreeMap<i64, Instant>;
+
 /// Numbers given up and not found yet: exact runs, then spans.
 #[derive(Debug)]
 pub(super) struct Late {
@@ -40,6 +52,10 @@ pub(super) struct Late {
     limit: usize,
     /// Spans past the limit, by first number.
     spans: BTreeMap<i64, Span>,
+    /// How often the spans are counted (a test shortens it).
+    span_every: Duration,
+    /// When they were last counted.
+    spans_counted: Option<Instant>,
 }
 
 /// Given-up numbers watched by their count (see the module docs).
@@ -58,6 +74,8 @@ impl Default for Late {
             ranges: BTreeMap::new(),
             limit: MAX_LATE,
             spans: BTreeMap::new(),
+            span_every: SPAN_EVERY,
+            spans_counted: None,
         }
     }
 }
@@ -71,9 +89,25 @@ impl Late {
         }
     }
 
-    /// No numbers, the same limit.
+    /// No numbers, the same limits.
     pub(super) fn emptied(&self) -> Self {
-        Self::with_limit(self.limit)
+        Self {
+            span_every: self.span_every,
+            ..Self::with_limit(self.limit)
+        }
+    }
+
+    /// Whether the spans are due to be counted (and, if so, counted now).
+    pub(super) fn spans_due(&mut self) -> bool {
+        if self.spans.is_empty()
+            || self
+                .spans_counted
+                .is_some_and(|t| t.elapsed() < self.span_every)
+        {
+            return false;
+        }
+        self.spans_counted = Some(Instant::now());
+        true
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -82,8 +116,8 @@ impl Late {
 
     /// Adds `from..=to`, merged with a run that ends just before or starts
     /// just after it. Returns how many numbers moved to spans to keep the
-    /// exact runs within the limit (the oldest).
-    pub(super) fn add(&mut self, mut from: i64, mut to: i64) -> u64 {
+    /// exact runs within the limit (the oldest). `open`: the open gaps.
+    pub(super) fn add(&mut self, mut from: i64, mut to: i64, open: &Open) -> u64 {
         if from > to {
             return 0;
         }
@@ -105,19 +139,28 @@ impl Late {
         while self.ranges.len() > self.limit {
             if let Some((start, end)) = self.ranges.pop_first() {
                 moved += (end - start + 1) as u64;
-                self.add_span(start, end);
+                self.add_span(start, end, open);
             }
         }
         moved
     }
 
-    /// A run of given-up numbers joins the spans: it extends a span that
-    /// ends just before it (still exact: every number added is unseen),
-    /// or starts one of its own with a count of 0.
-    fn add_span(&mut self, lo: i64, hi: i64) {
-        if let Some((_, span)) = self.spans.range_mut(..lo).next_back() {
-            if span.hi + 1 == lo {
-                span.hi = hi;
+    /// A run of given-up numbers joins the spans: it extends the span
+    /// below it when every number between them was seen (none is an open
+    /// gap or in a run), the count grown by those; otherwise it starts a
+    /// span of its own with a count of 0.
+    fn add_span(&mut self, lo: i64, hi: i64, open: &Open) {
+        let below = self.spans.range(..lo).next_back().map(|(&s, &sp)| (s, sp));
+        if let Some((start, span)) = below {
+            let (a, b) = (span.hi + 1, lo - 1);
+            let run_within = self
+                .ranges
+                .range(..=b)
+                .next_back()
+                .is_some_and(|(_, &e)| e >= a);
+            if a > b || (open.range(a..=b).next().is_none() && !run_within) {
+                let seen = span.seen.map(|n| n + (lo - span.hi - 1));
+                self.spans.insert(start, Span { hi, seen });
                 return;
             }
         }
@@ -226,11 +269,14 @@ impl Late {
 }
 
 impl Outbox {
-    /// At most `limit` runs of given-up numbers are looked up one by one;
-    /// more are watched as spans (a test lowers it).
+    /// At most `runs` runs of given-up numbers are looked up one by one;
+    /// more are watched as spans, counted every `span_every` (a test
+    /// lowers both).
     #[doc(hidden)]
-    pub fn set_late_limit(&self, limit: usize) {
-        lock(&self.follow).late.limit = limit.max(1);
+    pub fn set_late_limits(&self, runs: usize, span_every: Duration) {
+        let mut f = lock(&self.follow);
+        f.late.limit = runs.max(1);
+        f.late.span_every = span_every;
     }
 
     /// Counts the spans of given-up numbers, merging those past
@@ -240,6 +286,9 @@ impl Outbox {
     /// for every table (an instance that loads a filter made before it
     /// replays the entry and rebuilds too).
     pub(super) async fn check_spans(&self) -> Result<(), StoreError> {
+        if !lock(&self.follow).late.spans_due() {
+            return Ok(());
+        }
         let mut grew = false;
         for _ in 0..4 * MAX_SPANS {
             let Some((a, b)) = lock(&self.follow).late.merge_due() else {
@@ -338,30 +387,32 @@ mod tests {
 
     #[test]
     fn runs_merge_split_and_stay_bounded() {
+        let none = Open::new();
         let mut late = Late::default();
-        assert_eq!(late.add(5, 5), 0);
-        late.add(6, 9);
-        late.add(3, 4);
-        late.add(20, 25);
+        assert_eq!(late.add(5, 5, &none), 0);
+        late.add(6, 9, &none);
+        late.add(3, 4, &none);
+        late.add(20, 25, &none);
         assert_eq!(late.ranges(), [(3, 9), (20, 25)]);
         late.remove(3);
         late.remove(7);
         late.remove(25);
         late.remove(12);
         assert_eq!(late.ranges(), [(4, 6), (8, 9), (20, 24)]);
-        late.add(10, 19);
+        late.add(10, 19, &none);
         assert_eq!(late.ranges(), [(4, 6), (8, 24)]);
-        late.add(100_000, 199_999);
+        late.add(100_000, 199_999, &none);
         assert_eq!(late.ranges().len(), 3, "a jump is one range");
         assert!(late.spans().is_empty());
     }
 
     #[test]
     fn runs_past_the_limit_become_spans_not_forgotten() {
+        let none = Open::new();
         let mut late = Late::with_limit(2);
-        late.add(10, 11);
-        late.add(20, 20);
-        assert_eq!(late.add(30, 30), 2, "the oldest run moved");
+        late.add(10, 11, &none);
+        late.add(20, 20, &none);
+        assert_eq!(late.add(30, 30, &none), 2, "the oldest run moved");
         assert_eq!(late.ranges(), [(20, 20), (30, 30)]);
         assert_eq!(
             late.spans(),
@@ -374,7 +425,7 @@ mod tests {
             )]
         );
         // The next oldest run is adjacent: the span grows, still exact.
-        assert_eq!(late.add(12, 12), 1);
+        assert_eq!(late.add(12, 12, &none), 1);
         assert_eq!(
             late.spans(),
             [(
@@ -395,23 +446,81 @@ mod tests {
     }
 
     #[test]
+    fn a_span_grows_over_seen_numbers_and_counts_them() {
+        let none = Open::new();
+        let mut late = Late::with_limit(1);
+        late.add(10, 10, &none);
+        late.add(20, 21, &none);
+        // 10 moved; then 20..=21 moves over 11..=19, all seen.
+        late.add(30, 30, &none);
+        assert_eq!(
+            late.spans(),
+            [(
+                10,
+                Span {
+                    hi: 21,
+                    seen: Some(9)
+                }
+            )]
+        );
+        // An open gap between: a span of its own, the count not guessed.
+        let open = Open::from([(25, Instant::now())]);
+        late.add(40, 40, &open);
+        assert_eq!(
+            late.spans(),
+            [
+                (
+                    10,
+                    Span {
+                        hi: 21,
+                        seen: Some(9)
+                    }
+                ),
+                (
+                    30,
+                    Span {
+                        hi: 30,
+                        seen: Some(0)
+                    }
+                )
+            ]
+        );
+        late.add(50, 50, &open);
+        assert_eq!(
+            late.spans()[1],
+            (
+                30,
+                Span {
+                    hi: 40,
+                    seen: Some(9)
+                }
+            )
+        );
+    }
+
+    #[test]
     fn spans_past_the_bound_merge_the_closest_pair() {
         let mut late = Late::with_limit(1);
+        // An open gap after each run keeps every span apart.
+        let open: Open = (0..=MAX_SPANS as i64 + 2)
+            .map(|i| (i * 1000 + 1, Instant::now()))
+            .chain([(950, Instant::now())])
+            .collect();
         for i in 0..=MAX_SPANS as i64 + 1 {
-            // Gaps between runs grow, except one small one at i = 5.
-            let at = if i <= 5 { i * 100 } else { i * 1000 };
-            late.add(at, at);
+            // Spans 1000 apart, except the first two, 100 apart.
+            let at = if i == 0 { 900 } else { i * 1000 };
+            late.add(at, at, &open);
         }
         assert_eq!(late.spans().len(), MAX_SPANS + 1);
         let (a, b) = late.merge_due().expect("over the bound");
-        assert_eq!((a.0, b.0), (0, 100), "the first pair is the closest");
+        assert_eq!((a.0, b.0), (900, 1000), "the closest pair");
         late.merged(a, b, 3);
         assert_eq!(
             late.spans()[0],
             (
-                0,
+                900,
                 Span {
-                    hi: 100,
+                    hi: 1000,
                     seen: Some(3)
                 }
             )
@@ -419,9 +528,9 @@ mod tests {
         assert!(late.merge_due().is_none());
         // A pair that changed since it was read is not merged.
         let stale = (
-            0,
+            900,
             Span {
-                hi: 100,
+                hi: 1000,
                 seen: Some(0),
             },
         );
