@@ -182,6 +182,7 @@ impl Outbox {
                     moved += f.give_up(g, g);
                 }
                 f.gaps.clear();
+                f.late.seal(from);
                 self.counters
                     .late_spanned
                     .fetch_add(moved, Ordering::Relaxed);

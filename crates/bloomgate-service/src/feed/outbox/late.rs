@@ -56,6 +56,9 @@ pub(super) struct Late {
     span_every: Duration,
     /// When they were last counted.
     spans_counted: Option<Instant>,
+    /// No span grows over numbers at or below this one: the follower
+    /// jumped past numbers it never read (see [`Late::seal`]).
+    sealed_through: i64,
 }
 
 /// Given-up numbers watched by their count (see the module docs).
@@ -76,6 +79,7 @@ impl Default for Late {
             spans: BTreeMap::new(),
             span_every: SPAN_EVERY,
             spans_counted: None,
+            sealed_through: i64::MIN,
         }
     }
 }
@@ -158,13 +162,21 @@ impl Late {
                 .range(..=b)
                 .next_back()
                 .is_some_and(|(_, &e)| e >= a);
-            if a > b || (open.range(a..=b).next().is_none() && !run_within) {
+            let unread = a <= self.sealed_through;
+            if a > b || (open.range(a..=b).next().is_none() && !run_within && !unread) {
                 let seen = span.seen.map(|n| n + (lo - span.hi - 1));
                 self.spans.insert(start, Span { hi, seen });
                 return;
             }
         }
         self.spans.insert(lo, Span { hi, seen: Some(0) });
+    }
+
+    /// The follower jumped to `to` past numbers it never read (its
+    /// position was trimmed): no span grows over them, since they were
+    /// not all seen.
+    pub(super) fn seal(&mut self, to: i64) {
+        self.sealed_through = self.sealed_through.max(to);
     }
 
     /// Removes `seq` (its entry was found), splitting its run.
