@@ -508,6 +508,14 @@ mod tests {
                 }
             )
         );
+        // Past a jump over numbers never read, no span grows over them.
+        late.seal(45);
+        late.add(60, 60, &none);
+        let fresh = Span {
+            hi: 50,
+            seen: Some(0),
+        };
+        assert_eq!(late.spans()[2], (50, fresh));
     }
 
     #[test]
