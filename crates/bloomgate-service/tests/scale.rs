@@ -658,6 +658,27 @@ async fn a_scan_of_a_replica_waits_until_it_has_caught_up_mariadb() {
     r.close().await;
 }
 
+/// A primary that reports no GTID position (here the machine's MariaDB,
+/// without a binary log) cannot vouch for any replica: the wait for the
+/// empty position would pass at once, so the scan never starts (still
+/// building, failing open) instead of reading a replica of unknown lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_replica_of_a_primary_without_gtids_is_never_scanned() {
+    let Some(url) = common::mysql_database("replica_no_gtid").await else {
+        return;
+    };
+    let p = common::sql_pool(&url).await;
+    let log_bin: i64 = sqlx::query_scalar("SELECT @@log_bin")
+        .fetch_one(&p)
+        .await
+        .unwrap();
+    assert_eq!(log_bin, 0, "this test needs a MariaDB without a binary log");
+    common::users_table(&p, &["u000001", "u_late"]).await;
+    let s = waiting_for(&url, &url, "scale-no-gtid").await;
+    s.stop().await;
+    p.close().await;
+}
+
 /// A scan replica is a server of the primary's kind; SQLite has none.
 #[test]
 fn a_scan_replica_of_another_kind_is_refused() {

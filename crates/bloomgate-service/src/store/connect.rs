@@ -28,10 +28,11 @@ impl SkuStore {
     /// With a scan replica: waits until it has replayed everything the
     /// primary had committed now (MariaDB: `MASTER_GTID_WAIT` for the
     /// primary's `gtid_binlog_pos`; MySQL: `WAIT_FOR_EXECUTED_GTID_SET`
-    /// for its `gtid_executed`; PostgreSQL: its replay position reaching
-    /// the primary's WAL position), at most the background statement
-    /// limit. A scan that starts after this misses no row a scan of the
-    /// primary would have found; the change feed was positioned before.
+    /// for its `gtid_executed`, refused when empty; PostgreSQL: its replay
+    /// position reaching the primary's WAL insert position), at most the
+    /// background statement limit. A scan that starts after this misses
+    /// no row a scan of the primary would have found; the change feed was
+    /// positioned before.
     ///
     /// # Errors
     /// [`StoreError`]: the replica did not catch up in time, is not a
@@ -67,6 +68,14 @@ impl SkuStore {
                     .within(&self.bg_limit, "scan replica")
                     .await
                     .map_err(err("scan replica"))?;
+                // An empty position is reached at once by any server: the
+                // wait would prove nothing (MySQL with gtid_mode OFF, a
+                // primary without a binary log).
+                if position.trim().is_empty() {
+                    return Err(behind(
+                        "the primary reports no GTID position (MySQL: gtid_mode must be ON; MariaDB: log_bin must be on): the scan replica's progress cannot be checked".into(),
+                    ));
+                }
                 // MariaDB answers 0 when there, -1 on the timeout; MySQL
                 // 0 and 1.
                 let answer: Option<i64> = sqlx::query_scalar(wait)
@@ -85,7 +94,9 @@ impl SkuStore {
             }
             scan::ScanPool::Postgres(replica) => {
                 let position: String = sqlx::query_scalar(
-                    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text",
+                    // The insert position: at or past every commit record,
+                    // even one not yet written out (synchronous_commit off).
+                    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text",
                 )
                 .fetch_one(&self.pool)
                 .within(&self.bg_limit, "scan replica")
