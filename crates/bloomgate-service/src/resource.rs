@@ -359,6 +359,7 @@ impl<R: Guarded> Resource<R> {
                 options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
                 Duration::from_millis(c.redis_timeout_ms),
                 scan,
+                c.bloom_scan_rows_per_sec,
             )
             .await?
             .with_background(shared.background.clone());

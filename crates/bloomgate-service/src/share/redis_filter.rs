@@ -19,11 +19,13 @@
 //!
 //! Every resource in `strict` or `redis` mode has one of its own, under
 //! `{prefix}rf:{name}:bloom`, filled from its source's key scan; its `keys`
-//! calls add to it before they answer.
+//! calls add to it before they answer. Fills and refills read the scan a
+//! page at a time (one page in memory), under
+//! `cache.bloom_scan_rows_per_sec`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloomgate_filter::{BlockedBloom, BloomKey, HashPair};
 use bloomgate_redis::{Conn, RedisBloom};
@@ -31,7 +33,8 @@ use bloomgate_redis::{Conn, RedisBloom};
 use crate::filter::KeyBatch;
 use crate::key::Key;
 use crate::redis_link::RedisTarget;
-use crate::source::KeyScan;
+use crate::source::{KeyRange, KeyScan};
+use crate::store::StoreError;
 
 /// A key as its hashes under the shared filter's seed (0): what a refill
 /// keeps of the creates that arrive while it runs.
@@ -48,6 +51,92 @@ impl BloomKey for Hashed {
 enum Page {
     Ints(Vec<i64>),
     Keys(Vec<Key>),
+}
+
+/// Keys per page of a fill, at most.
+const FILL_PAGE: usize = 10_000;
+
+/// The source's keys, one page held at a time, at most `limit` keys a
+/// second (`cache.bloom_scan_rows_per_sec`; 0: no limit): what a fill
+/// and a refill read, so a 10^8-key table neither sits in memory whole
+/// nor is read faster than a rebuild may.
+struct Pages<'a> {
+    keys: &'a dyn KeyScan,
+    ranges: std::vec::IntoIter<KeyRange>,
+    /// The range being read, and the last key read of it.
+    at: Option<(KeyRange, Option<Key>)>,
+    batch: usize,
+    limit: u64,
+    started: Instant,
+    read: u64,
+}
+
+impl<'a> Pages<'a> {
+    async fn open(keys: &'a dyn KeyScan, limit: u64) -> Result<Self, StoreError> {
+        // One reader: a descending range only ever pairs with a full
+        // ascending one (`KeyRange::meeting`), which reads it all.
+        let mut ranges = keys.ranges().await?;
+        ranges.retain(|r| !r.descending);
+        let batch = match limit {
+            0 => FILL_PAGE,
+            // About a tenth of a second's worth: an even load.
+            l => usize::try_from(l / 10)
+                .unwrap_or(FILL_PAGE)
+                .clamp(100, FILL_PAGE),
+        };
+        Ok(Self {
+            keys,
+            ranges: ranges.into_iter(),
+            at: None,
+            batch,
+            limit,
+            started: Instant::now(),
+            read: 0,
+        })
+    }
+
+    /// The next page (in the parts its sink was handed), `None` at the end.
+    async fn next(&mut self) -> Result<Option<Vec<Page>>, StoreError> {
+        loop {
+            if self.at.is_none() {
+                match self.ranges.next() {
+                    Some(r) => self.at = Some((r, None)),
+                    None => return Ok(None),
+                }
+            }
+            if let Some(ms) = self.read.saturating_mul(1000).checked_div(self.limit) {
+                if let Some(wait) = Duration::from_millis(ms).checked_sub(self.started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let parts = std::sync::Mutex::new(Vec::new());
+            let sink = |batch: KeyBatch<'_>| {
+                crate::sync::lock(&parts).push(match batch {
+                    KeyBatch::Ints(ids) => Page::Ints(ids.to_vec()),
+                    KeyBatch::Keys(keys) => Page::Keys(keys.to_vec()),
+                });
+            };
+            let Some((range, after)) = &self.at else {
+                continue;
+            };
+            let page = self
+                .keys
+                .page(range, after.as_ref(), self.batch, &sink)
+                .await?;
+            self.read += page.keys as u64;
+            if page.keys < self.batch {
+                self.at = None;
+            } else if let Some((_, after)) = &mut self.at {
+                *after = page.last;
+            }
+            let parts = parts
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !parts.is_empty() {
+                return Ok(Some(parts));
+            }
+        }
+    }
 }
 
 /// Counters of the shared filter.
@@ -76,6 +165,8 @@ pub struct SharedFilter {
     /// Where its keys come from when it is filled: the SKU table, or a
     /// resource's source.
     keys: Arc<dyn KeyScan>,
+    /// Keys a second a fill may read (0: no limit).
+    scan_limit: u64,
     refilling: Arc<AtomicBool>,
     /// Creates that arrived while a refill runs (their inserts refused).
     pending: Arc<std::sync::Mutex<Vec<HashPair>>>,
@@ -119,6 +210,7 @@ impl SharedFilter {
         segment_bytes: u64,
         timeout: Duration,
         keys: Arc<dyn KeyScan>,
+        scan_limit: u64,
     ) -> Result<Self, SharedError> {
         let key = crate::wire::shared_filter_key(prefix);
         let fail = |source, hint| SharedError {
@@ -155,6 +247,7 @@ impl SharedFilter {
             segment_bytes,
             timeout,
             keys,
+            scan_limit,
             refilling: Arc::default(),
             pending: Arc::default(),
             counters: Arc::default(),
@@ -166,47 +259,32 @@ impl SharedFilter {
         Ok(shared)
     }
 
-    /// Adds every id in SQL (after creating the filter, or seeding SQL).
+    /// Adds every id in SQL (after creating the filter, or seeding SQL),
+    /// a page at a time.
     pub(crate) async fn fill(&self) {
-        let (batches, scanned) = self.scan().await;
-        self.add_all(&batches, scanned).await;
-    }
-
-    /// Every key in SQL (or the resource's source), in batches.
-    async fn scan(&self) -> (Vec<Page>, Result<u64, crate::store::StoreError>) {
-        let pages = std::sync::Mutex::new(Vec::new());
-        let sink = |batch: KeyBatch<'_>| {
-            let page = match batch {
-                KeyBatch::Ints(ids) => Page::Ints(ids.to_vec()),
-                KeyBatch::Keys(keys) => Page::Keys(keys.to_vec()),
-            };
-            crate::sync::lock(&pages).push(page);
-        };
-        let scanned = self.keys.scan_keys(10_000, &sink).await;
-        let pages = pages
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (pages, scanned)
-    }
-
-    async fn add_all(&self, batches: &[Page], scanned: Result<u64, crate::store::StoreError>) {
         let mut added = 0;
-        for page in batches {
-            let (sent, n) = match page {
-                Page::Ints(ids) => (self.bloom.insert_many(ids).await, ids.len()),
-                Page::Keys(keys) => (self.bloom.insert_many(keys).await, keys.len()),
-            };
-            match sent {
-                Ok(()) => added += n,
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe for what is missing");
-                    return;
+        let scanned = async {
+            let mut pages = Pages::open(&*self.keys, self.scan_limit).await?;
+            while let Some(parts) = pages.next().await? {
+                for part in parts {
+                    let (sent, n) = match &part {
+                        Page::Ints(ids) => (self.bloom.insert_many(ids).await, ids.len()),
+                        Page::Keys(keys) => (self.bloom.insert_many(keys).await, keys.len()),
+                    };
+                    if let Err(e) = sent {
+                        return Ok(Err(e));
+                    }
+                    added += n;
                 }
             }
-        }
-        match scanned {
-            Ok(_) => tracing::info!(key = %self.key, added, "shared filter filled from SQL"),
+            Ok::<_, StoreError>(Ok(()))
+        };
+        match scanned.await {
+            Ok(Ok(())) => tracing::info!(key = %self.key, added, "shared filter filled from SQL"),
+            Ok(Err(e)) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe for what is missing");
+            }
             Err(e) => tracing::warn!(error = %e, "scanning SQL for the shared filter failed"),
         }
     }
@@ -317,19 +395,26 @@ impl SharedFilter {
     /// meanwhile), uploads it segment by segment (each appears whole), then
     /// restores the metadata and adds the creates kept since.
     async fn refill(&self) -> Result<(), String> {
-        let (batches, scanned) = self.scan().await;
-        let scanned = scanned.map_err(|e| format!("scanning SQL: {e}"))?;
         let mut local = BlockedBloom::new(self.bloom.params(), 0).map_err(|e| e.to_string())?;
-        for page in &batches {
-            match page {
-                Page::Ints(ids) => {
-                    for id in ids {
-                        local.insert(id);
+        let scanning = |e: StoreError| format!("scanning SQL: {e}");
+        let mut pages = Pages::open(&*self.keys, self.scan_limit)
+            .await
+            .map_err(scanning)?;
+        let mut scanned = 0_u64;
+        while let Some(parts) = pages.next().await.map_err(scanning)? {
+            for part in parts {
+                match part {
+                    Page::Ints(ids) => {
+                        scanned += ids.len() as u64;
+                        for id in &ids {
+                            local.insert(id);
+                        }
                     }
-                }
-                Page::Keys(keys) => {
-                    for k in keys {
-                        local.insert(k);
+                    Page::Keys(keys) => {
+                        scanned += keys.len() as u64;
+                        for k in &keys {
+                            local.insert(k);
+                        }
                     }
                 }
             }
