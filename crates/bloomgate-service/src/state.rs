@@ -216,6 +216,24 @@ impl AppState {
         } else {
             store.set_outbox_off();
             tracing::info!("bloomgate's outbox is off (no configured feature needs it; sql.outbox): nothing is created in the database, every start scans, a warm's rebuild reaches this instance alone, and keys and invalidate calls answer 409");
+            // A snapshot is positioned in the outbox: without one, none is
+            // restored.
+            let snapshots: Vec<&str> = config
+                .cache
+                .bloom_snapshot_path
+                .iter()
+                .map(|_| "cache.bloom_snapshot_path")
+                .chain(
+                    config
+                        .resources
+                        .iter()
+                        .filter(|r| r.bloom_snapshot_path.is_some())
+                        .map(|_| "resources[].bloom_snapshot_path"),
+                )
+                .collect();
+            if !snapshots.is_empty() {
+                tracing::warn!(set = %snapshots.join(", "), "filter snapshots are not restored while bloomgate's outbox is off (a snapshot is positioned in it): every start scans; set sql.outbox = true to use them");
+            }
         }
         crate::feed::capture::install_missing(&store, &captured).await?;
         // The SKU table exists now (with the demo): its watch column is
