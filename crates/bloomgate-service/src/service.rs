@@ -100,6 +100,7 @@ pub async fn run_with(
             max_connections: usize::try_from(max).unwrap_or(usize::MAX),
             max_header_bytes: state.gate.max_header_bytes,
             max_headers: state.gate.max_headers,
+            write_idle: Duration::from_millis(state.gate.idle_timeout_ms),
         };
         let served = crate::proxy::serve(listener, proxy, limits, signalled(&stopped));
         tasks.push(("gate", bounded(served, signalled(&stopped), grace)));

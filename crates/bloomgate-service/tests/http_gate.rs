@@ -825,3 +825,37 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         "{metrics}"
     );
 }
+
+/// A client that stops reading a large download: once the gate's writes
+/// to it make no progress for `gate.idle_timeout_ms`, the connection ends
+/// (and the upstream request with it), instead of holding the upstream
+/// for as long as the client likes. Before, the transfer waited and then
+/// went on: the whole GiB arrived once the client read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _) = gate_over(&url, &["u1"], &up, |c| c.gate.idle_timeout_ms = 300).await;
+    let mut c = tokio::net::TcpStream::connect(s.gate.unwrap())
+        .await
+        .unwrap();
+    c.write_all(b"GET /download/1073741824 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Not read for 2 s: the buffers fill and the gate's writes wait.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (mut n, mut buf) = (0_u64, vec![0_u8; 1 << 16]);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(k)) => n += k as u64,
+            Err(_) => panic!("neither data nor an end within 10 s ({n} bytes read)"),
+        }
+    }
+    assert!(
+        n < 256 << 20,
+        "read {n} bytes: the gate kept streaming to a client that stopped reading"
+    );
+}

@@ -2,14 +2,20 @@
 //! wait in the kernel's backlog), each served by hyper's HTTP/1 with the
 //! service's header timeout (an idle keep-alive connection too), a head
 //! size and header count limit, upgrades allowed, and every byte read
-//! also given to the smuggling scan ([`super::framing`]). Drains on a
+//! also given to the smuggling scan ([`super::framing`]), and every
+//! write bounded by the idle timeout ([`WriteIdle`]: a client that stops
+//! reading does not hold its upstream request for ever). Drains on a
 //! signal as the service's own listener does.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::framing::{Scanned, Scanner};
 use super::Proxy;
@@ -26,6 +32,98 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Most headers (hyper answers 431 past it).
     pub max_headers: usize,
+    /// A write to the client that makes no progress for this long ends
+    /// the connection (`gate.idle_timeout_ms`).
+    pub write_idle: Duration,
+}
+
+/// A client connection whose writes give up after `idle` without
+/// progress: the client stopped reading (or its network did), so the
+/// connection ends, and with it the upstream request that streams to it.
+/// The timer exists only while a write waits.
+#[derive(Debug)]
+pub struct WriteIdle<T> {
+    inner: T,
+    idle: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteIdle<T> {
+    /// `inner`, its writes bounded by `idle`.
+    pub fn new(inner: T, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            timer: None,
+        }
+    }
+
+    /// A write's outcome: progress clears the timer; a wait starts it,
+    /// and one that outlasts it fails the write.
+    fn timed<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        if r.is_ready() {
+            self.timer = None;
+            return r;
+        }
+        let idle = self.idle;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {idle:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteIdle<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteIdle<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.timed(cx, r)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.timed(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.timed(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
 
 /// Serves the proxy on `listener` until `signal`, then stops accepting
@@ -64,7 +162,10 @@ pub async fn serve(
             async move { Ok::<_, Infallible>(proxy.handle(req, peer, framing).await) }
         });
         tasks.spawn(async move {
-            let io = TokioIo::new(Scanned::new(stream, scanner));
+            let io = TokioIo::new(WriteIdle::new(
+                Scanned::new(stream, scanner),
+                limits.write_idle,
+            ));
             let conn = builder.serve_connection(io, service).with_upgrades();
             crate::http::serve::until_stopped(conn, stop, |c| c.graceful_shutdown()).await;
             drop(permit);
