@@ -27,7 +27,7 @@ mod guard;
 mod l1;
 mod sweep;
 
-pub use absent::{AbsentCounters, AbsentMemory, Recall, Ticket};
+pub use absent::{AbsentCounters, AbsentMemory, Positions, Recall, Ticket};
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;

@@ -859,3 +859,70 @@ async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
         "read {n} bytes: the gate kept streaming to a client that stopped reading"
     );
 }
+
+/// A create no instance applied (the only instance was stopped when
+/// another program inserted the row, and the next one starts past its
+/// entry) deletes no memory. The memory in Redis carries the position it
+/// was made at, and an instance trusts none from before the position it
+/// follows from: the row is forwarded. Before, the restarted gate
+/// answered the stale 404 for a row that exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_404_older_than_the_instance_is_not_trusted() {
+    let Some(url) = common::mysql_database("http_gate_memory_restart").await else {
+        return;
+    };
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let prefix = "http-gate-memory-restart";
+    common::redis_clear(&redis, &format!("bgtest:{prefix}:")).await;
+    let up = Upstream::start().await;
+    let writer = common::sql_pool(&url).await;
+    common::users_table(&writer, &["u1", "gone"]).await;
+    let config = || {
+        let mut c = gate_config(common::config(&url, Some(&redis), prefix), &up);
+        c.gate.routes[0].cache_not_found_secs = 300;
+        c.sql.outbox_gap_ms = 200;
+        c
+    };
+    let a = started(config()).await;
+    sqlx::query("DELETE FROM users WHERE id = 'gone'")
+        .execute(&writer)
+        .await
+        .unwrap();
+    eventually(5, "the delete applied", || async { applied(&a).await >= 1 }).await;
+    let gone = "/api/profiles/gone";
+    up.seen.set_missing(gone, true);
+    assert_eq!(get(&a, gone).await.0, 404);
+    assert_eq!(get(&a, gone).await.0, 404);
+    assert_eq!(up.seen.at(gone), 1, "remembered");
+    a.stop().await;
+    // Created while no instance runs; the next starts past its entry (it
+    // finds no stored filter to adopt and replay from: only the memories
+    // are left in Redis).
+    up.seen.set_missing(gone, false);
+    mariadb_client(&url, "INSERT INTO users VALUES ('gone', 'back again')");
+    let mut conn = common::redis_conn(&redis).await;
+    for k in common::redis_keys(&mut conn, &format!("bgtest:{prefix}:")).await {
+        if !k.contains(":gnf:") {
+            let _: () = redis::cmd("DEL")
+                .arg(k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let b = started(config()).await;
+    let seq: i64 = sqlx::query_scalar("SELECT MAX(seq) FROM bloomgate_changes")
+        .fetch_one(&writer)
+        .await
+        .unwrap();
+    assert!(
+        b.state.outbox.followed_since() >= seq,
+        "the new instance starts past the create"
+    );
+    let (status, body) = get(&b, gone).await;
+    assert_eq!(status, 200, "a 404 remembered before the create: {body}");
+    assert_eq!(up.seen.at(gone), 2);
+}

@@ -18,6 +18,15 @@
 //! So a 404 the upstream gave before a create committed is never stored
 //! after an instance applied that create, and one stored before is
 //! deleted by each instance as it applies it.
+//!
+//! A create nobody applied (every instance was down when it committed,
+//! and each started past it) deletes nothing, so a memory in Redis
+//! carries the change-feed position its request was forwarded at (its
+//! instance had applied every change up to it), and an instance trusts
+//! only one at or after the position it follows from ([`Positions`]):
+//! every change after that it applies, deleting the memory. One from
+//! before is deleted and the request forwarded; one from past the
+//! position now (a database restored to an earlier point) too.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +38,15 @@ use crate::sync::lock;
 
 /// Shards of the change counters.
 const SHARDS: usize = 64;
+
+/// The change feed's positions, as a memory needs them.
+pub trait Positions: Send + Sync + std::fmt::Debug {
+    /// Every change up to here has been applied here.
+    fn watermark(&self) -> i64;
+    /// Every change after here is applied here (its start, or where it
+    /// jumped to).
+    fn since(&self) -> i64;
+}
 
 /// What a recall found.
 #[derive(Debug)]
@@ -48,6 +66,8 @@ pub enum Recall {
 pub struct Ticket {
     changes: u64,
     lease: Option<Lease>,
+    /// The change-feed position when it was forwarded.
+    at: i64,
 }
 
 /// Counters of one memory.
@@ -73,6 +93,7 @@ struct Inner<K> {
     l1: L1<K, ()>,
     shards: Box<[Mutex<u64>]>,
     redis: Option<RedisTier>,
+    positions: Option<Arc<dyn Positions>>,
     ttl: Duration,
     counters: AbsentCounters,
 }
@@ -82,19 +103,39 @@ where
     K: Hash + Eq + Clone + std::fmt::Display,
 {
     /// Remembers about `capacity` keys in process, each for `ttl`, and in
-    /// `redis` (its namespace this memory's own) for `ttl` ± 10%.
+    /// `redis` (its namespace this memory's own) for `ttl` ± 10%, stamped
+    /// with `positions`' watermark (without: every memory in Redis is
+    /// trusted, as by a lone instance that never restarts).
     #[must_use]
-    pub fn new(capacity: u64, ttl: Duration, redis: Option<RedisTier>) -> Self {
+    pub fn new(
+        capacity: u64,
+        ttl: Duration,
+        redis: Option<RedisTier>,
+        positions: Option<Arc<dyn Positions>>,
+    ) -> Self {
         let secs = ttl.as_secs().max(1);
         Self {
             inner: Arc::new(Inner {
                 l1: L1::new(capacity, ttl, ttl),
                 shards: (0..SHARDS).map(|_| Mutex::new(0)).collect(),
-                redis: redis.map(|r| RedisTier { nil_ttl: secs, ..r }),
+                redis: redis.map(|r| RedisTier {
+                    value_ttl: secs,
+                    nil_ttl: secs,
+                    ..r
+                }),
+                positions,
                 ttl,
                 counters: AbsentCounters::default(),
             }),
         }
+    }
+
+    /// Whether a memory stamped `at` is one this instance may trust.
+    fn trusted(&self, at: i64) -> bool {
+        self.inner
+            .positions
+            .as_ref()
+            .is_none_or(|p| p.since() <= at && at <= p.watermark())
     }
 
     fn shard(&self, key: &K) -> &Mutex<u64> {
@@ -129,28 +170,38 @@ where
         let mut ticket = Ticket {
             changes,
             lease: None,
+            at: self.inner.positions.as_ref().map_or(0, |p| p.watermark()),
         };
         let Some(redis) = &self.inner.redis else {
             return Recall::Unknown(ticket);
         };
-        let found = if lease {
+        let stamp = if lease {
             // The script alone, in one round trip: most keys asked hold
             // nothing (every real key the filter lets through).
-            let looked = redis.lookup_with(key, false, |raw| {
-                serde_json::from_slice::<serde_json::Value>(&raw)
-            });
+            let looked = redis.lookup_with(key, false, |raw| serde_json::from_slice::<i64>(&raw));
             match looked.await {
-                Ok(RedisLookup::Nil) => true,
+                Ok(RedisLookup::Hit(at)) => Some(Some(at)),
+                // An earlier format, or a value that does not decode.
+                Ok(RedisLookup::Nil) => Some(None),
                 Ok(RedisLookup::Miss(l)) => {
                     ticket.lease = l;
-                    false
+                    None
                 }
-                Ok(RedisLookup::Hit(_)) | Err(_) => false,
+                Err(_) => None,
             }
         } else {
-            matches!(redis.raw(key).await, Ok(Some(v)) if v == super::NIL_SENTINEL)
+            match redis.raw(key).await {
+                Ok(Some(v)) if !v.starts_with(super::LEASE_PREFIX) => Some(v.parse().ok()),
+                _ => None,
+            }
         };
-        if !found {
+        let Some(stamp) = stamp else {
+            return Recall::Unknown(ticket);
+        };
+        if !stamp.is_some_and(|at| self.trusted(at)) {
+            // Made before changes this instance may not have applied:
+            // gone, so the next 404 may be stored afresh.
+            let _ = redis.invalidate(key).await;
             return Recall::Unknown(ticket);
         }
         // Kept here too, unless a change was applied since the counter
@@ -174,7 +225,7 @@ where
     pub async fn remember(&self, key: &K, ticket: Ticket) {
         let mut stored = true;
         if let (Some(redis), Some(lease)) = (&self.inner.redis, &ticket.lease) {
-            match redis.fill::<()>(key, lease, None).await {
+            match redis.fill(key, lease, Some(&ticket.at)).await {
                 Ok(true) => {}
                 Ok(false) => stored = false,
                 Err(e) => {
@@ -239,7 +290,7 @@ mod tests {
     use super::*;
 
     fn memory() -> AbsentMemory<String> {
-        AbsentMemory::new(100, Duration::from_secs(60), None)
+        AbsentMemory::new(100, Duration::from_secs(60), None, None)
     }
 
     #[tokio::test]
@@ -255,6 +306,27 @@ mod tests {
         assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
         assert_eq!(m.counters().remembered.load(Ordering::Relaxed), 1);
         assert_eq!(m.counters().recalled.load(Ordering::Relaxed), 1);
+    }
+
+    #[derive(Debug)]
+    struct At(i64, i64);
+
+    impl Positions for At {
+        fn watermark(&self) -> i64 {
+            self.1
+        }
+        fn since(&self) -> i64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_stamp_is_trusted_from_where_the_instance_follows_to_where_it_is() {
+        let m: AbsentMemory<String> =
+            AbsentMemory::new(10, Duration::from_secs(1), None, Some(Arc::new(At(10, 20))));
+        assert!(!m.trusted(9), "made before this instance followed");
+        assert!(m.trusted(10) && m.trusted(20));
+        assert!(!m.trusted(21), "made past where the feed is (a restore)");
     }
 
     #[tokio::test]

@@ -218,6 +218,9 @@ pub struct Outbox {
     doorbell: Arc<Notify>,
     /// When a read of the table last succeeded (ms since the epoch).
     last_ok_ms: Arc<AtomicU64>,
+    /// The position this follower applies every entry after
+    /// (`i64::MAX` before it starts).
+    since: Arc<std::sync::atomic::AtomicI64>,
     running: Arc<AtomicBool>,
     /// Counters, shared by clones.
     pub counters: Arc<OutboxCounters>,
@@ -255,6 +258,7 @@ impl Outbox {
             follow: Arc::default(),
             doorbell: Arc::new(Notify::new()),
             last_ok_ms: Arc::new(AtomicU64::new(now_millis())),
+            since: Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX)),
             running: Arc::default(),
             counters: Arc::default(),
             before_poll: Arc::default(),
@@ -326,6 +330,18 @@ impl Outbox {
     #[must_use]
     pub fn watermark(&self) -> i64 {
         lock(&self.follow).watermark()
+    }
+
+    /// The position after which this follower has applied, or will
+    /// apply, every entry: where it started, or jumped to (a trimmed
+    /// position, a rewound outbox). `i64::MAX` before it starts.
+    #[must_use]
+    pub fn followed_since(&self) -> i64 {
+        self.since.load(Ordering::Relaxed)
+    }
+
+    fn follow_from(&self, from: i64) {
+        self.since.store(from, Ordering::Relaxed);
     }
 
     /// When a read of the table last succeeded, ms since the epoch.

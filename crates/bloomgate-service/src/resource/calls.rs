@@ -26,6 +26,20 @@ pub enum Judged {
     },
 }
 
+/// The change feed's positions, for the HTTP gate's remembered 404s.
+#[derive(Debug)]
+struct FeedPositions(crate::feed::outbox::Outbox);
+
+impl crate::cache::Positions for FeedPositions {
+    fn watermark(&self) -> i64 {
+        self.0.watermark()
+    }
+
+    fn since(&self) -> i64 {
+        self.0.followed_since()
+    }
+}
+
 /// The answer of a batch read.
 #[derive(Debug)]
 pub struct BatchAnswer<K = Key, T = Row> {
@@ -242,7 +256,8 @@ impl<R: Guarded> Resource<R> {
         ]);
         let namespace = crate::wire::absent_namespace(&self.name, &tag);
         let redis = self.reader.redis.as_ref().map(|r| r.namespaced(&namespace));
-        let memory = crate::cache::AbsentMemory::new(capacity, ttl, redis);
+        let positions = Arc::new(FeedPositions(self.outbox.clone()));
+        let memory = crate::cache::AbsentMemory::new(capacity, ttl, redis, Some(positions));
         self.reader.track_absent(memory.clone());
         memory
     }

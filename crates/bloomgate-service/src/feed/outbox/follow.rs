@@ -18,6 +18,7 @@ impl Outbox {
             return;
         }
         lock(&self.follow).cursor = from;
+        self.follow_from(from);
         self.last_ok_ms.store(now_millis(), Ordering::Relaxed);
         self.spawn_listener(anchor);
         let (outbox, held) = (self.clone(), Arc::clone(anchor));
@@ -175,6 +176,7 @@ impl Outbox {
                 let mut f = lock(&self.follow);
                 f.cursor = from;
                 f.at_cursor = None;
+                self.follow_from(from);
                 // Still uncommitted ones may commit later: watched as late.
                 let open: Vec<i64> = f.gaps.keys().copied().collect();
                 let mut moved = 0;
@@ -315,6 +317,7 @@ impl Outbox {
             let mut f = lock(&self.follow);
             f.cursor = to;
             f.at_cursor = None;
+            self.follow_from(to);
             f.gaps.clear();
             f.late = f.late.emptied();
             for c in f.rebuilds_covered.values_mut() {
