@@ -1171,3 +1171,79 @@ async fn a_trigger_right_through_a_role_or_a_schema_pattern_counts_mariadb() {
     exec(&admin, "DROP ROLE bg_rights_r").await;
     admin.close().await;
 }
+
+/// Capture on a table and key column whose names are a reserved word in
+/// mixed case (`Order`, `Select`), quoted as each database quotes: the
+/// triggers install, and another program's insert, update and delete
+/// reach the instance.
+async fn reserved_names(url: &str, label: &str) {
+    let w = sql_pool(url).await;
+    let q = if url.starts_with("mysql") { '`' } else { '"' };
+    exec(
+        &w,
+        &format!(
+            "CREATE TABLE {q}Order{q} ({q}Select{q} VARCHAR(32) NOT NULL PRIMARY KEY, {q}Group{q} VARCHAR(100) NOT NULL)"
+        ),
+    )
+    .await;
+    exec(
+        &w,
+        &format!("INSERT INTO {q}Order{q} VALUES ('o1', 'first')"),
+    )
+    .await;
+    let mut c = common::config(url, None, &format!("capture-reserved-{label}"));
+    c.demo = Some(false);
+    let mut orders = common::users_resource("orders");
+    orders.table = "Order".into();
+    orders.key = "Select".into();
+    orders.capture = Capture::Triggers;
+    c.resources = vec![orders];
+    let s = TestServer::start(c, 0).await;
+    assert_eq!(status(&s, "/api/orders/o1").await, 200, "{label}");
+    assert_eq!(status(&s, "/api/orders/o2").await, 404, "{label}");
+    exec(
+        &w,
+        &format!("INSERT INTO {q}Order{q} VALUES ('o2', 'second')"),
+    )
+    .await;
+    on_every(&[&s], "/api/orders/o2", 200, BOUND).await;
+    exec(
+        &w,
+        &format!("UPDATE {q}Order{q} SET {q}Group{q} = 'renamed' WHERE {q}Select{q} = 'o1'"),
+    )
+    .await;
+    eventually(BOUND, "the update is served", || async {
+        s.get("/api/orders/o1").await.1["Group"] == "renamed"
+    })
+    .await;
+    exec(
+        &w,
+        &format!("DELETE FROM {q}Order{q} WHERE {q}Select{q} = 'o2'"),
+    )
+    .await;
+    on_every(&[&s], "/api/orders/o2", 404, BOUND).await;
+    s.stop().await;
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_mixed_case_names_are_captured_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    reserved_names(&common::sqlite_url(&dir), "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_mixed_case_names_are_captured_mariadb() {
+    let Some(url) = common::mysql_database("capture_reserved").await else {
+        return;
+    };
+    reserved_names(&url, "mariadb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_mixed_case_names_are_captured_postgres() {
+    let Some(url) = common::postgres_database("capture_reserved").await else {
+        return;
+    };
+    reserved_names(&url, "postgres").await;
+}
