@@ -1001,6 +1001,52 @@ async fn keys_answers_503_and_records_nothing_when_redis_does_not_confirm() {
 /// rebuilds, and their "does the filter account for SQL's rows" check)
 /// took a resource's key that parses as an integer for a SKU id. A users
 /// key "42" must not count as SKU 42.
+/// A row another program inserts while the start-up scan of a watched
+/// table is held (its scan done, its filter not yet published) is in the
+/// filter soon after: the watch read the column's largest value before
+/// the build began, so the row is past that value (the watch admits it)
+/// or was there for the scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_inserted_while_the_start_up_scan_is_held_is_found_by_the_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let mut config = common::config(&url, None, "watch-held-scan");
+    config.demo = Some(false);
+    config.resources = vec![resource("members", true)];
+    let state = bloomgate_service::AppState::connect(&config).await.unwrap();
+    let members = state
+        .resources
+        .iter()
+        .find(|r| &*r.name == "members")
+        .cloned()
+        .unwrap();
+    let pause = members.gate().after_scan.arm(0);
+    // The table's build runs in the background (no demo table: nothing
+    // for the caller to wait on).
+    let build = bloomgate_service::prepare(&state, &config).await.unwrap();
+    pause.reached().await;
+    let row = format!(
+        "INSERT INTO users (id, name, seq) VALUES ('u_held', 'held', {})",
+        ROWS + 1
+    );
+    exec(&url, &[row]).await;
+    pause.resume();
+    if let Some(build) = build {
+        build.await.unwrap();
+    }
+    let gate = std::sync::Arc::clone(members.gate());
+    eventually(
+        2,
+        "the row inserted during the held scan is admitted",
+        || {
+            let gate = std::sync::Arc::clone(&gate);
+            async move { gate.is_ready() && gate.probe(text("u_held")) != Verdict::Reject }
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resources_integer_looking_key_is_no_sku_create() {
     let dir = tempfile::tempdir().unwrap();
