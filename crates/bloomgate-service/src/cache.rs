@@ -27,7 +27,7 @@ mod guard;
 mod l1;
 mod sweep;
 
-pub use absent::{AbsentCounters, AbsentMemory, Positions, Recall, Ticket};
+pub use absent::{AbsentCounters, AbsentMemory, Positions, Recall, Ticket, CLOCK_MARGIN_MS};
 
 pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
@@ -569,6 +569,21 @@ impl RedisTier {
             self.guard.owed.owe(keys);
         }
         res.map(drop)
+    }
+
+    /// The value under an id's key; none for a key whose invalidation
+    /// Redis is still owed (it may hold the key's older state).
+    ///
+    /// # Errors
+    /// [`CacheError`].
+    pub async fn peek(&self, id: impl std::fmt::Display) -> Result<Option<Vec<u8>>, CacheError> {
+        let key = self.key(id);
+        if self.guard.owed.contains(&key) {
+            return Ok(None);
+        }
+        let mut conn = self.conn.clone();
+        self.guarded(redis::cmd("GET").arg(key).query_async(&mut conn))
+            .await
     }
 
     /// The raw value under an id's key (for inspection and tests).

@@ -36,7 +36,7 @@ mod serve;
 pub use serve::{serve, Limits};
 
 use forward::{own_answer, ProxyBody, Upstream};
-use judge::{Asker, Judgement, Pending, Route, Routes};
+use judge::{Asked, Asker, Judgement, Pending, Route, Routes};
 
 /// The reverse proxy: the routes, the upstream's pool, the metrics.
 #[derive(Debug)]
@@ -87,15 +87,24 @@ impl Proxy {
             m.record(m.unrouted(), Outcome::BadRequest);
             return refused;
         }
-        let judged = self
-            .routes
-            .judge(
-                req.method().as_str(),
-                req.uri().path(),
-                req.headers(),
-                Asker::Proxy,
-            )
-            .await;
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| {
+                req.uri()
+                    .authority()
+                    .map(hyper::http::uri::Authority::as_str)
+            })
+            .unwrap_or("");
+        let asked = Asked {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            query: req.uri().query().is_some(),
+            host,
+            headers: req.headers(),
+        };
+        let judged = self.routes.judge(&asked, Asker::Proxy).await;
         match judged {
             Judgement::Refuse(route) => {
                 m.record(route.slot, Outcome::Rejected);

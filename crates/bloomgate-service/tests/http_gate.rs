@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use bloomgate_service::cache::CLOCK_MARGIN_MS;
 use bloomgate_service::config::proxy::ProxyRoute;
 use bloomgate_service::config::{Capture, Config};
 use common::upstream::{raw, rss, status_of, Upstream};
@@ -50,12 +51,18 @@ async fn started(c: Config) -> TestServer {
     s
 }
 
+/// The public name of the API the gates front.
+const HOST: &str = "api.test";
+
 fn gate_url(s: &TestServer, path: &str) -> String {
     format!("http://{}{path}", s.gate.unwrap())
 }
 
+/// A GET through `s`'s gate, with the `Host` a load balancer in front of
+/// every instance would send.
 async fn get(s: &TestServer, path: &str) -> (u16, String) {
-    let r = s.client.get(gate_url(s, path)).send().await.unwrap();
+    let r = s.client.get(gate_url(s, path)).header("host", HOST);
+    let r = r.send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
@@ -731,27 +738,73 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         applied(&a).await >= 2 && applied(&b).await >= 2
     })
     .await;
+    // An instance trusts memories in Redis forwarded after it started
+    // (by more than the fleet's clock margin).
+    tokio::time::sleep(Duration::from_millis(CLOCK_MARGIN_MS + 200)).await;
 
-    // Remembered once the upstream answered 404: A and B both answer it
-    // from then on, with the route's refusal.
+    // Another spelling of a key that exists may reach another of the
+    // API's routes, whose 404 is not the key's: not remembered, and the
+    // key's own spelling is forwarded on both instances. Before, a 404
+    // for `%75%31` was stored under `u1` and refused it for everyone.
+    for spelling in [
+        "/api/profiles/%75%31",
+        "//api/profiles/u1",
+        "/api/profiles/U1",
+    ] {
+        up.seen.set_missing(spelling, true);
+        for _ in 0..2 {
+            assert_eq!(get(&a, spelling).await.0, 404, "{spelling}");
+        }
+        assert_eq!(up.seen.at(spelling), 2, "{spelling} answered from memory");
+        for s in [&a, &b] {
+            assert_eq!(
+                get(s, "/api/profiles/u1").await.0,
+                200,
+                "refused after {spelling}"
+            );
+        }
+    }
+
+    // Remembered once the upstream answered 404 for the key's own
+    // spelling without a query, for the Host it was asked of: A and B
+    // both answer it from then on, with the route's refusal.
     let gone = "/api/profiles/gone";
     up.seen.set_missing(gone, true);
+    for _ in 0..2 {
+        let r = a.client.get(format!("{}?v=2", gate_url(&a, gone)));
+        let r = r.header("host", HOST).send();
+        assert_eq!(r.await.unwrap().status(), 404);
+    }
+    assert_eq!(up.seen.at(gone), 2, "a request with a query was remembered");
+    let evil = || {
+        a.client
+            .get(gate_url(&a, gone))
+            .header("host", "evil.example")
+    };
+    assert_eq!(evil().send().await.unwrap().status(), 404);
+    assert_eq!(evil().send().await.unwrap().status(), 404);
+    assert_eq!(up.seen.at(gone), 3, "remembered for its own Host");
     let (status, body) = get(&a, gone).await;
-    assert_eq!((status, up.seen.at(gone)), (404, 1), "{body}");
+    assert_eq!(
+        (status, up.seen.at(gone)),
+        (404, 4),
+        "another Host's 404 answered this one: {body}"
+    );
     assert!(body.contains("no such profile"), "the upstream's own 404");
-    for s in [&a, &b, &a] {
+    for (i, s) in [&a, &b, &a].into_iter().enumerate() {
         let (status, body) = get(s, gone).await;
         assert_eq!(status, 404);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["error"], "not_found", "the gate's refusal: {body}");
+        assert_eq!(v["error"], "not_found", "the gate's refusal ({i}): {body}");
     }
-    assert_eq!(up.seen.at(gone), 1, "answered without the upstream");
+    assert_eq!(up.seen.at(gone), 4, "answered without the upstream");
     // The auth-request check answers from the memory too.
     let r = b
         .client
         .get(format!("{}/api/gate/check", b.base))
         .header("x-original-method", "GET")
         .header("x-original-uri", gone)
+        .header("host", HOST)
         .send()
         .await
         .unwrap();
@@ -762,7 +815,7 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         let r = a.client.get(gate_url(&a, gone)).header(h, v).send().await;
         assert_eq!(r.unwrap().status(), 404);
     }
-    assert_eq!(up.seen.at(gone), 3);
+    assert_eq!(up.seen.at(gone), 6);
 
     // A create by another program (the mariadb client) drops the memory
     // on every instance.
@@ -810,8 +863,8 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
     let stats = a.stats().await;
     let r = &stats["gate"]["routes"][0];
     // Two answers before the create, and more while it was on its way.
-    assert!(r["not_found_cached"].as_u64().unwrap() >= 2, "{r}");
-    assert_eq!(r["not_found_memory"]["remembered"], 1, "{r}");
+    assert!(r["not_found_cached"].as_u64().unwrap() >= 3, "{r}");
+    assert_eq!(r["not_found_memory"]["remembered"], 2, "{r}");
     assert_eq!(r["not_found_memory"]["refused"], 1, "{r}");
     let on_b = &b.stats().await["gate"]["routes"][0];
     assert!(on_b["not_found_cached"].as_u64().unwrap() >= 1, "{on_b}");

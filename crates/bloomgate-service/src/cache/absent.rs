@@ -19,6 +19,11 @@
 //! after an instance applied that create, and one stored before is
 //! deleted by each instance as it applies it.
 //!
+//! A memory is the answer to one request: the key's canonical path, no
+//! query, no credentials (the gate stores no other), asked of one `Host`.
+//! It answers later requests for the same `Host` only: a virtual host
+//! the upstream does not serve must not refuse the key for the others.
+//!
 //! A create nobody applied (every instance was down when it committed,
 //! and each started past it) deletes nothing, so a memory in Redis
 //! carries the change-feed position its request was forwarded at (its
@@ -26,7 +31,17 @@
 //! only one at or after the position it follows from ([`Positions`]):
 //! every change after that it applies, deleting the memory. One from
 //! before is deleted and the request forwarded; one from past the
-//! position now (a database restored to an earlier point) too.
+//! position now (an instance ahead of this one) is not trusted here.
+//!
+//! It also carries the wall-clock time its request was forwarded at, and
+//! an instance trusts only one forwarded after it started and after it
+//! last lost track of the table ([`AbsentMemory::forget_all_local`]: a
+//! rebuild owed for rows no change named, a restored database whose
+//! numbers come again, an adopted rebuild), with a margin for the
+//! clocks of the fleet ([`CLOCK_MARGIN_MS`]). Positions alone cannot
+//! tell a memory made before a restore from one made after it, and the
+//! sweep of Redis that follows such an event is neither instant nor
+//! sure to succeed.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +53,17 @@ use crate::sync::lock;
 
 /// Shards of the change counters.
 const SHARDS: usize = 64;
+
+/// How far the fleet's clocks may disagree: a memory in Redis is trusted
+/// only when forwarded this long after the instance's last loss of track.
+pub const CLOCK_MARGIN_MS: u64 = 1_000;
+
+/// Now, in milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// The change feed's positions, as a memory needs them.
 pub trait Positions: Send + Sync + std::fmt::Debug {
@@ -68,6 +94,23 @@ pub struct Ticket {
     lease: Option<Lease>,
     /// The change-feed position when it was forwarded.
     at: i64,
+    /// The wall-clock time it was forwarded at (ms).
+    t: u64,
+}
+
+/// A memory in Redis: where the change feed was when its request was
+/// forwarded, when (ms since the Unix epoch), and the `Host` it was asked
+/// of (JSON `{"at":…,"host":…,"t":…}`).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Stamp {
+    at: i64,
+    host: Box<str>,
+    t: u64,
+}
+
+/// A memory in process: the `Host` it was asked of.
+fn held(host: &str) -> Entry<Box<str>> {
+    Entry::Found(super::Cached::new(host.into()))
 }
 
 /// Counters of one memory.
@@ -90,10 +133,14 @@ pub struct AbsentMemory<K> {
 
 #[derive(Debug)]
 struct Inner<K> {
-    l1: L1<K, ()>,
+    /// Each key's memory, holding the `Host` it was asked of.
+    l1: L1<K, Box<str>>,
     shards: Box<[Mutex<u64>]>,
     redis: Option<RedisTier>,
     positions: Option<Arc<dyn Positions>>,
+    /// Memories in Redis forwarded before this (ms) are not trusted: the
+    /// start, or the last [`AbsentMemory::forget_all_local`].
+    lost_track: AtomicU64,
     ttl: Duration,
     counters: AbsentCounters,
 }
@@ -124,18 +171,28 @@ where
                     ..r
                 }),
                 positions,
+                lost_track: AtomicU64::new(now_ms()),
                 ttl,
                 counters: AbsentCounters::default(),
             }),
         }
     }
 
-    /// Whether a memory stamped `at` is one this instance may trust.
-    fn trusted(&self, at: i64) -> bool {
-        self.inner
-            .positions
-            .as_ref()
-            .is_none_or(|p| p.since() <= at && at <= p.watermark())
+    /// Whether a memory stamped `stamp` is one this instance may trust:
+    /// `Ok` when it is, `Err(true)` when it is stale for every instance
+    /// that follows (made before this one's loss of track or start),
+    /// `Err(false)` when only this instance cannot vouch for it yet (made
+    /// past its position).
+    fn trusted(&self, stamp: &Stamp) -> Result<(), bool> {
+        let lost = self.inner.lost_track.load(Ordering::Acquire);
+        if stamp.t <= lost.saturating_add(CLOCK_MARGIN_MS) {
+            return Err(true);
+        }
+        match &self.inner.positions {
+            Some(p) if stamp.at < p.since() => Err(true),
+            Some(p) if stamp.at > p.watermark() => Err(false),
+            _ => Ok(()),
+        }
     }
 
     fn shard(&self, key: &K) -> &Mutex<u64> {
@@ -156,21 +213,24 @@ where
         &self.inner.counters
     }
 
-    /// Whether the upstream's 404 for `key` is remembered. `lease`: take
-    /// Redis's lease on a miss, for a request about to be forwarded (the
-    /// auth-request check never sees the upstream's answer, so it takes
-    /// none).
-    pub async fn recall(&self, key: &K, lease: bool) -> Recall {
+    /// Whether the upstream's 404 for `key`, asked of `host`, is
+    /// remembered. `lease`: take Redis's lease on a miss, for a request
+    /// about to be forwarded (the auth-request check never sees the
+    /// upstream's answer, so it takes none).
+    pub async fn recall(&self, key: &K, host: &str, lease: bool) -> Recall {
         // The counter first: a change applied after this point stops the
         // store, whatever the lookups below find.
         let changes = *lock(self.shard(key));
-        if self.inner.l1.get(key).is_some() {
-            return self.recalled();
+        if let Some(Entry::Found(c)) = self.inner.l1.get(key) {
+            if *c.row == *host {
+                return self.recalled();
+            }
         }
         let mut ticket = Ticket {
             changes,
             lease: None,
             at: self.inner.positions.as_ref().map_or(0, |p| p.watermark()),
+            t: now_ms(),
         };
         let Some(redis) = &self.inner.redis else {
             return Recall::Unknown(ticket);
@@ -178,10 +238,10 @@ where
         let stamp = if lease {
             // The script alone, in one round trip: most keys asked hold
             // nothing (every real key the filter lets through).
-            let looked = redis.lookup_with(key, false, |raw| serde_json::from_slice::<i64>(&raw));
+            let looked = redis.lookup_with(key, false, |raw| serde_json::from_slice::<Stamp>(&raw));
             match looked.await {
                 Ok(RedisLookup::Hit(at)) => Some(Some(at)),
-                // An earlier format, or a value that does not decode.
+                // Not this format.
                 Ok(RedisLookup::Nil) => Some(None),
                 Ok(RedisLookup::Miss(l)) => {
                     ticket.lease = l;
@@ -190,26 +250,49 @@ where
                 Err(_) => None,
             }
         } else {
-            match redis.raw(key).await {
-                Ok(Some(v)) if !v.starts_with(super::LEASE_PREFIX) => Some(v.parse().ok()),
+            // The check: no lease, and nothing read of a key whose delete
+            // Redis is still owed.
+            match redis.peek(key).await {
+                Ok(Some(v)) if !v.starts_with(super::LEASE_PREFIX.as_bytes()) => {
+                    Some(serde_json::from_slice::<Stamp>(&v).ok())
+                }
                 _ => None,
             }
         };
         let Some(stamp) = stamp else {
             return Recall::Unknown(ticket);
         };
-        if !stamp.is_some_and(|at| self.trusted(at)) {
-            // Made before changes this instance may not have applied:
-            // gone, so the next 404 may be stored afresh.
-            let _ = redis.invalidate(key).await;
+        if stamp.as_ref().is_some_and(|s| *s.host != *host) {
+            // Another host's 404 (Redis keeps one a key): a forwarded
+            // request takes the key over, so its own 404 may be stored.
+            if lease && redis.invalidate(key).await.is_ok() {
+                let looked =
+                    redis.lookup_with(key, false, |raw| serde_json::from_slice::<Stamp>(&raw));
+                if let Ok(RedisLookup::Miss(l)) = looked.await {
+                    ticket.lease = l;
+                }
+            }
             return Recall::Unknown(ticket);
         }
-        // Kept here too, unless a change was applied since the counter
-        // was read (Redis's answer may predate it).
-        let shard = lock(self.shard(key));
-        if *shard == changes {
-            self.inner.l1.insert(key.clone(), Entry::Missing);
+        match stamp.as_ref().map_or(Err(true), |s| self.trusted(s)) {
+            Ok(()) => {}
+            Err(stale) => {
+                if stale {
+                    // Made before changes this instance may not have
+                    // applied: gone, so the next 404 may be stored afresh.
+                    let _ = redis.invalidate(key).await;
+                }
+                return Recall::Unknown(ticket);
+            }
         }
+        // Answered and kept here only if no change of the key's shard was
+        // applied since the counter was read: Redis's answer may predate
+        // it (its delete still on the way).
+        let shard = lock(self.shard(key));
+        if *shard != changes {
+            return Recall::Unknown(ticket);
+        }
+        self.inner.l1.insert(key.clone(), held(host));
         drop(shard);
         self.recalled()
     }
@@ -219,13 +302,19 @@ where
         Recall::Absent
     }
 
-    /// Stores the upstream's 404 for `key`, asked with `ticket`: in Redis
-    /// if the lease is still there, here if no change was applied since
-    /// the ticket was taken (and Redis did not say the lease was taken).
-    pub async fn remember(&self, key: &K, ticket: Ticket) {
+    /// Stores the upstream's 404 for `key`, asked of `host` with
+    /// `ticket`: in Redis if the lease is still there, here if no change
+    /// was applied since the ticket was taken (and Redis did not say the
+    /// lease was taken).
+    pub async fn remember(&self, key: &K, host: &str, ticket: Ticket) {
         let mut stored = true;
         if let (Some(redis), Some(lease)) = (&self.inner.redis, &ticket.lease) {
-            match redis.fill(key, lease, Some(&ticket.at)).await {
+            let stamp = Stamp {
+                at: ticket.at,
+                host: host.into(),
+                t: ticket.t,
+            };
+            match redis.fill(key, lease, Some(&stamp)).await {
                 Ok(true) => {}
                 Ok(false) => stored = false,
                 Err(e) => {
@@ -236,7 +325,7 @@ where
         let shard = lock(self.shard(key));
         stored &= *shard == ticket.changes;
         if stored {
-            self.inner.l1.insert(key.clone(), Entry::Missing);
+            self.inner.l1.insert(key.clone(), held(host));
         }
         drop(shard);
         let c = &self.inner.counters;
@@ -256,8 +345,10 @@ where
     }
 
     /// [`AbsentMemory::forget_local`] for every key (this instance may
-    /// have missed changes).
+    /// have missed changes), and no memory in Redis made before now
+    /// trusted here.
     pub fn forget_all_local(&self) {
+        self.inner.lost_track.fetch_max(now_ms(), Ordering::AcqRel);
         for s in self.inner.shards.iter() {
             *lock(s) += 1;
         }
@@ -297,15 +388,33 @@ mod tests {
     async fn a_404_is_recalled_until_its_key_changes() {
         let m = memory();
         let k = "u1".to_owned();
-        let Recall::Unknown(t) = m.recall(&k, true).await else {
+        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
             panic!("remembered before any 404");
         };
-        m.remember(&k, t).await;
-        assert!(matches!(m.recall(&k, true).await, Recall::Absent));
+        m.remember(&k, "h", t).await;
+        assert!(matches!(m.recall(&k, "h", true).await, Recall::Absent));
         m.forget_local(&k);
-        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
         assert_eq!(m.counters().remembered.load(Ordering::Relaxed), 1);
         assert_eq!(m.counters().recalled.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_404_answers_only_the_host_it_was_asked_of() {
+        let m = memory();
+        let k = "u1".to_owned();
+        let Recall::Unknown(t) = m.recall(&k, "evil.example", true).await else {
+            panic!("remembered before any 404");
+        };
+        m.remember(&k, "evil.example", t).await;
+        assert!(matches!(
+            m.recall(&k, "evil.example", true).await,
+            Recall::Absent
+        ));
+        assert!(
+            matches!(m.recall(&k, "api.example", true).await, Recall::Unknown(_)),
+            "a 404 of another virtual host refused the key here"
+        );
     }
 
     #[derive(Debug)]
@@ -324,29 +433,58 @@ mod tests {
     fn a_stamp_is_trusted_from_where_the_instance_follows_to_where_it_is() {
         let m: AbsentMemory<String> =
             AbsentMemory::new(10, Duration::from_secs(1), None, Some(Arc::new(At(10, 20))));
-        assert!(!m.trusted(9), "made before this instance followed");
-        assert!(m.trusted(10) && m.trusted(20));
-        assert!(!m.trusted(21), "made past where the feed is (a restore)");
+        let later = now_ms() + CLOCK_MARGIN_MS + 10;
+        let at = |at: i64| Stamp {
+            at,
+            host: "h".into(),
+            t: later,
+        };
+        assert_eq!(
+            m.trusted(&at(9)),
+            Err(true),
+            "made before this instance followed"
+        );
+        assert!(m.trusted(&at(10)).is_ok() && m.trusted(&at(20)).is_ok());
+        assert_eq!(
+            m.trusted(&at(21)),
+            Err(false),
+            "made past where this instance is"
+        );
+        // Forwarded before the instance started, or lost track since.
+        let early = Stamp {
+            at: 15,
+            host: "h".into(),
+            t: now_ms().saturating_sub(5_000),
+        };
+        assert_eq!(m.trusted(&early), Err(true), "forwarded before the start");
+        let fresh = Stamp { t: later, ..early };
+        assert!(m.trusted(&fresh).is_ok());
+        m.inner.lost_track.store(later, Ordering::Release);
+        assert_eq!(
+            m.trusted(&fresh),
+            Err(true),
+            "forwarded before the instance lost track"
+        );
     }
 
     #[tokio::test]
     async fn a_404_asked_for_before_a_change_is_not_stored_after_it() {
         let m = memory();
         let k = "u1".to_owned();
-        let Recall::Unknown(t) = m.recall(&k, true).await else {
+        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
             panic!("remembered before any 404");
         };
         // The create is applied while the request is at the upstream.
         m.forget_local(&k);
-        m.remember(&k, t).await;
-        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+        m.remember(&k, "h", t).await;
+        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
         assert_eq!(m.counters().refused.load(Ordering::Relaxed), 1);
         // And so for every key after a forget of them all.
-        let Recall::Unknown(t) = m.recall(&k, true).await else {
+        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
             unreachable!()
         };
         m.forget_all_local();
-        m.remember(&k, t).await;
-        assert!(matches!(m.recall(&k, true).await, Recall::Unknown(_)));
+        m.remember(&k, "h", t).await;
+        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
     }
 }

@@ -15,7 +15,7 @@
 
 use hyper::header::HeaderMap;
 
-use super::judge::{Asker, Judgement, Refusal, Routes};
+use super::judge::{Asked, Asker, Judgement, Refusal, Routes};
 use crate::metrics::proxy::Outcome;
 use crate::metrics::ServiceMetrics;
 
@@ -90,7 +90,22 @@ pub async fn check<'a>(
             Answer::Refuse(&route.refusal)
         }
     };
-    match routes.judge(&method, &path, headers, Asker::Check).await {
+    // The original request's host: a forward-auth proxy names it, nginx's
+    // subrequest carries the original `Host`.
+    let host = match (header("x-forwarded-host"), header("host")) {
+        (Ok(Some(h)), _) | (Ok(None), Ok(Some(h))) => h,
+        (Err(why), _) | (_, Err(why)) => return Answer::BadRequest(why),
+        (Ok(None), Ok(None)) => "",
+    };
+    let asked = Asked {
+        method: &method,
+        path: &path,
+        // The check stores no 404, so its query does not matter.
+        query: false,
+        host,
+        headers,
+    };
+    match routes.judge(&asked, Asker::Check).await {
         Judgement::Refuse(route) => {
             m.record(route.slot, Outcome::Rejected);
             refuse(route)

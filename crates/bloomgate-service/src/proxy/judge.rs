@@ -8,7 +8,12 @@
 //! through when the upstream answered 404 for it lately
 //! ([`AbsentMemory`]): only for `GET` and `HEAD` without `Authorization`
 //! or `Cookie` (whose 404 may be the caller's, not the key's), and only
-//! while the filter vouches.
+//! while the filter vouches. A 404 is stored only for a request of the
+//! key's one canonical spelling (the route's path with the key as its
+//! column holds it, no escapes, dot segments, repeated slashes or query),
+//! and answers only requests asked of the same `Host`: another spelling
+//! may reach another of the upstream's routes, whose 404 would refuse a
+//! key that exists.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE};
 
-use super::route::{decode, key_of, normalise};
+use super::route::{canonical, decode, key_of, normalise};
 use crate::cache::{AbsentMemory, Recall, Ticket};
 use crate::config::proxy::{Pattern, ProxyConfig, ProxyRoute};
 use crate::key::Key;
@@ -70,6 +75,7 @@ pub enum Judgement<'a> {
 #[derive(Debug)]
 pub struct Pending {
     key: Key,
+    host: Box<str>,
     ticket: Ticket,
 }
 
@@ -78,9 +84,24 @@ impl Pending {
     /// a change of the key was applied meanwhile).
     pub async fn remember(self, route: &Route) {
         if let Some(m) = &route.memory {
-            m.remember(&self.key, self.ticket).await;
+            m.remember(&self.key, &self.host, self.ticket).await;
         }
     }
+}
+
+/// The request a verdict is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'r> {
+    /// Its method.
+    pub method: &'r str,
+    /// Its path, without the query.
+    pub path: &'r str,
+    /// Whether its target had a query.
+    pub query: bool,
+    /// Its `Host` (or the authority of an absolute target), as sent.
+    pub host: &'r str,
+    /// Its headers.
+    pub headers: &'r HeaderMap,
 }
 
 /// How a request is judged: by the proxy, which forwards what passes and
@@ -106,9 +127,9 @@ impl Routes {
     /// # Panics
     /// Never for a validated configuration (each route's pattern parses
     /// and names a resource in `resources`).
-    #[must_use]
     ///
     /// `capacity`: keys each route's remembered 404s hold in process.
+    #[must_use]
     pub fn of(config: &ProxyConfig, resources: &[Arc<Resource>], capacity: u64) -> Self {
         let routes = config
             .routes
@@ -143,19 +164,13 @@ impl Routes {
         &self.routes
     }
 
-    /// Judges `method` and `path` (the target without its query), asked
-    /// by `asker` with the request's `headers`.
-    pub async fn judge(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &HeaderMap,
-        asker: Asker,
-    ) -> Judgement<'_> {
+    /// Judges the request `asked`, asked by `asker`.
+    pub async fn judge(&self, asked: &Asked<'_>, asker: Asker) -> Judgement<'_> {
         if self.routes.is_empty() {
             return Judgement::Unrouted;
         }
-        let Some(segments) = normalise(path) else {
+        let method = asked.method;
+        let Some(segments) = normalise(asked.path) else {
             return Judgement::Unrouted;
         };
         for route in &self.routes {
@@ -171,12 +186,21 @@ impl Routes {
             return match route.resource.judge_one(&key).await {
                 Judged::Absent => Judgement::Refuse(route),
                 Judged::Maybe { vouched: true } => match &route.memory {
-                    Some(m) if remembers(method, headers) => {
-                        match m.recall(&key, asker == Asker::Proxy).await {
+                    Some(m) if remembers(method, asked.headers) => {
+                        // Only a canonical request's 404 is stored.
+                        let store = asker == Asker::Proxy
+                            && !asked.query
+                            && canonical(&route.pattern, asked.path, &key.to_string());
+                        let host = asked.host.to_ascii_lowercase();
+                        match m.recall(&key, &host, store).await {
                             Recall::Absent => Judgement::Remembered(route),
                             Recall::Unknown(ticket) => Judgement::Pass(
                                 route,
-                                (asker == Asker::Proxy).then_some(Pending { key, ticket }),
+                                store.then(|| Pending {
+                                    key,
+                                    host: host.into(),
+                                    ticket,
+                                }),
                             ),
                         }
                     }

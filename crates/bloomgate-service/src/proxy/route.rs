@@ -34,6 +34,32 @@ pub fn key_of<'a>(pattern: &Pattern, path: &[&'a str]) -> Option<&'a str> {
     Some(path[pattern.key_index()])
 }
 
+/// Whether `path` (without its query) is `pattern`'s own spelling with
+/// `key` in its key segment, byte for byte: no escapes, dot segments or
+/// repeated slashes, and every other segment a literal of the pattern.
+#[must_use]
+pub fn canonical(pattern: &Pattern, path: &str, key: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let segments = pattern.segments();
+    let mut got = rest.split('/');
+    for want in segments {
+        let Some(g) = got.next() else {
+            return false;
+        };
+        let ok = match want {
+            Segment::Literal(l) => g == l,
+            Segment::Key => g == key && !g.contains('%') && dots(g).is_none(),
+            Segment::Any => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    got.next().is_none()
+}
+
 /// The segments of a request path (without its query), dot segments
 /// removed and repeated slashes merged; a path that ends in `/` (or in a
 /// dot segment) keeps an empty last segment, so `/a/42/` is not `/a/42`.
@@ -154,6 +180,36 @@ mod tests {
             "a %2F stays inside the key"
         );
         assert_eq!(key(p, "/api/profiles/..."), Some("...".into()));
+    }
+
+    #[test]
+    fn only_the_patterns_own_spelling_is_canonical() {
+        let p = Pattern::parse("/api/profiles/{key}").unwrap();
+        assert!(canonical(&p, "/api/profiles/u1", "u1"));
+        for path in [
+            "/api/profiles/U1",
+            "/api/profil%65s/u1",
+            "/api/profiles/%75%31",
+            "//api/profiles/u1",
+            "/api/./profiles/u1",
+            "/api/x/../profiles/u1",
+            "/api/profiles/u1/",
+            "/api/profiles/u1/x/..",
+            "/api/profiles",
+            "api/profiles/u1",
+        ] {
+            assert!(!canonical(&p, path, "u1"), "{path}");
+        }
+        assert!(
+            !canonical(&p, "/api/profiles/007", "7"),
+            "an integer key spelled otherwise"
+        );
+        assert!(!canonical(&p, "/api/profiles/%25", "%"), "an escaped key");
+        let any = Pattern::parse("/t/{tenant}/u/{key}").unwrap();
+        assert!(
+            !canonical(&any, "/t/a/u/1", "1"),
+            "a route that is not key-only"
+        );
     }
 
     #[test]
