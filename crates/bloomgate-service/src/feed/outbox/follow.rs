@@ -190,6 +190,12 @@ impl Outbox {
                     .fetch_add(moved, Ordering::Relaxed);
             }
             self.rebuild_all();
+            // Numbers skipped by the jump that are still uncommitted (the
+            // rebuild cannot see their rows) are watched as late, as at a
+            // start.
+            if let Err(e) = self.seed_late(from).await {
+                tracing::warn!(error = %e, "change outbox: the numbers skipped by the jump were not read");
+            }
         }
         if check_trim {
             lock(&self.follow).trim_checked = Some(Instant::now());

@@ -59,6 +59,10 @@ pub(super) struct Late {
     /// No span grows over numbers at or below this one: the follower
     /// jumped past numbers it never read (see [`Late::seal`]).
     sealed_through: i64,
+    /// A span's count grew and the rebuild entries are not recorded yet
+    /// (kept until they are: the count that showed the growth is already
+    /// the span's).
+    pub(super) growth_owed: bool,
 }
 
 /// Given-up numbers watched by their count (see the module docs).
@@ -80,6 +84,7 @@ impl Default for Late {
             span_every: SPAN_EVERY,
             spans_counted: None,
             sealed_through: i64::MIN,
+            growth_owed: false,
         }
     }
 }
@@ -97,6 +102,7 @@ impl Late {
     pub(super) fn emptied(&self) -> Self {
         Self {
             span_every: self.span_every,
+            growth_owed: self.growth_owed,
             ..Self::with_limit(self.limit)
         }
     }
@@ -155,6 +161,21 @@ impl Late {
     /// span of its own with a count of 0.
     fn add_span(&mut self, lo: i64, hi: i64, open: &Open) {
         let below = self.spans.range(..lo).next_back().map(|(&s, &sp)| (s, sp));
+        if let Some((start, span)) = below.filter(|(_, sp)| lo <= sp.hi) {
+            // Inside a span (merged over the run): its count already covers
+            // the run's numbers; one past its end extends it by unseen
+            // numbers only.
+            if hi > span.hi {
+                self.spans.insert(
+                    start,
+                    Span {
+                        hi,
+                        seen: span.seen,
+                    },
+                );
+            }
+            return;
+        }
         if let Some((start, span)) = below {
             let (a, b) = (span.hi + 1, lo - 1);
             let run_within = self
@@ -225,6 +246,10 @@ impl Late {
                         seen: None,
                     },
                 );
+                // Counted afresh at once: a late commit in what is left
+                // between its last count and this one goes unseen (a
+                // transaction open for about the outbox's retention).
+                self.spans_counted = None;
             }
         }
         forgotten
@@ -253,12 +278,17 @@ impl Late {
             .map(|w| (w[0], w[1]))
     }
 
-    /// Records a count of span `lo`, if it is still the one counted
-    /// (`hi` may have grown since: the numbers added are unseen).
-    pub(super) fn counted(&mut self, lo: i64, hi: i64, seen: i64) {
+    /// Records `seen`, a count of span `lo` as it was read (`read`), if it
+    /// is still that span; extended since, by what the extension added
+    /// (seen numbers between it and the run that extended it).
+    pub(super) fn counted(&mut self, lo: i64, read: Span, seen: i64) {
         if let Some(span) = self.spans.get_mut(&lo) {
-            if span.hi >= hi {
-                span.seen = Some(seen);
+            if span.hi >= read.hi {
+                let added = match (span.seen, read.seen) {
+                    (Some(now), Some(then)) => now - then,
+                    _ => 0,
+                };
+                span.seen = Some(seen + added);
             }
         }
     }
@@ -298,10 +328,38 @@ impl Outbox {
     /// for every table (an instance that loads a filter made before it
     /// replays the entry and rebuilds too).
     pub(super) async fn check_spans(&self) -> Result<(), StoreError> {
-        if !lock(&self.follow).late.spans_due() {
-            return Ok(());
+        {
+            let mut f = lock(&self.follow);
+            if !f.late.spans_due() && !f.late.growth_owed {
+                return Ok(());
+            }
         }
         let mut grew = false;
+        let counted = self.count_spans(&mut grew).await;
+        if grew {
+            // Here first (it cannot fail), whatever the counting met after
+            // the growth; then the entries, owed until they are recorded.
+            tracing::error!(
+                "a change committed among numbers given up long ago (more runs than are looked up one by one): rebuilding every filter"
+            );
+            self.counters.late_rebuilds.fetch_add(1, Ordering::Relaxed);
+            self.rebuild_all();
+            lock(&self.follow).late.growth_owed = true;
+        }
+        if lock(&self.follow).late.growth_owed {
+            for (name, _) in self.tables() {
+                self.store
+                    .record_many(&name, &[String::new()], crate::wire::kind::REBUILD)
+                    .await?;
+            }
+            lock(&self.follow).late.growth_owed = false;
+        }
+        counted
+    }
+
+    /// Counts the spans (see [`Outbox::check_spans`]); `grew` is set as
+    /// soon as a count shows growth, before the count is recorded.
+    async fn count_spans(&self, grew: &mut bool) -> Result<(), StoreError> {
         for _ in 0..4 * MAX_SPANS {
             let Some((a, b)) = lock(&self.follow).late.merge_due() else {
                 break;
@@ -309,26 +367,14 @@ impl Outbox {
             let [in_a, in_b, all] = self
                 .count_within(&[(a.0, a.1.hi), (b.0, b.1.hi), (a.0, b.1.hi)])
                 .await?;
-            grew |= a.1.seen.is_some_and(|n| in_a > n) || b.1.seen.is_some_and(|n| in_b > n);
+            *grew |= a.1.seen.is_some_and(|n| in_a > n) || b.1.seen.is_some_and(|n| in_b > n);
             lock(&self.follow).late.merged(a, b, all);
         }
         let spans = lock(&self.follow).late.spans();
         for (lo, span) in spans {
             let [n] = self.count_within(&[(lo, span.hi)]).await?;
-            grew |= span.seen.is_some_and(|seen| n > seen);
-            lock(&self.follow).late.counted(lo, span.hi, n);
-        }
-        if grew {
-            tracing::error!(
-                "a change committed among numbers given up long ago (more runs than are looked up one by one): rebuilding every filter"
-            );
-            self.counters.late_rebuilds.fetch_add(1, Ordering::Relaxed);
-            for (name, _) in self.tables() {
-                self.store
-                    .record_many(&name, &[String::new()], crate::wire::kind::REBUILD)
-                    .await?;
-            }
-            self.rebuild_all();
+            *grew |= span.seen.is_some_and(|seen| n > seen);
+            lock(&self.follow).late.counted(lo, span, n);
         }
         Ok(())
     }
@@ -516,6 +562,60 @@ mod tests {
             seen: Some(0),
         };
         assert_eq!(late.spans()[2], (50, fresh));
+    }
+
+    #[test]
+    fn a_run_inside_a_merged_span_never_cuts_it_back() {
+        let mut late = Late::with_limit(1);
+        let open = Open::from([(15, Instant::now()), (35, Instant::now())]);
+        late.add(10, 10, &open);
+        late.add(20, 20, &open);
+        late.add(30, 30, &open);
+        let spans = late.spans();
+        late.merged(spans[0], spans[1], 5);
+        let merged = Span {
+            hi: 20,
+            seen: Some(5),
+        };
+        assert_eq!(late.spans(), [(10, merged)]);
+        // A run below the merged span's end moves there: covered already.
+        // Before, the span was cut back to it, with a count of -4.
+        late.add(12, 12, &open);
+        assert_eq!(late.spans(), [(10, merged)]);
+        // One that reaches past its end extends it by unseen numbers.
+        late.add(18, 25, &open);
+        assert_eq!(
+            late.spans(),
+            [(
+                10,
+                Span {
+                    hi: 25,
+                    seen: Some(5)
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn a_count_keeps_what_an_extension_added_meanwhile() {
+        let none = Open::new();
+        let mut late = Late::with_limit(1);
+        late.add(10, 10, &none);
+        late.add(20, 20, &none);
+        let read = late.spans()[0].1;
+        assert_eq!(read.seen, Some(0));
+        // While the count of 10..=10 runs, 20 moves over 11..=19 (seen).
+        late.add(30, 30, &none);
+        assert_eq!(late.spans()[0].1.seen, Some(9));
+        late.counted(10, read, 1);
+        assert_eq!(
+            late.spans()[0].1,
+            Span {
+                hi: 20,
+                seen: Some(10)
+            },
+            "the count plus the nine seen numbers the extension added"
+        );
     }
 
     #[test]
