@@ -181,7 +181,39 @@ impl RedisBloom {
         seed: u64,
         segment_bytes: u64,
     ) -> Result<(Self, bool)> {
-        let conn = conn.into();
+        Self::create_or_open_with(conn.into(), key, n, p, seed, segment_bytes, true).await
+    }
+
+    /// As [`RedisBloom::create_or_open_segmented`], but a segment is never
+    /// allocated (as zeros): when this returns true, the caller uploads
+    /// the whole filter ([`RedisBloom::upload`]), and until each segment
+    /// arrives whole, every client reading it gets [`Error::Meta`] (a
+    /// "maybe" for a caller guarding a database), never the zeros of a
+    /// filter still being filled. Inserts into a missing segment fail the
+    /// same way.
+    ///
+    /// # Errors
+    /// As [`RedisBloom::create_or_open_segmented`].
+    pub async fn create_or_open_unfilled(
+        conn: impl Into<Conn>,
+        key: &str,
+        n: u64,
+        p: f64,
+        seed: u64,
+        segment_bytes: u64,
+    ) -> Result<(Self, bool)> {
+        Self::create_or_open_with(conn.into(), key, n, p, seed, segment_bytes, false).await
+    }
+
+    async fn create_or_open_with(
+        conn: Conn,
+        key: &str,
+        n: u64,
+        p: f64,
+        seed: u64,
+        segment_bytes: u64,
+        allocate: bool,
+    ) -> Result<(Self, bool)> {
         let invalid = |reason: String| Error::Invalid {
             key: key.into(),
             reason,
@@ -214,7 +246,9 @@ impl RedisBloom {
             .invoke_async(&mut conn.clone())
             .await?;
         if created == 1 {
-            mine.allocate(None).await?;
+            if allocate {
+                mine.allocate(None).await?;
+            }
             return Ok((mine, true));
         }
         let existing = Self::open(conn, key).await?;
@@ -228,7 +262,9 @@ impl RedisBloom {
         if missing.is_empty() {
             return Ok((existing, false));
         }
-        existing.allocate(Some(&missing)).await?;
+        if allocate {
+            existing.allocate(Some(&missing)).await?;
+        }
         Ok((existing, true))
     }
 

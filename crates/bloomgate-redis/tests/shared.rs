@@ -396,3 +396,52 @@ async fn an_insert_into_a_lost_segment_is_refused_and_an_upload_restores_it() {
     assert!(f.contains(&5_000_u64).await.unwrap());
     fresh(&c, key).await;
 }
+
+/// A filter created unfilled has no segment until it is uploaded: a
+/// reader and an insert meet a missing segment (an error: "maybe" for a
+/// guard), never zeros that read as "no", and after the upload every
+/// member is found.
+#[tokio::test]
+async fn an_unfilled_filter_is_never_read_as_zeros() {
+    let Some(c) = conn().await else { return };
+    let key = "bgtest:shared:unfilled";
+    if let Ok(old) = RedisBloom::open(c.clone(), key).await {
+        old.destroy().await.unwrap();
+    }
+    fresh(&c, key).await;
+    let (shared, created) =
+        RedisBloom::create_or_open_unfilled(c.clone(), key, 10_000, 0.01, 2, 1024)
+            .await
+            .unwrap();
+    assert!(created);
+    let members: Vec<u64> = (0..10_000u64).map(|i| i * 31).collect();
+    assert!(matches!(
+        shared.contains(&members[0]).await,
+        Err(bloomgate_redis::Error::Meta { .. })
+    ));
+    assert!(
+        shared.insert(&members[1]).await.is_err(),
+        "an insert made zeros"
+    );
+    // Another opener finds it to fill as well, not a whole filter.
+    let (_, again) = RedisBloom::create_or_open_unfilled(c.clone(), key, 10_000, 0.01, 2, 1024)
+        .await
+        .unwrap();
+    assert!(again, "an unfilled filter was reported whole");
+    let mut local = BlockedBloom::new(shared.params(), 2).unwrap();
+    for m in &members {
+        local.insert(m);
+    }
+    shared.upload(&local).await.unwrap();
+    assert!(shared
+        .contains_many(&members)
+        .await
+        .unwrap()
+        .iter()
+        .all(|&b| b));
+    let (_, after) = RedisBloom::create_or_open_unfilled(c.clone(), key, 10_000, 0.01, 2, 1024)
+        .await
+        .unwrap();
+    assert!(!after, "whole once uploaded");
+    shared.destroy().await.unwrap();
+}

@@ -341,3 +341,52 @@ async fn a_flush_is_never_read_as_no_in_redis_mode() {
 async fn a_flush_is_never_read_as_no_in_strict_mode() {
     a_flush_is_never_read_as_no(BloomMode::Strict).await;
 }
+
+/// A shared filter being filled by one instance is never read as "no" by
+/// another. Before, the first instance created its segments as zeros and
+/// inserted the table's keys a page at a time; a second instance that
+/// started meanwhile found a whole filter, served at once, and in
+/// `redis` mode answered 404 for every row not inserted yet. Now segments
+/// appear only whole (built from the scan, then uploaded), so the second
+/// finds them missing and fills them itself before it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shared_filter_still_being_filled_is_never_read_as_no() {
+    let redis = common::OwnServer::redis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    const ROWS: u64 = 3_000;
+    // The table first, by an instance without a shared filter.
+    let seeder = TestServer::start(config(&db, &redis.url(), BloomMode::Local), ROWS).await;
+    seeder.stop().await;
+    let mut c = config(&db, &redis.url(), BloomMode::Redis);
+    // A fill of about three seconds.
+    c.cache.bloom_scan_rows_per_sec = 1_000;
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { TestServer::start(c, 0).await }
+    });
+    let conn = common::redis_conn(&redis.url()).await;
+    eventually(10, "the first instance created the filter", || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("EXISTS")
+                .arg(format!("{PREFIX}bloom:meta"))
+                .query_async::<bool>(&mut conn)
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let second = TestServer::start(c, 0).await;
+    for id in (1..=ROWS).rev().step_by(37) {
+        assert_eq!(
+            second.get(&format!("/api/seckill/{id}")).await.0,
+            200,
+            "id {id}: a 404 from a filter another instance was still filling"
+        );
+    }
+    let first = first.await.unwrap();
+    assert_eq!(first.get(&format!("/api/seckill/{ROWS}")).await.0, 200);
+    first.stop().await;
+    second.stop().await;
+}

@@ -13,9 +13,12 @@
 //! and never read as zeros meanwhile: an insert refuses a segment that is
 //! not whole (it would create zeros up to its block), and the refill
 //! builds the filter here and uploads each segment whole in one step, so
-//! a segment is either missing ("maybe") or complete. Creates that arrive
-//! while the refill runs (their inserts refused) are kept and added into
-//! the upload and after it.
+//! a segment is either missing ("maybe") or complete. The first fill is
+//! made the same way: the filter is created without segments (never
+//! allocated as zeros, which another instance would read as "no" for
+//! every key not filled yet). Creates that arrive while a fill or refill
+//! runs (their inserts refused) are kept and added into the upload and
+//! after it.
 //!
 //! Every resource in `strict` or `redis` mode has one of its own, under
 //! `{prefix}rf:{name}:bloom`, filled from its source's key scan; its `keys`
@@ -227,8 +230,10 @@ impl SharedFilter {
             )
             .await
             .map_err(|e| fail(bloomgate_redis::Error::Redis(e), ""))?;
+        // Never allocated as zeros: another instance would read a filter
+        // still being filled as a definite "no" for every key not in it yet.
         let (bloom, created) =
-            RedisBloom::create_or_open_segmented(conn.clone(), &key, expected, fpp, 0, segment_bytes)
+            RedisBloom::create_or_open_unfilled(conn.clone(), &key, expected, fpp, 0, segment_bytes)
             .await
             .map_err(|e| {
                 let hint = if matches!(e, bloomgate_redis::Error::ShapeMismatch { .. }) {
@@ -259,34 +264,23 @@ impl SharedFilter {
         Ok(shared)
     }
 
-    /// Adds every id in SQL (after creating the filter, or seeding SQL),
-    /// a page at a time.
+    /// Adds every id in SQL (after creating the filter, finding segments
+    /// missing, or seeding SQL): built here and uploaded whole, as a
+    /// refill is, so no instance reads a segment before it holds every
+    /// key (a missing one answers "maybe"). Creates meanwhile are kept
+    /// and added after.
     pub(crate) async fn fill(&self) {
-        let mut added = 0;
-        let scanned = async {
-            let mut pages = Pages::open(&*self.keys, self.scan_limit).await?;
-            while let Some(parts) = pages.next().await? {
-                for part in parts {
-                    let (sent, n) = match &part {
-                        Page::Ints(ids) => (self.bloom.insert_many(ids).await, ids.len()),
-                        Page::Keys(keys) => (self.bloom.insert_many(keys).await, keys.len()),
-                    };
-                    if let Err(e) = sent {
-                        return Ok(Err(e));
-                    }
-                    added += n;
-                }
-            }
-            Ok::<_, StoreError>(Ok(()))
-        };
-        match scanned.await {
-            Ok(Ok(())) => tracing::info!(key = %self.key, added, "shared filter filled from SQL"),
-            Ok(Err(e)) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe for what is missing");
-            }
-            Err(e) => tracing::warn!(error = %e, "scanning SQL for the shared filter failed"),
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
         }
+        match self.refill().await {
+            Ok(()) => {}
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "filling the shared filter failed; it answers maybe where segments are missing, and is refilled when read");
+            }
+        }
+        self.refilling.store(false, Ordering::Release);
     }
 
     /// Ends a refill at `bg`'s signal.
@@ -423,7 +417,7 @@ impl SharedFilter {
             local.insert_hash(h);
         }
         self.bloom.upload(&local).await.map_err(|e| e.to_string())?;
-        RedisBloom::create_or_open_segmented(
+        RedisBloom::create_or_open_unfilled(
             self.conn.clone(),
             &self.key,
             self.expected,
