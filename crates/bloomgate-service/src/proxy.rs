@@ -36,7 +36,7 @@ mod serve;
 pub use serve::{serve, Limits};
 
 use forward::{own_answer, ProxyBody, Upstream};
-use judge::{Asked, Asker, Judgement, Pending, Route, Routes};
+use judge::{Asked, Asker, Judgement, Passed, Route, Routes};
 
 /// The reverse proxy: the routes, the upstream's pool, the metrics.
 #[derive(Debug)]
@@ -114,9 +114,7 @@ impl Proxy {
                 m.record(route.slot, Outcome::NotFoundCached);
                 refuse(route)
             }
-            Judgement::Pass(route, pending) => {
-                self.forward(req, peer, Some((route, pending))).await
-            }
+            Judgement::Pass(route, passed) => self.forward(req, peer, Some((route, passed))).await,
             Judgement::Unrouted => self.forward(req, peer, None).await,
         }
     }
@@ -185,7 +183,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         peer: SocketAddr,
-        route: Option<(&Route, Option<Pending>)>,
+        route: Option<(&Route, Passed)>,
     ) -> Response<ProxyBody> {
         let m = &self.metrics.gate;
         let slot = route.as_ref().map(|(r, _)| r.slot);
@@ -242,10 +240,12 @@ impl Proxy {
             Ok(mut resp) => {
                 m.upstream_latency(started.elapsed());
                 outcome(Outcome::Forwarded);
-                if let Some((route, pending)) = route {
+                if let Some((route, passed)) = route {
                     let not_found = resp.status() == StatusCode::NOT_FOUND;
-                    m.judged(route.slot, not_found);
-                    if let (true, Some(pending)) = (not_found, pending) {
+                    if passed.maybe {
+                        m.judged(route.slot, not_found);
+                    }
+                    if let (true, Some(pending)) = (not_found, passed.pending) {
                         pending.remember(route).await;
                     }
                 }

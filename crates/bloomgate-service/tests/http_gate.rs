@@ -167,6 +167,17 @@ async fn absent_keys_never_reach_the_upstream_and_real_ones_always_do() {
         "{metrics}"
     );
     assert!(metrics.contains("bloomgate_gate_upstream_not_found_total"));
+    // The observed rate is the stats' own.
+    let stats = s.stats().await;
+    let fpr = stats["gate"]["routes"][0]["observed_fpr"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        metrics.contains(&format!(
+            "bloomgate_gate_observed_fpr{{route=\"{ROUTE}\"}} {fpr}"
+        )),
+        "{fpr}: {metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

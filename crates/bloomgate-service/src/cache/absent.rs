@@ -119,7 +119,8 @@ pub struct AbsentCounters {
     /// 404s stored.
     pub remembered: AtomicU64,
     /// 404s not stored: a change of the key (or of its shard) was applied
-    /// while the request was forwarded, or its lease was taken.
+    /// while the request was forwarded, or its lease was taken or expired
+    /// (an upstream slower than the lease's 5 s).
     pub refused: AtomicU64,
     /// Requests answered from the memory.
     pub recalled: AtomicU64,

@@ -149,12 +149,12 @@ impl ProxyMetrics {
         for (family, help, pick) in [
             (
                 "bloomgate_gate_judged_total",
-                "Requests a route's filter let through (maybe) that the upstream answered.",
+                "Requests a route's filter let through while it vouched (maybe) that the upstream answered; not those forwarded because it could not vouch or the key could not be in the column.",
                 (|s: &Series| s.judged.get()) as fn(&Series) -> u64,
             ),
             (
                 "bloomgate_gate_upstream_not_found_total",
-                "Upstream 404s for keys a route's filter let through: the observed false positives.",
+                "Upstream 404s for keys a route's filter let through while it vouched: the observed false positives (and rows deleted since the filter was built).",
                 |s: &Series| s.upstream_not_found.get(),
             ),
         ] {
@@ -165,6 +165,24 @@ impl ProxyMetrics {
             }
             out.push('\n');
         }
+        let family = "bloomgate_gate_observed_fpr";
+        let _ = writeln!(
+            out,
+            "# HELP {family} Of the absent keys a route was asked while its filter vouched (refused, or let through and then answered 404 upstream or from a remembered 404), the share let through, since the start (0 before any).\n# TYPE {family} gauge"
+        );
+        for (slot, s) in series.iter().enumerate().take(routes.len()) {
+            let passed =
+                s.upstream_not_found.get() + s.outcomes[Outcome::NotFoundCached as usize].get();
+            let absent = passed + s.outcomes[Outcome::Rejected as usize].get();
+            let ratio = if absent == 0 {
+                0.0
+            } else {
+                passed as f64 / absent as f64
+            };
+            let r = escape(route(slot));
+            let _ = writeln!(out, "{family}{{route=\"{r}\"}} {ratio}");
+        }
+        out.push('\n');
         let family = "bloomgate_gate_upstream_duration_seconds";
         let _ = writeln!(
             out,

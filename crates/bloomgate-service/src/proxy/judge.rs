@@ -60,15 +60,23 @@ pub enum Judgement<'a> {
     /// No route matches (method or path): forwarded, not judged.
     Unrouted,
     /// A route matched and its filter may hold the key (or cannot vouch,
-    /// or the key cannot be in the column): forwarded. With a pending
-    /// memory, the upstream's 404 is to be remembered
-    /// ([`Pending::remember`]).
-    Pass(&'a Route, Option<Pending>),
+    /// or the key cannot be in the column): forwarded.
+    Pass(&'a Route, Passed),
     /// A route matched and its filter vouches the key is absent.
     Refuse(&'a Route),
     /// A route matched, its filter let the key through, and the
     /// upstream's 404 for it is remembered.
     Remembered(&'a Route),
+}
+
+/// Why a routed request was forwarded.
+#[derive(Debug, Default)]
+pub struct Passed {
+    /// The filter vouched and said "maybe" (an upstream 404 is then an
+    /// observed false positive, or a row deleted since the build).
+    pub maybe: bool,
+    /// The upstream's 404 is to be remembered ([`Pending::remember`]).
+    pub pending: Option<Pending>,
 }
 
 /// A forwarded request whose 404 the route remembers.
@@ -181,7 +189,7 @@ impl Routes {
                 continue;
             };
             let Some(key) = route.key(raw) else {
-                return Judgement::Pass(route, None);
+                return Judgement::Pass(route, Passed::default());
             };
             return match route.resource.judge_one(&key).await {
                 Judged::Absent => Judgement::Refuse(route),
@@ -196,17 +204,26 @@ impl Routes {
                             Recall::Absent => Judgement::Remembered(route),
                             Recall::Unknown(ticket) => Judgement::Pass(
                                 route,
-                                store.then(|| Pending {
-                                    key,
-                                    host: host.into(),
-                                    ticket,
-                                }),
+                                Passed {
+                                    maybe: true,
+                                    pending: store.then(|| Pending {
+                                        key,
+                                        host: host.into(),
+                                        ticket,
+                                    }),
+                                },
                             ),
                         }
                     }
-                    _ => Judgement::Pass(route, None),
+                    _ => Judgement::Pass(
+                        route,
+                        Passed {
+                            maybe: true,
+                            pending: None,
+                        },
+                    ),
                 },
-                Judged::Maybe { vouched: false } => Judgement::Pass(route, None),
+                Judged::Maybe { vouched: false } => Judgement::Pass(route, Passed::default()),
             };
         }
         Judgement::Unrouted

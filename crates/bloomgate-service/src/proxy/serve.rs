@@ -58,15 +58,20 @@ impl<T> WriteIdle<T> {
         }
     }
 
-    /// A write's outcome: progress clears the timer; a wait starts it,
-    /// and one that outlasts it fails the write.
+    /// A write's outcome: bytes written (`progress`) clear the timer; a
+    /// wait starts it, and one that outlasts it fails the write. A flush
+    /// that is done clears nothing: only bytes the client took are
+    /// progress.
     fn timed<R>(
         &mut self,
         cx: &mut Context<'_>,
         r: Poll<std::io::Result<R>>,
+        progress: fn(&R) -> bool,
     ) -> Poll<std::io::Result<R>> {
-        if r.is_ready() {
-            self.timer = None;
+        if let Poll::Ready(done) = &r {
+            if done.as_ref().is_ok_and(progress) {
+                self.timer = None;
+            }
             return r;
         }
         let idle = self.idle;
@@ -100,12 +105,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteIdle<T> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.timed(cx, r)
+        self.timed(cx, r, |&n| n > 0)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.timed(cx, r)
+        self.timed(cx, r, |()| false)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -118,7 +123,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteIdle<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.timed(cx, r)
+        self.timed(cx, r, |&n| n > 0)
     }
 
     fn is_write_vectored(&self) -> bool {
