@@ -25,6 +25,7 @@ use crate::model::Sku;
 mod absent;
 mod guard;
 mod l1;
+mod lease;
 mod sweep;
 
 pub use absent::{AbsentCounters, AbsentMemory, Positions, Recall, Ticket, CLOCK_MARGIN_MS};
@@ -33,6 +34,8 @@ pub use crate::wire::{resource_namespace, SKU_NAMESPACE};
 pub use guard::BreakerState;
 use guard::{deliver_owed, BreakerWatch, Doubling, Guard, Owed};
 pub use l1::L1;
+pub use lease::{Lease, LEASE_MS, LEASE_PREFIX};
+use lease::{FILL_IF_LEASED, LEASE_IF_EMPTY, LOOKUP_OR_LEASE};
 
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
@@ -103,28 +106,6 @@ pub enum RedisLookup<T = Sku> {
     Miss(Option<Lease>),
 }
 
-/// A reader's right to fill one key, valid until a write deletes the key
-/// or the lease expires.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    token: String,
-}
-
-/// The prefix of lease tokens stored in place of a value.
-pub const LEASE_PREFIX: &str = "__lease__:";
-
-/// How long a lease lives: a reader slower than this between its GET and
-/// its fill does not write back (the fill fails harmlessly).
-pub const LEASE_MS: u64 = 5_000;
-
-impl Lease {
-    fn new() -> Self {
-        Self {
-            token: format!("{LEASE_PREFIX}{:016x}", fastrand::u64(..)),
-        }
-    }
-}
-
 /// Counters of the Redis tier.
 #[derive(Debug, Default)]
 pub struct RedisCounters {
@@ -163,28 +144,6 @@ pub enum CacheError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
 }
-
-/// GET the key; on a miss set this reader's lease, in one step.
-const LOOKUP_OR_LEASE: &str = r"
-local v = redis.call('GET', KEYS[1])
-if v then return v end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false
-";
-
-/// Replace the key's value only if it still holds this reader's lease.
-const FILL_IF_LEASED: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-  return 1
-end
-return 0
-";
-
-/// Set a lease on a key that holds nothing.
-const LEASE_IF_EMPTY: &str = r"
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
-";
 
 /// The Redis tier: row JSON, `__nil__` or a lease under
 /// `{prefix}{namespace}{key}` (`{prefix}sku:{id}` for SKUs). Every command
