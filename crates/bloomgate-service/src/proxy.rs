@@ -190,6 +190,8 @@ impl Proxy {
         let upgrade = forward::wants_upgrade(req.headers());
         let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        // The connection's place under the limit: a tunnel keeps it.
+        let held = parts.extensions.remove::<serve::Slot>();
         // A chunked body keeps its framing (hyper's client would send a
         // GET's or HEAD's body of unknown length as none at all).
         let chunked = parts.headers.contains_key(header::TRANSFER_ENCODING);
@@ -251,7 +253,7 @@ impl Proxy {
                 }
                 let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                 if let (true, Some(client_side)) = (switched, client_side) {
-                    forward::splice(client_side, hyper::upgrade::on(&mut resp));
+                    forward::splice(client_side, hyper::upgrade::on(&mut resp), held);
                 }
                 forward::strip_hop_by_hop(resp.headers_mut(), switched);
                 if upgrade && !switched {

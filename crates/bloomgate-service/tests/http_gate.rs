@@ -471,7 +471,8 @@ async fn an_upgrade_is_spliced_through() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let up = Upstream::start().await;
-    let (s, _w) = gate_over(&url, &["u1"], &up, |_| {}).await;
+    // One connection at a time: the tunnel holds it.
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| c.gate.max_connections = 1).await;
     let mut c = tokio::net::TcpStream::connect(s.gate.unwrap())
         .await
         .unwrap();
@@ -496,6 +497,31 @@ async fn an_upgrade_is_spliced_through() {
             .unwrap();
         assert_eq!(back, msg);
     }
+    // An upgraded connection still counts under the limit: another waits
+    // until the tunnel ends. Before, hyper's connection ended at the
+    // upgrade, and with it the connection's place.
+    let mut other = tokio::net::TcpStream::connect(s.gate.unwrap())
+        .await
+        .unwrap();
+    other
+        .write_all(b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(700), other.read_to_end(&mut answer)).await;
+    assert!(
+        waited.is_err(),
+        "served past the limit: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(5), other.read_to_end(&mut answer))
+        .await
+        .expect("served once the tunnel ended")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

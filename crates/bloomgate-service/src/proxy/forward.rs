@@ -242,8 +242,15 @@ pub fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
 
 /// Splices the client's and the upstream's upgraded connections, once
 /// both have switched, until either side closes.
-pub fn splice(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+/// `slot`: the client connection's place under the connection limit,
+/// held until the tunnel ends.
+pub fn splice(
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    slot: Option<super::serve::Slot>,
+) {
     tokio::spawn(async move {
+        let _slot = slot;
         let (Ok(c), Ok(u)) = tokio::join!(client, upstream) else {
             return;
         };

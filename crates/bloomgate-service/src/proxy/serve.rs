@@ -20,6 +20,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::framing::{Scanned, Scanner};
 use super::Proxy;
 
+/// A connection's place under the connection limit, carried in each of
+/// its requests' extensions: an upgraded connection's tunnel holds it
+/// until the tunnel ends (hyper's connection ends at the upgrade).
+#[derive(Debug, Clone)]
+pub struct Slot(#[allow(dead_code)] Arc<tokio::sync::OwnedSemaphorePermit>);
+
 /// How the listener serves.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -160,7 +166,9 @@ pub async fn serve(
         let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
         let (scanner, verdicts) = Scanner::new(limits.max_header_bytes, limits.max_headers);
         let proxy = Arc::clone(&proxy);
-        let service = hyper::service::service_fn(move |req| {
+        let slot = Slot(Arc::new(permit));
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+            req.extensions_mut().insert(slot.clone());
             // Popped as hyper dispatches the request: its head's verdict.
             let framing = verdicts.next();
             let proxy = Arc::clone(&proxy);
@@ -173,7 +181,6 @@ pub async fn serve(
             ));
             let conn = builder.serve_connection(io, service).with_upgrades();
             crate::http::serve::until_stopped(conn, stop, |c| c.graceful_shutdown()).await;
-            drop(permit);
         });
         while tasks.try_join_next().is_some() {}
     }
