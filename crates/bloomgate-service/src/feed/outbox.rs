@@ -154,7 +154,9 @@ pub struct OutboxCounters {
     /// stayed open past `sql.outbox_gap_ms`): applied late.
     pub late_applied: AtomicU64,
     /// Given-up numbers forgotten once the outbox trimmed past them (a
-    /// transaction open longer than `sql.outbox_retention_secs`).
+    /// transaction open longer than `sql.outbox_retention_secs`). A span
+    /// counts every number it covers, seen ones among them: past
+    /// [`MAX_LATE`] runs this is an upper bound.
     pub late_abandoned: AtomicU64,
     /// Given-up numbers moved from the runs looked up one by one to the
     /// spans watched by their count ([`MAX_LATE`] runs exceeded).
