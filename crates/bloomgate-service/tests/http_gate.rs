@@ -802,6 +802,25 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         }
     }
 
+    // A request carrying a header an upstream may route by (here
+    // `X-Forwarded-Host`, which the gate appends to) may reach another
+    // of its routes: its 404 is not remembered either.
+    let u1 = "/api/profiles/u1";
+    up.seen.set_missing(u1, true);
+    let before = up.seen.at(u1);
+    for h in ["x-forwarded-host", "x-original-url", "forwarded"] {
+        for _ in 0..2 {
+            let r = a.client.get(gate_url(&a, u1)).header("host", HOST);
+            let r = r.header(h, "elsewhere.example").send().await.unwrap();
+            assert_eq!(r.status(), 404, "{h}");
+        }
+    }
+    assert_eq!(up.seen.at(u1), before + 6, "a rerouted 404 was remembered");
+    up.seen.set_missing(u1, false);
+    for s in [&a, &b] {
+        assert_eq!(get(s, u1).await.0, 200, "refused after a rerouted 404");
+    }
+
     // Remembered once the upstream answered 404 for the key's own
     // spelling without a query, for the Host it was asked of: A and B
     // both answer it from then on, with the route's refusal.

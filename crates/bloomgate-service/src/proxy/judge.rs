@@ -198,6 +198,8 @@ impl Routes {
                         // Only a canonical request's 404 is stored.
                         let store = asker == Asker::Proxy
                             && !asked.query
+                            && plain_host(asked.host)
+                            && !reroutes(asked.headers)
                             && canonical(&route.pattern, asked.path, &key.to_string());
                         let host = asked.host.to_ascii_lowercase();
                         match m.recall(&key, &host, store).await {
@@ -235,6 +237,35 @@ fn remembers(method: &str, headers: &HeaderMap) -> bool {
     matches!(method, "GET" | "HEAD")
         && !headers.contains_key(AUTHORIZATION)
         && !headers.contains_key(COOKIE)
+}
+
+/// Headers some upstreams (or the frameworks behind them) route by
+/// instead of, or besides, `Host` and the target: a request carrying one
+/// may have reached another route of the upstream, so its 404 is not
+/// stored (it may still be answered from what a plain request stored).
+const REROUTING: [&str; 11] = [
+    "x-forwarded-host",
+    "forwarded",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-forwarded-prefix",
+    "x-original-host",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "accept-version",
+    "api-version",
+];
+
+/// Whether a request carries a header an upstream may route by.
+fn reroutes(headers: &HeaderMap) -> bool {
+    REROUTING.iter().any(|h| headers.contains_key(*h))
+}
+
+/// Whether a `Host` is one the memory can key on: present and visible
+/// ASCII (anything else would be folded to one spelling shared by many).
+fn plain_host(host: &str) -> bool {
+    !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic())
 }
 
 impl Route {
