@@ -132,7 +132,9 @@ impl Late {
     /// gap or in a run), the count grown by those; otherwise it starts a
     /// span of its own with a count of 0.
     fn add_span(&mut self, lo: i64, hi: i64, open: &Open) {
-        let below = self.spans.range(..lo).next_back().map(|(&s, &sp)| (s, sp));
+        // A span starting at `lo` itself counts as below: the run is
+        // inside it.
+        let below = self.spans.range(..=lo).next_back().map(|(&s, &sp)| (s, sp));
         if let Some((start, span)) = below.filter(|(_, sp)| lo <= sp.hi) {
             // Inside a span (merged over the run): its count already covers
             // the run's numbers; one past its end extends it by unseen
@@ -405,6 +407,22 @@ mod tests {
             seen: Some(0),
         };
         assert_eq!(late.spans()[2], (50, fresh));
+    }
+
+    #[test]
+    fn a_run_starting_where_a_span_starts_never_replaces_it() {
+        let none = Open::new();
+        let mut late = Late::with_limit(1);
+        late.add(10, 12, &none);
+        late.add(20, 20, &none);
+        let span = Span {
+            hi: 12,
+            seen: Some(0),
+        };
+        assert_eq!(late.spans(), [(10, span)]);
+        // 10 given up again moves to the spans: 10..=12 stays whole.
+        assert_eq!(late.add(10, 10, &none), 1);
+        assert_eq!(late.spans(), [(10, span)]);
     }
 
     #[test]
