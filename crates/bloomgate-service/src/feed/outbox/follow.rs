@@ -189,13 +189,15 @@ impl Outbox {
                     .late_spanned
                     .fetch_add(moved, Ordering::Relaxed);
             }
-            self.rebuild_all();
             // Numbers skipped by the jump that are still uncommitted (the
             // rebuild cannot see their rows) are watched as late, as at a
-            // start.
+            // start. Read before the rebuild is asked for: a number that
+            // commits after this read is then in the rebuild's scan, and
+            // one read as uncommitted is watched until it commits.
             if let Err(e) = self.seed_late(from).await {
                 tracing::warn!(error = %e, "change outbox: the numbers skipped by the jump were not read");
             }
+            self.rebuild_all();
         }
         if check_trim {
             lock(&self.follow).trim_checked = Some(Instant::now());
