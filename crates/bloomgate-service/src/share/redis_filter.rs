@@ -342,12 +342,16 @@ impl SharedFilter {
     /// logged; checks then answer maybe for it only if the string is lost.
     pub async fn insert<K: bloomgate_filter::BloomKey + ?Sized>(&self, key: &K) {
         self.keep_if_refilling(std::iter::once(key.hash_pair(0)));
-        if !matches!(
-            tokio::time::timeout(self.timeout, self.bloom.insert(key)).await,
-            Ok(Ok(_))
-        ) {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(key = %self.key, "adding to the shared filter failed");
+        match tokio::time::timeout(self.timeout, self.bloom.insert(key)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(bloomgate_redis::Error::Meta { reason, .. })) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                self.refill_keeping(&reason, std::iter::once(key.hash_pair(0)));
+            }
+            _ => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key = %self.key, "adding to the shared filter failed");
+            }
         }
     }
 
@@ -365,6 +369,9 @@ impl SharedFilter {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                if let bloomgate_redis::Error::Meta { reason, .. } = &e {
+                    self.refill_keeping(reason, keys.iter().map(|k| k.hash_pair(0)));
+                }
                 Err(e.to_string())
             }
             Err(_) => {
@@ -379,6 +386,15 @@ impl SharedFilter {
         if self.refilling.load(Ordering::Acquire) {
             crate::sync::lock(&self.pending).extend(hashes);
         }
+    }
+
+    /// A create found the filter's metadata missing (lost, or another
+    /// instance's first fill not arrived yet, whose scan may predate the
+    /// create): the create is kept and a refill from SQL started here, so
+    /// the key is in the filter once the metadata is.
+    fn refill_keeping(&self, why: &str, hashes: impl Iterator<Item = HashPair>) {
+        crate::sync::lock(&self.pending).extend(hashes);
+        self.refill_in_background(why);
     }
 
     fn take_pending(&self) -> Vec<HashPair> {
