@@ -132,16 +132,22 @@ impl Truth {
             let now = row.map_or(State::Gone, |r| State::Row(r.get(0)));
             let mut ids = self.ids.lock().unwrap();
             let v = ids.get_mut(&id).unwrap();
-            let before = v
+            // The unanswered tail (one writer may leave several, each
+            // timed out): the latest of them SQL holds happened, and those
+            // after it did not; if SQL holds none of them but the state
+            // before the tail, none happened.
+            let tail = v
                 .iter()
-                .rev()
-                .skip(1)
-                .find(|v| v.answered.is_some())
-                .map_or(State::Gone, |v| v.state.clone());
-            if v.last().unwrap().state == now {
-                v.last_mut().unwrap().answered = Some(at);
+                .rposition(|v| v.answered.is_some())
+                .map_or(0, |i| i + 1);
+            let before = tail
+                .checked_sub(1)
+                .map_or(State::Gone, |i| v[i].state.clone());
+            if let Some(j) = (tail..v.len()).rev().find(|&j| v[j].state == now) {
+                v.truncate(j + 1);
+                v[j].answered = Some(at);
             } else if before == now {
-                v.pop();
+                v.truncate(tail);
             } else {
                 unsettled += 1;
             }
