@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use bloomgate_service::feed::capture::Captured;
-use bloomgate_service::store::{CaptureTarget, SkuStore};
+use bloomgate_service::sql::{CaptureTarget, Database};
 
 /// What to do with the triggers.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -55,7 +55,7 @@ fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result
         }
         return Ok(all);
     };
-    if name == bloomgate_service::store::SKU_RESOURCE {
+    if name == bloomgate_service::sql::SKU_RESOURCE {
         return Ok(vec![Captured {
             key: "cache.capture".into(),
             name: name.clone(),
@@ -103,14 +103,14 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
     }
     config.validate()?;
     let targets = chosen(&a, &config)?;
-    let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
+    let store = Database::connect_unmigrated(&config.database_url, &config.sql)
         .await
         .context("database_url")?;
     // A configured table reaches the DDL only after the catalogue
     // accepted its name and key column, as at start-up.
     for (i, rc) in config.resources.iter().enumerate() {
         if targets.iter().any(|c| c.name == rc.name) {
-            bloomgate_service::store::table::SqlTable::open(&store, rc, i).await??;
+            bloomgate_service::sql::table::SqlTable::open(&store, rc, i).await??;
         }
     }
     match a.action {
@@ -145,7 +145,7 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
                 );
                 // MySQL's trigger bodies hold `;`: its client needs another
                 // delimiter around them.
-                let mysql = store.backend() == bloomgate_service::store::Backend::MySql;
+                let mysql = store.backend() == bloomgate_service::sql::Backend::MySql;
                 let end = if mysql { "//" } else { ";" };
                 if mysql {
                     println!("DELIMITER //");
@@ -170,7 +170,7 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
             for s in store.outbox_grants(user) {
                 println!("{s};");
             }
-            if store.backend() == bloomgate_service::store::Backend::Postgres {
+            if store.backend() == bloomgate_service::sql::Backend::Postgres {
                 println!(
                     "-- each capture function belongs to the outbox's owner (`capture install` gives it), \
                      so it never runs with rights that role lacks"

@@ -175,7 +175,7 @@ fn seed(count: u64, database_url: Option<String>, config: Option<PathBuf>) -> an
         config.database_url = url;
     }
     runtime()?.block_on(async {
-        let store = bloomgate_service::store::SkuStore::connect(&config.database_url).await?;
+        let store = bloomgate_service::sql::Database::connect(&config.database_url).await?;
         let bar = filters::progress_bar(count, "seeding");
         let started = std::time::Instant::now();
         let inserted = store.seed_range(1, count as i64, |n| bar.inc(n)).await?;

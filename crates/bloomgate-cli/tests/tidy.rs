@@ -62,7 +62,7 @@ fn map_section<'a>(architecture: &'a str, name: &str) -> &'a str {
 /// `` `name` ``; a child `parent::child` as `` `parent::child` ``, in
 /// the parent's list in the layer diagram (`parent (…, child, …)`), or as
 /// `` `child` (a child of `parent` ``. A child named only by a top-level
-/// module of the same name (`store::limits` and `limits`) is not named.
+/// module of the same name (`sql::limits` and `limits`) is not named.
 fn map_names(section: &str, module: &str) -> bool {
     let Some((parent, child)) = module.rsplit_once("::") else {
         return section.contains(&format!("`{module}`"));
@@ -748,7 +748,7 @@ fn resource_knows_no_sql_dialect() {
     let found = sql_in_resource(&src);
     assert!(
         found.is_empty(),
-        "`resource` knows no SQL dialect (ARCHITECTURE.md's invariant): SQL lives in `store`; these name it: {found:?}"
+        "`resource` knows no SQL dialect (ARCHITECTURE.md's invariant): SQL lives in `sql`; these name it: {found:?}"
     );
 }
 
@@ -769,6 +769,43 @@ fn sql_in_resource_is_found() {
     let mut found = sql_in_resource(src);
     found.sort();
     assert_eq!(found, ["resource/read.rs", "resource/write.rs"]);
+}
+
+/// The files under `src` outside `src/sql.rs` and `src/sql/` whose code
+/// names the SQL driver.
+fn sqlx_outside_sql(src: &Path) -> Vec<String> {
+    naming(
+        src,
+        |rel| !(rel.starts_with("sql") || rel == Path::new("sql.rs")),
+        &["sqlx"],
+    )
+}
+
+#[test]
+fn only_sql_knows_sqlx() {
+    let src = root().join("crates/bloomgate-service/src");
+    let outside = sqlx_outside_sql(&src);
+    assert!(
+        outside.is_empty(),
+        "only `sql` may name sqlx (ARCHITECTURE.md's invariant); these do: {outside:?}"
+    );
+}
+
+#[test]
+fn sqlx_outside_sql_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("sql")).unwrap();
+    std::fs::create_dir_all(src.join("feed")).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(src.join(name), text).unwrap();
+    write("sql.rs", "//! x\nuse sqlx::AnyPool;\n");
+    write("sql/outbox.rs", "//! x\nuse sqlx::Row;\n");
+    write("feed.rs", "//! x\n// sqlx in a comment is fine\n");
+    write("feed/outbox.rs", "//! x\nuse sqlx::Row;\n");
+    write("sqlish.rs", "//! x\nfn f(e: &sqlx::Error) {}\n");
+    let mut found = sqlx_outside_sql(src);
+    found.sort();
+    assert_eq!(found, ["feed/outbox.rs", "sqlish.rs"]);
 }
 
 #[test]

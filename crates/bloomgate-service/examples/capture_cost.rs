@@ -154,7 +154,7 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
     // every follower read the outbox on the same two cores (measured
     // apart, in the propagation rows).
     let c = config(url, None, &format!("capture-cost-{label}"));
-    let store = bloomgate_service::store::SkuStore::connect(url)
+    let store = bloomgate_service::sql::Database::connect(url)
         .await
         .unwrap()
         .with_sku_capture(true);

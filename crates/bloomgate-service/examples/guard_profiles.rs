@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::resource::ResourceOptions;
 use bloomgate_service::source::{Row, Source};
-use bloomgate_service::store::StoreError;
+use bloomgate_service::sql::StoreError;
 
 /// One JSON object per file, named by its key.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! on the machine's MariaDB (a database of its own) and a Redis server this
 //! program starts on a free port (so it can kill it):
 //!
-//! 1. A write's cost, side by side in one run: `SkuStore::insert` (the row
+//! 1. A write's cost, side by side in one run: `Database::insert` (the row
 //!    and its outbox entry in one transaction) against a bare autocommit
 //!    `INSERT` of the same row, alternating in rounds; latency p50/p99 and
 //!    serial throughput.
@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use bloomgate_service::model::catalogue_sku;
-use bloomgate_service::store::SkuStore;
+use bloomgate_service::sql::Database;
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
@@ -102,7 +102,7 @@ async fn main() {
     let db = "mysql://root@127.0.0.1:3306/bg_outbox_cost";
 
     // 1. The write's cost.
-    let store = SkuStore::connect(db).await.unwrap();
+    let store = Database::connect(db).await.unwrap();
     let bare = sqlx::AnyPool::connect(db).await.unwrap();
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let rounds = 10;

@@ -64,8 +64,8 @@ impl AppError {
     }
 }
 
-impl From<crate::store::StoreError> for AppError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<crate::sql::StoreError> for AppError {
+    fn from(e: crate::sql::StoreError) -> Self {
         Self::Unavailable(e.to_string())
     }
 }

@@ -47,7 +47,7 @@ use crate::key::Key;
 use crate::metrics::Counter;
 use crate::pause::PausePoint;
 use crate::source::{KeyBatch, KeyRange, KeyScan};
-use crate::store::StoreError;
+use crate::sql::StoreError;
 pub use adopt::{AdoptError, ChangeLog, FilterMeta, How, MetaRead, Want};
 pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
 pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};
@@ -237,7 +237,7 @@ impl Gate {
             page_retries: AtomicU64::new(0),
             last_scanned: AtomicU64::new(0),
             row_check: std::sync::atomic::AtomicU8::new(0),
-            name: Arc::from(crate::store::SKU_RESOURCE),
+            name: Arc::from(crate::sql::SKU_RESOURCE),
             slots: Mutex::new(()),
             adopt_hook: Hook::default(),
             in_step: AtomicBool::new(true),

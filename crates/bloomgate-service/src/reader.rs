@@ -37,7 +37,7 @@ use crate::metrics::{Counter, Outcome};
 use crate::model::Sku;
 use crate::pause::PausePoint;
 use crate::source::{BoxFuture, DynSource as RowSource, Row};
-use crate::store::{SkuStore, StoreError};
+use crate::sql::{Database, StoreError};
 use crate::sync::lock;
 
 use inline::Inline;
@@ -112,12 +112,12 @@ pub trait Rows: Clone + Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
-impl Rows for SkuStore {
+impl Rows for Database {
     type Key = i64;
     type Row = Sku;
 
     fn get<'a>(&'a self, key: &'a i64) -> BoxFuture<'a, Result<Option<Sku>, StoreError>> {
-        Box::pin(SkuStore::get(self, *key))
+        Box::pin(Database::get(self, *key))
     }
 
     fn shard_of(key: &i64) -> usize {
@@ -125,7 +125,7 @@ impl Rows for SkuStore {
     }
 
     fn audit<'a>(&'a self, key: &'a i64) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(SkuStore::audit(self, *key))
+        Box::pin(Database::audit(self, *key))
     }
 
     fn pause_id(key: &i64) -> i64 {
@@ -321,7 +321,7 @@ impl<K, T> Default for Shard<K, T> {
 /// The shielded read path: SKU details by default, a resource's rows
 /// over its [`crate::source::Source`] (`ShieldedReader<SourceRows>`).
 #[derive(Debug)]
-pub struct ShieldedReader<R: Rows = SkuStore> {
+pub struct ShieldedReader<R: Rows = Database> {
     /// The Bloom gate.
     pub gate: Arc<Gate>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:

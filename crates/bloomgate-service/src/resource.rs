@@ -4,7 +4,7 @@
 //! elsewhere: `keys` (add to every instance's filter), `invalidate` (drop
 //! from every instance's caches), `exists` (the filter alone) and `batch`
 //! reads. The SKU table is the default resource, `skus`
-//! ([`Resource<SkuStore>`]); every `[[resources]]` table and every
+//! ([`Resource<Database>`]); every `[[resources]]` table and every
 //! [`crate::source::Source`] is a [`Resource`] over [`SourceRows`], under
 //! `{prefix}rv:{name}:{value identity}:` in Redis. `keys` and `invalidate` are recorded in
 //! the SQL outbox under the resource's name before they answer, so every
@@ -22,8 +22,8 @@ use crate::gate::{Gate, GateConfig};
 use crate::key::KeyType;
 use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
 use crate::source::DynSource;
-use crate::store::table::SqlTable;
-use crate::store::SkuStore;
+use crate::sql::table::SqlTable;
+use crate::sql::Database;
 
 mod calls;
 mod epochs;
@@ -89,7 +89,7 @@ impl Default for ResourceOptions {
 #[derive(Debug, Clone)]
 pub struct Shared {
     /// The SQL store (the outbox lives there).
-    pub store: SkuStore,
+    pub store: Database,
     /// The Redis tier, when configured.
     pub redis: Option<RedisTier>,
     /// The instance's SQL bulkhead.
@@ -136,7 +136,7 @@ impl CallCounters {
     }
 }
 
-/// One guarded resource: the SKU table ([`Resource<SkuStore>`], the
+/// One guarded resource: the SKU table ([`Resource<Database>`], the
 /// default resource `skus`) or any other table or source (a
 /// [`Resource`] over [`SourceRows`]).
 #[derive(Debug)]
@@ -164,7 +164,7 @@ pub struct Resource<R: Guarded = SourceRows> {
     outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
     rebuild_after_deletes: u64,
-    store: SkuStore,
+    store: Database,
     changes: Option<crate::feed::doorbell::Doorbell>,
     background: crate::tasks::Background,
     /// How often the watch column is read (ms; 0: no watch).
@@ -176,7 +176,7 @@ pub struct Resource<R: Guarded = SourceRows> {
     pub identity: Option<Arc<str>>,
 }
 
-impl Resource<SkuStore> {
+impl Resource<Database> {
     /// The SKU table as the default resource `skus`, with the `[cache]`
     /// settings: its Redis keys and shared filter under the bare prefix,
     /// as seed 000 has them; its shared rebuilds led through the doorbell.
@@ -211,7 +211,7 @@ impl Resource<SkuStore> {
         let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
         let r = Self::assemble(
-            crate::store::SKU_RESOURCE,
+            crate::sql::SKU_RESOURCE,
             shared.store.clone(),
             gate,
             table,
@@ -375,7 +375,7 @@ impl<R: Guarded> Resource<R> {
                 .map(|p| crate::config::resources::derived_snapshot_path(p, name))
         });
         // The SKU table, a configured table, or a source of the embedder.
-        let holds = match (&table, name == crate::store::SKU_RESOURCE) {
+        let holds = match (&table, name == crate::sql::SKU_RESOURCE) {
             (Some(t), _) => t.describe(),
             (None, true) => "skus.id".to_owned(),
             (None, false) => format!("source {name}"),
@@ -477,7 +477,7 @@ impl<R: Guarded> Resource<R> {
     /// default resource's: one leader scans, the others adopt its epoch)
     /// rather than announced in the outbox (every other resource's).
     fn leads_through_doorbell(&self) -> bool {
-        &*self.name == crate::store::SKU_RESOURCE
+        &*self.name == crate::sql::SKU_RESOURCE
             && self.epoch_counter.is_none()
             && !self.is_watched()
     }

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::resource::Resource;
+use crate::sql::Database;
 use crate::state::AppState;
-use crate::store::SkuStore;
 
 pub mod commands;
 pub mod connection;
@@ -33,7 +33,7 @@ pub mod serve;
 #[derive(Debug, Clone)]
 pub enum Filter {
     /// The demo SKU table (`skus`): positive 64-bit integer keys.
-    Skus(Arc<Resource<SkuStore>>),
+    Skus(Arc<Resource<Database>>),
     /// A configured table or source.
     Table(Arc<Resource>),
 }

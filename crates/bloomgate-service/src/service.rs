@@ -336,7 +336,7 @@ pub async fn prepare(
         restored_resources.push(at.is_some());
     }
     // The SKU table's rebuild requests its starting filter holds.
-    outbox.cover(crate::store::SKU_RESOURCE, covered);
+    outbox.cover(crate::sql::SKU_RESOURCE, covered);
     if outbox_on {
         outbox.spawn_follower(outbox_from, state.skus.gate());
     } else if config.sql.outbox.is_none() {

@@ -2,7 +2,7 @@
 //! (a JSON object, or missing), batch loads, key scans in key order and a
 //! row count. A Rust user implements it with `async fn` for a source of
 //! their own; the service holds it as a [`DynSource`] (boxed futures,
-//! object-safe), which [`crate::store::table::SqlTable`], the SQL one,
+//! object-safe), which [`crate::sql::table::SqlTable`], the SQL one,
 //! implements directly. [`KeyScan`] is the part of it
 //! the gate rebuilds from, which the SKU store implements too.
 
@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::key::{Fold, Key, KeyType};
-use crate::store::{SkuStore, StoreError};
+use crate::sql::{Database, StoreError};
 
 /// A boxed future, as the object-safe traits here return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -24,7 +24,7 @@ pub type Row = serde_json::Map<String, serde_json::Value>;
 /// ```
 /// use bloomgate_service::key::{Key, KeyType};
 /// use bloomgate_service::source::{Row, Source};
-/// use bloomgate_service::store::StoreError;
+/// use bloomgate_service::sql::StoreError;
 ///
 /// /// Two fixed rows.
 /// #[derive(Debug)]
@@ -111,7 +111,7 @@ pub trait Source: Send + Sync + std::fmt::Debug + 'static {
 
 /// [`Source`] as the service holds it, behind `Arc<dyn DynSource>`: the
 /// same methods returning boxed futures. Every [`Source`] is one; the
-/// service's own [`crate::store::table::SqlTable`] implements it directly.
+/// service's own [`crate::sql::table::SqlTable`] implements it directly.
 pub trait DynSource: Send + Sync + std::fmt::Debug + 'static {
     /// [`Source::key_type`].
     fn key_type(&self) -> KeyType;
@@ -205,7 +205,7 @@ impl<S: Source> DynSource for S {
 }
 
 pub use crate::filter::KeyBatch;
-pub use crate::store::{KeyRange, Page};
+pub use crate::sql::{KeyRange, Page};
 
 /// A page of `scan` handed to `sink`: how [`DynSource::scan_page`] reads
 /// a source that has only [`Source::scan`].
@@ -310,7 +310,7 @@ impl KeyScan for ScanOf {
     }
 }
 
-impl KeyScan for SkuStore {
+impl KeyScan for Database {
     fn estimate_keys(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
         Box::pin(self.estimate_rows("skus", "skus"))
     }

@@ -7,14 +7,14 @@ use crate::cache::RedisTier;
 use crate::config::Config;
 use crate::reader::Bulkhead;
 use crate::resource::Resource;
-use crate::store::{SkuStore, StoreError};
+use crate::sql::{Database, StoreError};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The SKU table, the default resource `skus`: its funnel (and
     /// through it the gate, caches and store), snapshot and key API.
-    pub skus: Arc<Resource<SkuStore>>,
+    pub skus: Arc<Resource<Database>>,
     /// Admin bearer token, if configured.
     pub admin_token: Option<Arc<str>>,
     /// Body limit, rate limit, shutdown grace.
@@ -106,32 +106,16 @@ impl StartError {
         url: Option<&str>,
     ) -> Self {
         let text = source.to_string().to_ascii_lowercase();
-        let tls_off = url.is_some_and(|u| {
-            let u = u.to_ascii_lowercase();
-            u.contains("sslmode=disable") || u.contains("ssl-mode=disabled")
-        });
-        // MariaDB with require_secure_transport answers a plain login
-        // "Access denied"; PostgreSQL's hba says "no encryption".
-        let refused_plain = ["no encryption", "access denied", "insecure transport"]
-            .iter()
-            .any(|w| text.contains(w));
-        let plain_redis = url.is_some_and(|u| u.starts_with("redis://"));
-        let hint = if tls_off && refused_plain {
-            " (TLS is disabled in the URL: a server that requires TLS refuses such logins)"
-        } else if plain_redis && text.contains("reset by peer") {
+        let hint = if key == "database_url" {
+            crate::sql::connect_hint(url, &text)
+        } else if url.is_some_and(|u| u.starts_with("redis://")) && text.contains("reset by peer") {
             " (a Redis that speaks only TLS resets plain connections: use rediss://)"
         } else if text.contains("certificaterequired") || text.contains("certificate required") {
-            if key == "database_url" {
-                " (the server asks for a client certificate: sslcert and sslkey on PostgreSQL, ssl-cert and ssl-key on MySQL)"
-            } else {
-                " (the server asks for a client certificate: set redis_tls_cert and redis_tls_key)"
-            }
-        } else if !text.contains("certificate") {
-            ""
-        } else if key == "database_url" {
-            " (the server's certificate did not verify: check sslrootcert on PostgreSQL or ssl-ca on MySQL, and that it names the URL's host)"
-        } else {
+            " (the server asks for a client certificate: set redis_tls_cert and redis_tls_key)"
+        } else if text.contains("certificate") {
             " (the server's certificate did not verify: check redis_tls_ca, and that it names the URL's host)"
+        } else {
+            ""
         };
         Self::Connect { key, source, hint }
     }
@@ -158,7 +142,7 @@ impl AppState {
     pub async fn connect(config: &Config) -> Result<Self, StartError> {
         config.validate()?;
         let background = crate::tasks::Background::new();
-        let store = SkuStore::connect_unmigrated(&config.database_url, &config.sql)
+        let store = Database::connect_unmigrated(&config.database_url, &config.sql)
             .await
             .map_err(|e| StartError::connect("database_url", e.source, Some(&config.database_url)))?
             .with_background(background.clone())
@@ -171,10 +155,7 @@ impl AppState {
         // bad one stops the start with the database as it was.
         let mut tables = Vec::with_capacity(config.resources.len());
         for (i, rc) in config.resources.iter().enumerate() {
-            tables.push((
-                rc,
-                crate::store::table::SqlTable::open(&store, rc, i).await??,
-            ));
+            tables.push((rc, crate::sql::table::SqlTable::open(&store, rc, i).await??));
         }
         let demo = config.demo();
         let captured = crate::feed::capture::targets(config);
@@ -187,7 +168,7 @@ impl AppState {
             !needs.is_empty() || (config.sql.outbox.is_none() && store.outbox_exists().await?);
         if outbox_on {
             store.migrate_for(demo).await.map_err(|e| {
-                if e.sqlx().is_some_and(crate::store::is_permission_denied) {
+                if e.is_permission_denied() {
                     StartError::Rights {
                         // Found there with no feature asking: a later
                         // migration of it.
@@ -196,11 +177,7 @@ impl AppState {
                         } else {
                             needs.join(", ")
                         },
-                        rights: match store.backend() {
-                            crate::store::Backend::Postgres => "CREATE on the schema",
-                            crate::store::Backend::MySql => "CREATE, ALTER and INDEX on the database, and SELECT, INSERT, UPDATE and DELETE on bloomgate's tables (MySQL gives a table's creator no rights on it)",
-                            crate::store::Backend::Sqlite => "a database file, and its directory, it may write",
-                        },
+                        rights: store.backend().outbox_rights(),
                         source: e,
                     }
                 } else {
@@ -240,7 +217,7 @@ impl AppState {
         // checked as a configured table's is.
         let sku_table = match &config.cache.watch_column {
             Some(_) if demo => Some(
-                crate::store::table::SqlTable::open_as(
+                crate::sql::table::SqlTable::open_as(
                     &store,
                     &crate::config::resources::ResourceConfig::skus(&config.cache),
                     &|f| format!("cache.{f}"),
@@ -339,7 +316,7 @@ impl AppState {
         mut self,
         tables: Vec<(
             &crate::config::resources::ResourceConfig,
-            crate::store::table::SqlTable,
+            crate::sql::table::SqlTable,
         )>,
     ) -> Result<Self, StartError> {
         for (rc, table) in tables {

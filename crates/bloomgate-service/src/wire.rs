@@ -103,7 +103,7 @@ pub fn epoch_segment_key(counter: &str, n: u64, i: usize) -> String {
 }
 
 /// What a filter holds, as snapshots and shared epochs name it: the
-/// database's identity (`SkuStore::identity`), `table.key` (or `source
+/// database's identity (`Database::identity`), `table.key` (or `source
 /// <name>`) and the key type. Instances refuse a filter whose identity is
 /// not theirs.
 #[must_use]

@@ -59,8 +59,8 @@ const BOUND: u64 = 2;
 const LATE_BOUND: u64 = 7;
 
 /// The capture target of table `name` keyed by `id`, under its own name.
-fn target_of(name: &str) -> bloomgate_service::store::CaptureTarget {
-    bloomgate_service::store::CaptureTarget {
+fn target_of(name: &str) -> bloomgate_service::sql::CaptureTarget {
+    bloomgate_service::sql::CaptureTarget {
         resource: name.into(),
         table: name.into(),
         key: "id".into(),
@@ -660,7 +660,7 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
     // where the DBA now owns bloomgate's tables) plain DML on those for
     // the service's user, named by the service's URL.
     let before = tables(&admin, postgres).await;
-    let dba = bloomgate_service::store::SkuStore::connect_unmigrated(
+    let dba = bloomgate_service::sql::Database::connect_unmigrated(
         admin_url,
         &bloomgate_service::config::SqlConfig::default(),
     )
@@ -956,7 +956,7 @@ async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
     let a = TestServer::start(captured(&url, None, "capture-fight"), 0).await;
     let store = &a.state.skus.reader.store;
     let mine = target_of("users");
-    let renamed = bloomgate_service::store::CaptureTarget {
+    let renamed = bloomgate_service::sql::CaptureTarget {
         resource: "members".into(),
         ..mine.clone()
     };
@@ -1100,7 +1100,7 @@ async fn a_schema_name_that_is_no_identifier_is_refused() {
     )
     .await;
     admin.close().await;
-    let store = bloomgate_service::store::SkuStore::connect(&url)
+    let store = bloomgate_service::sql::Database::connect(&url)
         .await
         .unwrap();
     let e = store.outbox_for_triggers().await.unwrap_err();
@@ -1108,7 +1108,7 @@ async fn a_schema_name_that_is_no_identifier_is_refused() {
     store.close().await;
     // A plain one is named, quoted.
     let plain = common::postgres_database("plain_schema").await.unwrap();
-    let store = bloomgate_service::store::SkuStore::connect(&plain)
+    let store = bloomgate_service::sql::Database::connect(&plain)
         .await
         .unwrap();
     assert_eq!(
@@ -1160,7 +1160,7 @@ async fn a_trigger_right_through_a_role_or_a_schema_pattern_counts_mariadb() {
         for g in grants {
             exec(&admin, g).await;
         }
-        let store = bloomgate_service::store::SkuStore::connect_unmigrated(
+        let store = bloomgate_service::sql::Database::connect_unmigrated(
             &common::as_user(&admin_url, &format!("{user}:np")),
             &bloomgate_service::config::SqlConfig::default(),
         )

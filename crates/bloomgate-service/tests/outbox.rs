@@ -69,7 +69,7 @@ async fn every_backend_records_each_committed_write_in_the_same_transaction() {
 /// (after the first).
 async fn a_write_cut_before_its_commit_leaves_nothing(url: &str) {
     use bloomgate_service::model::catalogue_sku;
-    let store = bloomgate_service::store::SkuStore::connect(url)
+    let store = bloomgate_service::sql::Database::connect(url)
         .await
         .unwrap();
     sqlx::any::install_default_drivers();
@@ -392,7 +392,7 @@ async fn a_seed_behind_the_services_back_makes_every_instance_rebuild() {
         counter(&a.stats().await, &["outbox", "rebuilds"]),
         counter(&b.stats().await, &["outbox", "rebuilds"]),
     ];
-    let store = bloomgate_service::store::SkuStore::connect(&db)
+    let store = bloomgate_service::sql::Database::connect(&db)
         .await
         .unwrap();
     assert_eq!(store.seed_range(101, 200, |_| {}).await.unwrap(), 100);
@@ -485,7 +485,7 @@ async fn a_load_that_read_before_a_full_invalidation_does_not_refill_l1() {
     pause.reached().await;
     // Behind the service's back: the row changes, and another process
     // records that rows changed without an entry naming them.
-    let other = bloomgate_service::store::SkuStore::connect(&url)
+    let other = bloomgate_service::sql::Database::connect(&url)
         .await
         .unwrap();
     sqlx::any::install_default_drivers();

@@ -1,5 +1,5 @@
 //! The capture function never runs with more rights than the owner of the
-//! outbox it writes (`store::owners`). Reproduced on PostgreSQL: the
+//! outbox it writes (`sql::owners`). Reproduced on PostgreSQL: the
 //! service made its outbox (so owns it), a superuser installed the
 //! capture, and a trigger the service role adds to its outbox then ran as
 //! the superuser on an application's ordinary insert.
@@ -8,7 +8,7 @@ mod common;
 
 use bloomgate_service::config::{Capture, SqlConfig};
 use bloomgate_service::feed::capture::{install_as_dba, targets};
-use bloomgate_service::store::SkuStore;
+use bloomgate_service::sql::Database;
 use sqlx::Row;
 
 async fn exec(pool: &sqlx::AnyPool, q: &str) {
@@ -46,7 +46,7 @@ async fn a_capture_function_runs_as_the_outbox_owner_not_as_the_installer() {
     }
     let service_url = common::as_user(&admin_url, user);
     // The service made its outbox (a start before capture was asked for).
-    let service_store = SkuStore::connect_unmigrated(&service_url, &SqlConfig::default())
+    let service_store = Database::connect_unmigrated(&service_url, &SqlConfig::default())
         .await
         .unwrap();
     service_store.migrate_for(false).await.unwrap();
@@ -56,7 +56,7 @@ async fn a_capture_function_runs_as_the_outbox_owner_not_as_the_installer() {
     users.capture = Capture::Triggers;
     c.resources = vec![users];
     let captured = targets(&c);
-    let dba = SkuStore::connect_unmigrated(&admin_url, &SqlConfig::default())
+    let dba = Database::connect_unmigrated(&admin_url, &SqlConfig::default())
         .await
         .unwrap();
     let done = install_as_dba(&dba, &captured, false, Some(user))

@@ -775,7 +775,7 @@ impl bloomgate_service::source::Source for Panicky {
     async fn load(
         &self,
         key: &Key,
-    ) -> Result<Option<bloomgate_service::source::Row>, bloomgate_service::store::StoreError> {
+    ) -> Result<Option<bloomgate_service::source::Row>, bloomgate_service::sql::StoreError> {
         assert!(key.to_string() != "boom", "the source fails hard");
         let mut row = bloomgate_service::source::Row::new();
         row.insert("id".into(), key.to_string().into());
@@ -785,14 +785,14 @@ impl bloomgate_service::source::Source for Panicky {
         &self,
         after: Option<&Key>,
         _limit: usize,
-    ) -> Result<Vec<Key>, bloomgate_service::store::StoreError> {
+    ) -> Result<Vec<Key>, bloomgate_service::sql::StoreError> {
         Ok(if after.is_none() {
             vec![text("boom"), text("ok")]
         } else {
             Vec::new()
         })
     }
-    async fn count(&self) -> Result<u64, bloomgate_service::store::StoreError> {
+    async fn count(&self) -> Result<u64, bloomgate_service::sql::StoreError> {
         Ok(2)
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bloomgate_service::gate::{Gate, GateConfig, Verdict};
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::source::{Row, ScanOf, Source};
-use bloomgate_service::store::StoreError;
+use bloomgate_service::sql::StoreError;
 use common::{counter, TestServer};
 use reqwest::Method;
 
@@ -291,7 +291,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
     }
     exec(url, &ddl).await;
     let s = TestServer::start(common::config(url, None, "scale-readers"), 0).await;
-    let table = bloomgate_service::store::table::SqlTable::open(
+    let table = bloomgate_service::sql::table::SqlTable::open(
         &s.state.skus.reader.store,
         &common::users_resource("users"),
         0,
@@ -376,7 +376,7 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
             vec![Key::Text("a".into()), Key::Text("b".into())],
         ),
     ] {
-        let table = bloomgate_service::store::table::SqlTable::open(store, &config, 0)
+        let table = bloomgate_service::sql::table::SqlTable::open(store, &config, 0)
             .await
             .unwrap()
             .unwrap();

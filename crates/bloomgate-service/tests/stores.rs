@@ -4,12 +4,12 @@ mod common;
 
 use bloomgate_service::model::catalogue_sku;
 use bloomgate_service::source::{KeyBatch, KeyScan};
-use bloomgate_service::store::SkuStore;
+use bloomgate_service::sql::Database;
 
 async fn exercise(url: &str) {
-    let store = SkuStore::connect(url).await.unwrap();
+    let store = Database::connect(url).await.unwrap();
     // Migrations are idempotent.
-    let again = SkuStore::connect(url).await.unwrap();
+    let again = Database::connect(url).await.unwrap();
     again.close().await;
     assert_eq!(store.count().await.unwrap(), 0);
     assert!(store.is_empty().await.unwrap());
@@ -109,7 +109,7 @@ async fn seeding_200000_on_mariadb_inserts_each_once() {
     let Some(url) = common::mysql_database("seed_speed").await else {
         return;
     };
-    let store = SkuStore::connect(&url).await.unwrap();
+    let store = Database::connect(&url).await.unwrap();
     let started = std::time::Instant::now();
     assert_eq!(store.seed_range(1, 200_000, |_| {}).await.unwrap(), 200_000);
     eprintln!("seeded 200,000 SKUs on MariaDB in {:?}", started.elapsed());

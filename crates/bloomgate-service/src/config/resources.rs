@@ -1,7 +1,7 @@
 //! `[[resources]]`: the tables a configuration guards beside the SKUs, and
 //! the checks that need no database (names, rates, limits). The checks
 //! against the database's catalogue (the table and columns exist, the key
-//! column's type) run when [`crate::store::table::SqlTable::open`] opens each one.
+//! column's type) run when [`crate::sql::table::SqlTable::open`] opens each one.
 
 use serde::Deserialize;
 

@@ -2,7 +2,7 @@
 //! the configuration captures ([`targets`]), the check made before
 //! anything is written ([`check_before_migrate`]) and the install after
 //! the outbox exists ([`install_missing`]). The triggers themselves, per
-//! dialect, are `crate::store`'s (`CaptureTarget`).
+//! dialect, are `crate::sql`'s (`CaptureTarget`).
 //!
 //! A service that may not create triggers starts when a DBA installed
 //! them (`capture install` with their own rights): it only checks that
@@ -11,7 +11,7 @@
 //! what to run, before the database is touched.
 
 use crate::config::{Capture, Config, ConfigError};
-use crate::store::{Backend, CaptureTarget, SkuStore, StoreError, SKU_RESOURCE};
+use crate::sql::{Backend, CaptureTarget, Database, StoreError, SKU_RESOURCE};
 
 /// One captured table with the config key that asked for it.
 #[derive(Debug, Clone)]
@@ -57,14 +57,7 @@ pub fn targets(config: &Config) -> Vec<Captured> {
 
 /// The refusal when `c`'s triggers are missing and cannot be made here.
 fn refusal(c: &Captured, backend: Backend, why: &str) -> ConfigError {
-    let privilege = match backend {
-        Backend::MySql => {
-            "the TRIGGER privilege on the table (with binary logging on, also SUPER or \
-             log_bin_trust_function_creators = 1)"
-        }
-        Backend::Postgres => "the TRIGGER privilege on the table (or its ownership)",
-        Backend::Sqlite => "write access to the database file",
-    };
+    let privilege = backend.trigger_rights();
     ConfigError::Invalid {
         key: c.key.clone(),
         message: format!(
@@ -86,7 +79,7 @@ fn refusal(c: &Captured, backend: Backend, why: &str) -> ConfigError {
 /// [`ConfigError::Invalid`] naming the key; [`StoreError`] when the
 /// catalogue cannot be read.
 pub async fn check_before_migrate(
-    store: &SkuStore,
+    store: &Database,
     captured: &[Captured],
 ) -> Result<Result<(), ConfigError>, StoreError> {
     for c in captured {
@@ -119,7 +112,7 @@ pub struct Installed {
 /// `bloomgate capture install` with a DBA's rights: bloomgate's tables
 /// (the demo SKU table only when `demo`), each table's triggers, each
 /// capture function given to the outbox's owner (see
-/// [`crate::store::SkuStore::align_capture_owner`]), and, where this
+/// [`crate::sql::Database::align_capture_owner`]), and, where this
 /// connection owns bloomgate's tables and `service_user` (the configured
 /// URL's user) is another role, plain DML on them for that role: the
 /// service then starts with no TRIGGER privilege and no right to add
@@ -128,7 +121,7 @@ pub struct Installed {
 /// # Errors
 /// [`StoreError`] from the first step that failed.
 pub async fn install_as_dba(
-    store: &SkuStore,
+    store: &Database,
     captured: &[Captured],
     demo: bool,
     service_user: Option<&str>,
@@ -155,7 +148,7 @@ pub async fn install_as_dba(
 /// # Errors
 /// [`ConfigError::Invalid`] naming the key when an install fails (the
 /// table keeps no half-installed set).
-pub async fn install_missing(store: &SkuStore, captured: &[Captured]) -> Result<(), ConfigError> {
+pub async fn install_missing(store: &Database, captured: &[Captured]) -> Result<(), ConfigError> {
     for c in captured {
         match store.install_capture(&c.target, true).await {
             Ok(true) => {

@@ -1,6 +1,6 @@
 //! The change outbox: every create, update and delete writes an entry into
 //! `bloomgate_changes (seq, resource, item_key, kind, origin, at)` in the
-//! same SQL transaction as its row (see `SkuStore::insert`), so a write
+//! same SQL transaction as its row (see `Database::insert`), so a write
 //! that committed has its entry, and one that rolled back (a writer killed
 //! mid-write) has none. Every instance follows the table: it adds the ids
 //! other instances created to its filter and drops updated or deleted ids
@@ -77,14 +77,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sqlx::Row;
 use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
 use crate::gate::Gate;
 use crate::model::now_millis;
 use crate::pause::PausePoint;
-use crate::store::{err, SkuStore, StoreError, Within};
+use crate::sql::{Database, StoreError};
 use crate::sync::lock;
 
 mod apply;
@@ -95,6 +94,7 @@ mod trim;
 
 pub use trim::{Trimmed, TRIM_BATCH};
 
+pub use crate::sql::outbox::Entry;
 pub use apply::{Change, Follower};
 
 /// Entries read per statement.
@@ -112,21 +112,6 @@ const TRIM_CHECK_EVERY: Duration = Duration::from_secs(30);
 /// How often each instance trims the table (more often when the
 /// retention is shorter).
 const TRIM_EVERY: Duration = Duration::from_secs(60);
-
-/// One outbox entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// Its sequence number.
-    pub seq: i64,
-    /// The SKU id it names (none for a rebuild request).
-    pub key: String,
-    /// `c`, `u`, `d`, or `r` (rebuild).
-    pub kind: String,
-    /// The instance that wrote it.
-    pub origin: String,
-    /// The resource it belongs to (every entry is read: no gaps).
-    pub resource: String,
-}
 
 /// Counters of the follower.
 #[derive(Debug, Default)]
@@ -206,7 +191,7 @@ impl Follow {
 /// The follower's handle. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    pub(crate) store: SkuStore,
+    pub(crate) store: Database,
     poll: Duration,
     /// The poll interval while a doorbell is healthy.
     idle_poll: Duration,
@@ -234,7 +219,7 @@ pub struct Outbox {
     tables: Arc<Mutex<BTreeMap<String, std::sync::Weak<dyn Follower>>>>,
     /// The tables whose capture triggers this instance relies on (checked
     /// again at each trim, see `Outbox::recheck_capture`).
-    captured: Arc<Mutex<Vec<crate::store::CaptureTarget>>>,
+    captured: Arc<Mutex<Vec<crate::sql::CaptureTarget>>>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
@@ -242,7 +227,7 @@ pub struct Outbox {
 impl Outbox {
     /// The outbox of `store`, with the timings of `c`.
     #[must_use]
-    pub fn new(store: SkuStore, c: &SqlConfig) -> Self {
+    pub fn new(store: Database, c: &SqlConfig) -> Self {
         Self {
             store,
             poll: Duration::from_millis(c.outbox_poll_ms),
@@ -278,17 +263,8 @@ impl Outbox {
     }
 
     /// The capture targets to check again while running.
-    pub fn set_captured(&self, targets: Vec<crate::store::CaptureTarget>) {
+    pub fn set_captured(&self, targets: Vec<crate::sql::CaptureTarget>) {
         *lock(&self.captured) = targets;
-    }
-
-    /// Counts one background statement and names it for the limit.
-    fn bg(&self, name: &'static str) -> &'static str {
-        self.store
-            .counters
-            .background
-            .fetch_add(1, Ordering::Relaxed);
-        name
     }
 
     /// A doorbell answered (a blocking read returned, with or without
@@ -386,18 +362,7 @@ impl Outbox {
     /// [`StoreError`].
     pub async fn start_position(&self) -> Result<i64, StoreError> {
         let age = 2 * self.gap_wait.as_millis() as i64;
-        let q = format!(
-            "SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes WHERE at < {} - {}",
-            self.store.now_ms_sql(),
-            self.store.ph(1)
-        );
-        let row = sqlx::query(&q)
-            .bind(age)
-            .fetch_one(&self.store.pool)
-            .within(&self.store.bg_limit, self.bg("outbox start"))
-            .await
-            .map_err(err("outbox start"))?;
-        let old: i64 = row.try_get(0).map_err(err("outbox start"))?;
+        let old = self.store.outbox_older_than(age).await?;
         Ok(old.max(self.trimmed_through().await?))
     }
 
@@ -408,75 +373,22 @@ impl Outbox {
     /// # Errors
     /// [`StoreError`].
     pub async fn max_seq(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM bloomgate_changes")
-            .fetch_one(&self.store.pool)
-            .within(&self.store.bg_limit, self.bg("outbox max"))
-            .await
-            .map_err(err("outbox max"))?;
-        row.try_get(0).map_err(err("outbox max"))
+        self.store.outbox_max_seq().await
     }
 
     /// The largest seq deleted as too old.
     async fn trimmed_through(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query(
-            "SELECT COALESCE(MAX(value), 0) FROM bloomgate_outbox_state WHERE name = 'trimmed_through'",
-        )
-        .fetch_one(&self.store.pool)
-        .within(&self.store.bg_limit, self.bg("outbox trimmed"))
-        .await
-        .map_err(err("outbox trimmed"))?;
-        row.try_get(0).map_err(err("outbox trimmed"))
-    }
-
-    async fn fetch(&self, sql: &str, binds: &[i64]) -> Result<Vec<Entry>, StoreError> {
-        let mut q = sqlx::query(sql);
-        for b in binds {
-            q = q.bind(*b);
-        }
-        let rows = q
-            .fetch_all(&self.store.pool)
-            .within(&self.store.bg_limit, self.bg("outbox read"))
-            .await
-            .map_err(err("outbox read"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(Entry {
-                    seq: r.try_get(0)?,
-                    key: r.try_get(1)?,
-                    kind: r.try_get(2)?,
-                    origin: r.try_get(3)?,
-                    resource: r.try_get(4)?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(err("outbox read"))
+        self.store.outbox_trimmed_through().await
     }
 
     /// Up to [`PAGE`] entries from `cursor` on, in seq order.
     async fn page_at(&self, cursor: i64) -> Result<Vec<Entry>, StoreError> {
-        let q = format!(
-            "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
-             WHERE seq >= {} ORDER BY seq LIMIT {PAGE}",
-            self.store.ph(1)
-        );
-        self.fetch(&q, &[cursor]).await
+        self.store.outbox_page(cursor, PAGE).await
     }
 
     /// The entries among `seqs` that are visible now.
     async fn among(&self, seqs: &[i64]) -> Result<Vec<Entry>, StoreError> {
-        let mut out = Vec::new();
-        for chunk in seqs.chunks(1000) {
-            let q = format!(
-                "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes \
-                 WHERE seq IN ({})",
-                (1..=chunk.len())
-                    .map(|i| self.store.ph(i))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            out.extend(self.fetch(&q, chunk).await?);
-        }
-        Ok(out)
+        self.store.outbox_among(seqs).await
     }
 
     /// The keys of `resource` created after `from`, as the entries spell

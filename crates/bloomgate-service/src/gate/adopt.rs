@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::Gate;
 use crate::config::BloomLayout;
 use crate::key::{Fold, Key, KeyType};
-use crate::store::StoreError;
+use crate::sql::StoreError;
 
 /// A positioned filter's metadata (a snapshot's JSON, an epoch's hash).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -205,7 +205,7 @@ impl Gate {
 mod tests {
     use super::*;
     use crate::config::BloomLayout;
-    use crate::store::SkuStore;
+    use crate::sql::Database;
 
     /// Sized filters reach half full only past their capacity, so the
     /// fill-ratio alarm is the safety net for a capacity that does not
@@ -214,7 +214,7 @@ mod tests {
     #[tokio::test]
     async fn a_filter_over_half_full_raises_the_fill_ratio_alarm() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SkuStore::connect(&format!("sqlite://{}/g.db", dir.path().display()))
+        let store = Database::connect(&format!("sqlite://{}/g.db", dir.path().display()))
             .await
             .unwrap();
         let gate = Arc::new(Gate::new(

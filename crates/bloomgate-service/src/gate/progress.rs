@@ -155,19 +155,6 @@ impl Progress {
     }
 }
 
-/// The database took no connection (as opposed to a page that failed or
-/// timed out once connected, which is read again).
-fn unreachable(e: &StoreError) -> bool {
-    match e.sqlx() {
-        Some(sqlx::Error::PoolTimedOut) => true,
-        Some(sqlx::Error::Io(io)) => matches!(
-            io.kind(),
-            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotConnected
-        ),
-        _ => false,
-    }
-}
-
 /// Two readers meeting in the middle ([`KeyRange::meeting`]): the last key
 /// each has read up to (every key beyond it, on its side, is in the
 /// filter), ascending first; and whether the descending reader is needed
@@ -267,7 +254,7 @@ impl Gate {
                     // A database that takes no connection is not waited
                     // for page by page: the rebuild fails at once, and
                     // start-up's build retries with its own backoff.
-                    Err(e) if failures < PAGE_RETRIES && !unreachable(&e) => {
+                    Err(e) if failures < PAGE_RETRIES && !e.is_unreachable() => {
                         failures += 1;
                         self.page_retries.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, attempt = failures, "a filter rebuild's page failed; reading it again");

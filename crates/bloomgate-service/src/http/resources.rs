@@ -34,8 +34,8 @@ use crate::metrics::Outcome;
 use crate::reader::Lookup;
 use crate::reader::SourceRows;
 use crate::resource::{Guarded, Resource};
+use crate::sql::Database;
 use crate::state::AppState;
-use crate::store::SkuStore;
 
 /// The body of every resource call.
 #[derive(Debug, Deserialize)]
@@ -57,7 +57,7 @@ trait JsonKeys: Guarded {
     fn to_json(key: &Self::Key) -> serde_json::Value;
 }
 
-impl JsonKeys for SkuStore {
+impl JsonKeys for Database {
     fn key_from_json(&self, i: usize, v: &serde_json::Value) -> Result<i64, AppError> {
         match Key::from_json(crate::key::KeyType::Int, v) {
             Ok(Key::Int(id)) if id > 0 => Ok(id),

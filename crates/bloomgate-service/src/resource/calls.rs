@@ -158,7 +158,7 @@ impl<R: Guarded> Resource<R> {
         if self.store.outbox_on() {
             Ok(())
         } else {
-            Err(AppError::OutboxOff(crate::store::OutboxOff.to_string()))
+            Err(AppError::OutboxOff(crate::sql::OutboxOff.to_string()))
         }
     }
 
@@ -168,7 +168,7 @@ impl<R: Guarded> Resource<R> {
             .record_many(&self.name, &spelled, kind)
             .await
             .map_err(|e| {
-                if let Some(off) = e.source.downcast_ref::<crate::store::OutboxOff>() {
+                if let Some(off) = e.source.downcast_ref::<crate::sql::OutboxOff>() {
                     return AppError::OutboxOff(off.to_string());
                 }
                 tracing::warn!(resource = %self.name, error = %e, "recording keys in the outbox failed");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::key::{Fold, Key, KeyType};
 use crate::reader::{Rows, SourceRows};
 use crate::source::{BoxFuture, KeyScan, ScanOf};
-use crate::store::{SkuStore, StoreError};
+use crate::sql::{Database, StoreError};
 
 /// Rows found, with their keys, some time later.
 pub type RowsFuture<'a, R> =
@@ -54,7 +54,7 @@ pub trait Guarded: Rows {
     fn key_scan(&self) -> Arc<dyn KeyScan>;
 }
 
-impl Guarded for SkuStore {
+impl Guarded for Database {
     fn key_type(&self) -> KeyType {
         KeyType::Int
     }

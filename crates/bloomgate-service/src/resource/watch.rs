@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Guarded, Resource};
-use crate::store::table::WatchValue;
+use crate::sql::table::WatchValue;
 
 /// Rows read per watch statement.
 const WATCH_PAGE: usize = 10_000;

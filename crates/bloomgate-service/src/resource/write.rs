@@ -1,5 +1,5 @@
 //! The default resource's owned writes, one place the handlers call: a
-//! SKU create, update or delete commits with its outbox entry (`store`), then, in this order,
+//! SKU create, update or delete commits with its outbox entry (`sql`), then, in this order,
 //! the filter (a create's id enters it inside the transaction), the shared
 //! filter (`strict`), the caches (Redis `DEL`, L1 through the shards), the
 //! doorbell (the other instances' outbox followers read the entry now),
@@ -9,9 +9,9 @@
 use super::Resource;
 use crate::error::AppError;
 use crate::model::{now_secs, Sku, SkuInput};
-use crate::store::SkuStore;
+use crate::sql::Database;
 
-impl Resource<SkuStore> {
+impl Resource<Database> {
     /// Creates a SKU from a validated `input` (the next free id when it has
     /// none; a few tries when another create takes that id first).
     ///

@@ -270,8 +270,7 @@ where
                 String::from_utf8_lossy(&raw[..raw.len().min(64)]),
                 r.name,
                 match ty {
-                    _ if r.name.as_ref() == crate::store::SKU_RESOURCE =>
-                        "positive 64-bit integers",
+                    _ if r.name.as_ref() == crate::sql::SKU_RESOURCE => "positive 64-bit integers",
                     crate::key::KeyType::Int => "64-bit integers",
                     crate::key::KeyType::Text =>
                         "text of 1 to 255 bytes without control characters",

@@ -37,7 +37,7 @@ use crate::filter::KeyBatch;
 use crate::key::Key;
 use crate::redis_link::RedisTarget;
 use crate::source::{KeyRange, KeyScan};
-use crate::store::StoreError;
+use crate::sql::StoreError;
 
 /// A key as its hashes under the shared filter's seed (0): what a refill
 /// keeps of the creates that arrive while it runs.

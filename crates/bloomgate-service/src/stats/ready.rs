@@ -16,7 +16,7 @@ pub fn readiness(state: &AppState) -> (bool, Value) {
     let mut resources = Map::new();
     let mut waiting = Vec::new();
     let sku_builds = state.cache_config().bloom_build_on_start;
-    let gates = std::iter::once((crate::store::SKU_RESOURCE, state.skus.gate(), sku_builds))
+    let gates = std::iter::once((crate::sql::SKU_RESOURCE, state.skus.gate(), sku_builds))
         .filter(|_| state.demo)
         .chain(state.resources.iter().map(|r| (&*r.name, r.gate(), true)));
     for (name, gate, builds) in gates {

@@ -317,7 +317,7 @@ impl Doorbell {
         };
         match adopted {
             Ok((meta, replayed)) => {
-                self.outbox.cover(crate::store::SKU_RESOURCE, meta.covered);
+                self.outbox.cover(crate::sql::SKU_RESOURCE, meta.covered);
                 self.counters
                     .rebuilds_adopted
                     .fetch_add(1, Ordering::Relaxed);
@@ -365,7 +365,7 @@ impl Doorbell {
                 &meta,
                 &want,
                 &self.outbox,
-                crate::store::SKU_RESOURCE,
+                crate::sql::SKU_RESOURCE,
                 How::Adopt,
                 bytes,
             )

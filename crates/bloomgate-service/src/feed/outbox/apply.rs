@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::source::BoxFuture;
-use crate::store::CAPTURED;
+use crate::sql::CAPTURED;
 use crate::wire::kind;
 
 /// A change an entry records.

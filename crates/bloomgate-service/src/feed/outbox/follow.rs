@@ -346,22 +346,7 @@ impl Outbox {
         if floor >= from {
             return Ok(());
         }
-        let q = format!(
-            "SELECT seq FROM bloomgate_changes WHERE seq > {} AND seq <= {}",
-            self.store.ph(1),
-            self.store.ph(2)
-        );
-        let seen: std::collections::HashSet<i64> = sqlx::query(&q)
-            .bind(floor)
-            .bind(from)
-            .fetch_all(&self.store.pool)
-            .within(&self.store.bg_limit, self.bg("outbox read"))
-            .await
-            .map_err(err("outbox read"))?
-            .iter()
-            .map(|r| r.try_get::<i64, _>(0))
-            .collect::<Result<_, _>>()
-            .map_err(err("outbox read"))?;
+        let seen = self.store.outbox_seqs_between(floor, from).await?;
         let mut f = lock(&self.follow);
         for seq in (floor + 1..=from).filter(|s| !seen.contains(s)) {
             f.give_up(seq, seq);

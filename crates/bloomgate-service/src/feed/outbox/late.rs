@@ -27,15 +27,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::Row;
-
 mod set;
 
 pub(super) use set::Late;
 use set::MAX_SPANS;
 
 use super::{Entry, Outbox};
-use crate::store::{err, StoreError, Within};
+use crate::sql::StoreError;
 use crate::sync::lock;
 
 impl Outbox {
@@ -113,30 +111,7 @@ impl Outbox {
         &self,
         ranges: &[(i64, i64); N],
     ) -> Result<[i64; N], StoreError> {
-        let parts: Vec<String> = (0..N)
-            .map(|i| {
-                format!(
-                    "(SELECT COUNT(*) FROM bloomgate_changes WHERE seq BETWEEN {} AND {})",
-                    self.store.ph(2 * i + 1),
-                    self.store.ph(2 * i + 2)
-                )
-            })
-            .collect();
-        let q = format!("SELECT {}", parts.join(", "));
-        let mut query = sqlx::query(&q);
-        for &(lo, hi) in ranges {
-            query = query.bind(lo).bind(hi);
-        }
-        let row = query
-            .fetch_one(&self.store.pool)
-            .within(&self.store.bg_limit, self.bg("outbox read"))
-            .await
-            .map_err(err("outbox read"))?;
-        let mut out = [0; N];
-        for (i, n) in out.iter_mut().enumerate() {
-            *n = row.try_get::<i64, _>(i).map_err(err("outbox read"))?;
-        }
-        Ok(out)
+        self.store.outbox_count_within(ranges).await
     }
 
     /// The entries visible now within the inclusive `ranges`, a few
@@ -145,24 +120,6 @@ impl Outbox {
         &self,
         ranges: &[(i64, i64)],
     ) -> Result<Vec<Entry>, StoreError> {
-        let mut out = Vec::new();
-        for chunk in ranges.chunks(250) {
-            let cond: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    format!(
-                        "seq BETWEEN {} AND {}",
-                        self.store.ph(2 * i + 1),
-                        self.store.ph(2 * i + 2)
-                    )
-                })
-                .collect();
-            let q = format!(
-                "SELECT seq, item_key, kind, origin, resource FROM bloomgate_changes WHERE {}",
-                cond.join(" OR ")
-            );
-            let binds: Vec<i64> = chunk.iter().flat_map(|&(a, b)| [a, b]).collect();
-            out.extend(self.fetch(&q, &binds).await?);
-        }
-        Ok(out)
+        self.store.outbox_within(ranges).await
     }
 }

@@ -1,5 +1,5 @@
 //! PostgreSQL's doorbell: a connection that `LISTEN`s on
-//! [`NOTIFY_CHANNEL`], which the capture triggers and the service's own
+//! [`crate::sql::NOTIFY_CHANNEL`], which the capture triggers and the service's own
 //! outbox entries notify on commit. Each notification wakes the follower;
 //! while the connection answers, the follower polls only every
 //! `sql.outbox_idle_poll_ms`. A listener drops notifications while it is
@@ -7,7 +7,6 @@
 //! reads whatever it missed: polling stays the backstop.
 
 use super::*;
-use crate::store::NOTIFY_CHANNEL;
 
 /// How long a quiet listener counts as an answer (the doorbell's health
 /// needs one every second or so).
@@ -17,9 +16,9 @@ impl Outbox {
     /// Starts the listener when the store is PostgreSQL's; ends with the
     /// follower (the service's shutdown, or its last handle dropped).
     pub(super) fn spawn_listener(&self, anchor: &Arc<Gate>) {
-        let Some(pool) = self.store.listen_pool.0.clone() else {
+        if !self.store.outbox_listens() {
             return;
-        };
+        }
         let (outbox, gate) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
             let _guard = Gate::follow(&gate);
@@ -27,9 +26,10 @@ impl Outbox {
             let mut backoff = Duration::from_millis(100);
             let mut failing = false;
             while !over() {
-                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                    Ok(l) => l,
-                    Err(e) => {
+                let mut listener = match outbox.store.outbox_listen().await {
+                    Some(Ok(l)) => l,
+                    None => return,
+                    Some(Err(e)) => {
                         if !std::mem::replace(&mut failing, true) {
                             tracing::warn!(error = %e, "outbox LISTEN: cannot connect; polling meanwhile");
                         }
@@ -38,11 +38,6 @@ impl Outbox {
                         continue;
                     }
                 };
-                if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
-                    tracing::warn!(error = %e, "outbox LISTEN failed; polling meanwhile");
-                    tokio::time::sleep(backoff).await;
-                    continue;
-                }
                 if std::mem::take(&mut failing) {
                     tracing::info!("outbox LISTEN connected again");
                 }
@@ -51,15 +46,15 @@ impl Outbox {
                 outbox.doorbell_ok();
                 outbox.ring();
                 while !over() {
-                    match tokio::time::timeout(QUIET, listener.try_recv()).await {
+                    match tokio::time::timeout(QUIET, listener.recv()).await {
                         Err(_) => outbox.doorbell_ok(),
-                        Ok(Ok(Some(_))) => {
+                        Ok(Ok(true)) => {
                             outbox.doorbell_ok();
                             outbox.ring();
                         }
                         // The connection was lost (and is made again by the
                         // next call): what was sent meanwhile is gone.
-                        Ok(Ok(None)) => outbox.doorbell_lost(),
+                        Ok(Ok(false)) => outbox.doorbell_lost(),
                         Ok(Err(e)) => {
                             tracing::warn!(error = %e, "outbox LISTEN lost; reconnecting");
                             outbox.doorbell_lost();

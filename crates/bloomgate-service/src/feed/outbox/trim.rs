@@ -37,33 +37,6 @@ pub enum Trimmed {
 }
 
 impl Outbox {
-    /// Takes the trim lease for `hold` when it has expired; whether it was
-    /// taken. Without its row (the outbox of an earlier release, not yet
-    /// migrated), every instance trims, as that release did.
-    async fn take_trim_lease(&self, hold: Duration) -> Result<bool, StoreError> {
-        let now = self.store.now_ms_sql();
-        let taken = sqlx::query(&format!(
-            "UPDATE bloomgate_outbox_state SET value = {now} + {} \
-             WHERE name = 'trim_lease' AND value < {now}",
-            self.store.ph(1)
-        ))
-        .bind(hold.as_millis() as i64)
-        .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?
-        .rows_affected();
-        if taken > 0 {
-            return Ok(true);
-        }
-        let row = sqlx::query("SELECT 1 FROM bloomgate_outbox_state WHERE name = 'trim_lease'")
-            .fetch_optional(&self.store.pool)
-            .within(&self.store.limit, self.bg("outbox trim"))
-            .await
-            .map_err(err("outbox trim"))?;
-        Ok(row.is_none())
-    }
-
     /// Deletes entries older than the retention, when this instance takes
     /// the lease, and notes the largest deleted seq.
     ///
@@ -71,24 +44,11 @@ impl Outbox {
     /// [`StoreError`].
     pub async fn trim(&self) -> Result<Trimmed, StoreError> {
         let hold = super::TRIM_EVERY.min(self.retention) * 3 / 4;
-        if !self.take_trim_lease(hold).await? {
+        if !self.store.outbox_take_trim_lease(hold).await? {
             return Ok(Trimmed::Elsewhere);
         }
         let age = self.retention.as_millis() as i64;
-        let ph = |n| self.store.ph(n);
-        let row = sqlx::query(&format!(
-            "SELECT COALESCE(MAX(seq), 0), (SELECT COALESCE(MIN(seq), 0) FROM bloomgate_changes) \
-             FROM bloomgate_changes WHERE at < {} - {}",
-            self.store.now_ms_sql(),
-            ph(1)
-        ))
-        .bind(age)
-        .fetch_one(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?;
-        let through: i64 = row.try_get(0).map_err(err("outbox trim"))?;
-        let oldest: i64 = row.try_get(1).map_err(err("outbox trim"))?;
+        let (through, oldest) = self.store.outbox_trim_bounds(age).await?;
         let nothing = Trimmed::Here {
             deleted: 0,
             statements: 0,
@@ -103,33 +63,12 @@ impl Outbox {
         if through <= 0 {
             return Ok(nothing);
         }
-        sqlx::query(&format!(
-            "UPDATE bloomgate_outbox_state SET value = {} WHERE name = 'trimmed_through' AND value < {}",
-            ph(1),
-            ph(2)
-        ))
-        .bind(through)
-        .bind(through)
-        .execute(&self.store.pool)
-        .within(&self.store.limit, self.bg("outbox trim"))
-        .await
-        .map_err(err("outbox trim"))?;
+        self.store.outbox_mark_trimmed(through).await?;
         let (mut deleted, mut statements) = (0, 0);
         let mut after = oldest.saturating_sub(1);
         while after < through {
             let upto = after.saturating_add(TRIM_BATCH).min(through);
-            deleted += sqlx::query(&format!(
-                "DELETE FROM bloomgate_changes WHERE seq > {} AND seq <= {}",
-                ph(1),
-                ph(2)
-            ))
-            .bind(after)
-            .bind(upto)
-            .execute(&self.store.pool)
-            .within(&self.store.limit, self.bg("outbox trim"))
-            .await
-            .map_err(err("outbox trim"))?
-            .rows_affected();
+            deleted += self.store.outbox_delete(after, upto).await?;
             statements += 1;
             after = upto;
         }

@@ -6,7 +6,7 @@
 use super::*;
 use crate::key::Key;
 
-impl SkuStore {
+impl Database {
     /// Whether SKU `id` has a row.
     ///
     /// # Errors
@@ -27,7 +27,7 @@ impl SkuStore {
 /// Whether `key` has a row in `table` (both quoted), for a configured
 /// resource's table.
 pub(super) async fn row_exists(
-    store: &SkuStore,
+    store: &Database,
     table: &str,
     column: &str,
     key: &Key,

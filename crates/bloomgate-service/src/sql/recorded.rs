@@ -7,7 +7,7 @@
 use super::*;
 use capture::{q, NOTIFY_CHANNEL};
 
-impl SkuStore {
+impl Database {
     /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox
     /// in one transaction, whether or not capture triggers record it too; returns the rows `write` affected (nothing is
     /// recorded, and the transaction rolls back, when that is zero). A

@@ -253,7 +253,7 @@ macro_rules! native_page {
     }};
 }
 
-impl SkuStore {
+impl Database {
     /// Readers a rebuild may use: `sql.scan_parallel`, at most 2 on SQLite,
     /// whose readers share the read path's pool of 4.
     fn readers(&self) -> usize {
@@ -506,7 +506,7 @@ impl SkuStore {
 /// The statement and binds of one page: `key` above `after` (or the
 /// range's start) and at most the range's end, in key order, `limit` rows.
 pub(crate) fn page_statement(
-    store: &SkuStore,
+    store: &Database,
     select: &str,
     key: &str,
     quoted: &str,

@@ -14,7 +14,7 @@
 
 use super::*;
 
-impl SkuStore {
+impl Database {
     /// Whether this connection's user may create triggers on `table`
     /// (SQLite: always).
     ///

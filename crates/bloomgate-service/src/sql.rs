@@ -16,9 +16,12 @@ use crate::wire::kind;
 mod audit;
 mod capture;
 mod connect;
+mod error;
+mod hints;
 mod limits;
 mod many;
 mod migrations;
+pub mod outbox;
 mod owners;
 mod privileges;
 mod recorded;
@@ -26,45 +29,13 @@ mod scan;
 pub mod table;
 
 pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
+pub(crate) use error::err;
+pub use error::StoreError;
+pub use hints::connect_hint;
 pub(crate) use limits::{StatementLimit, Within};
 pub use migrations::{is_permission_denied, OutboxOff};
 pub(crate) use scan::{page_statement, text_at};
 pub use scan::{KeyRange, Page};
-
-/// A database failure, with the operation that failed.
-#[derive(Debug, thiserror::Error)]
-#[error("database error during {op}: {source}")]
-pub struct StoreError {
-    /// What the store was doing.
-    pub op: &'static str,
-    /// The driver's error (a `sqlx::Error` for the SQL store; whatever a
-    /// [`crate::source::Source`] of a user's reports for theirs).
-    #[source]
-    pub source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl StoreError {
-    /// An error of `op`, caused by `source`.
-    pub fn new(
-        op: &'static str,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        Self {
-            op,
-            source: source.into(),
-        }
-    }
-
-    /// The driver's error, when the SQL store raised it.
-    #[must_use]
-    pub fn sqlx(&self) -> Option<&sqlx::Error> {
-        self.source.downcast_ref()
-    }
-}
-
-pub(crate) fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::new(op, source)
-}
 
 /// Which SQL dialect the URL selected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +89,7 @@ impl StoreCounters {
 
 /// The SKU table.
 #[derive(Debug, Clone)]
-pub struct SkuStore {
+pub struct Database {
     pub(crate) pool: AnyPool,
     backend: Backend,
     pub(crate) limit: StatementLimit,
@@ -158,7 +129,7 @@ pub struct SkuStore {
     scan_replica: bool,
 }
 
-impl SkuStore {
+impl Database {
     /// Connects (creating a SQLite file and its directory if needed) and
     /// runs the migrations.
     ///
@@ -168,7 +139,7 @@ impl SkuStore {
         Self::connect_with(url, &SqlConfig::default()).await
     }
 
-    /// As [`SkuStore::connect`], with the pool size and timeouts of `c`.
+    /// As [`Database::connect`], with the pool size and timeouts of `c`.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -192,8 +163,8 @@ impl SkuStore {
         self
     }
 
-    /// As [`SkuStore::connect_with`] without running the migrations (call
-    /// [`SkuStore::migrate`]): for checks that must leave the database as
+    /// As [`Database::connect_with`] without running the migrations (call
+    /// [`Database::migrate`]): for checks that must leave the database as
     /// they found it when they fail.
     ///
     /// # Errors
@@ -357,7 +328,7 @@ impl SkuStore {
 
     /// Up to `limit` ids above `after`, ascending (keyset pagination:
     /// `after = 0` starts from the first): one page of the id scan that
-    /// [`SkuStore::for_each_id_batch`] and the warm walk.
+    /// [`Database::for_each_id_batch`] and the warm walk.
     ///
     /// # Errors
     /// [`StoreError`].
@@ -389,7 +360,7 @@ impl SkuStore {
         self.insert_then(sku, || {}).await
     }
 
-    /// As [`SkuStore::insert`], calling `before_commit` after the row and
+    /// As [`Database::insert`], calling `before_commit` after the row and
     /// its entry are written and before the transaction commits: the
     /// create route adds the id to the filter there, so the filter holds
     /// it before any instance can see the row (a commit that then fails

@@ -152,7 +152,7 @@ fn is_ours(name: &str) -> bool {
         && ["", "_i", "_u", "_d"].contains(&op)
 }
 
-impl SkuStore {
+impl Database {
     /// What the periodic capture check found for `resource`'s triggers:
     /// while the SKU table's are missing, its own writes record their
     /// entries themselves (other tables' writes are their programs').

@@ -8,10 +8,10 @@
 //! So a function owned by a DBA (say `postgres`) over an outbox the
 //! service owns hands the DBA's rights to anyone holding the service's
 //! credentials. The rule kept here: **a capture function belongs to the
-//! outbox's owner** ([`SkuStore::align_capture_owner`]), so it never runs
+//! outbox's owner** ([`Database::align_capture_owner`]), so it never runs
 //! with rights the owner of the table it writes lacks. Where the DBA owns
 //! the outbox too, the service gets plain DML on bloomgate's tables
-//! ([`SkuStore::outbox_grants`]) and no right to add triggers to them.
+//! ([`Database::outbox_grants`]) and no right to add triggers to them.
 //! MySQL's nested triggers run as their own definers: nothing to align.
 
 use super::capture::q;
@@ -24,7 +24,7 @@ pub const OWN_TABLES: [&str; 3] = [
     "bloomgate_migrations",
 ];
 
-impl SkuStore {
+impl Database {
     /// The role this connection acts as (PostgreSQL).
     async fn current_role(&self) -> Result<String, StoreError> {
         let row = sqlx::query("SELECT CAST(current_user AS TEXT)")

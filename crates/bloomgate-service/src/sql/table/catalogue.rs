@@ -22,7 +22,7 @@
 use sqlx::Row as _;
 
 use crate::key::Fold;
-use crate::store::{err, text_at, Backend, SkuStore, StoreError, Within};
+use crate::sql::{err, text_at, Backend, Database, StoreError, Within};
 
 /// How a column's values are read and answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub(super) struct Column {
 
 /// `(name, data type, column type)` of each column of `table`, in order.
 pub(super) async fn catalogue(
-    store: &SkuStore,
+    store: &Database,
     table: &str,
 ) -> Result<Vec<(String, String, String)>, StoreError> {
     let q = match store.backend() {
@@ -147,7 +147,7 @@ pub(super) async fn catalogue(
 /// # Errors
 /// [`StoreError`] when the catalogue cannot be read.
 pub(super) async fn key_fold(
-    store: &SkuStore,
+    store: &Database,
     table: &str,
     column: &str,
 ) -> Result<(Fold, String), StoreError> {
@@ -226,7 +226,7 @@ pub(super) fn tell(table: &str, column: &str, fold: Fold, collation: &str) {
 }
 
 async fn one_text(
-    store: &SkuStore,
+    store: &Database,
     q: &str,
     a: &str,
     b: &str,

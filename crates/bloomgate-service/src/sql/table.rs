@@ -21,7 +21,7 @@ use crate::config::resources::{is_identifier, ResourceConfig};
 use crate::config::ConfigError;
 use crate::key::{Fold, Key, KeyType};
 use crate::source::{BoxFuture, DynSource, KeyBatch, KeyRange, Page, Row};
-use crate::store::{err, page_statement, text_at, Backend, SkuStore, StoreError, Within};
+use crate::sql::{err, page_statement, text_at, Backend, Database, StoreError, Within};
 
 mod catalogue;
 mod watch;
@@ -50,7 +50,7 @@ pub struct TableCounters {
 /// A configured table as a [`Source`].
 #[derive(Debug, Clone)]
 pub struct SqlTable {
-    store: SkuStore,
+    store: Database,
     key_type: KeyType,
     /// `SELECT <columns> FROM <table>`.
     select: Arc<str>,
@@ -85,7 +85,7 @@ impl SqlTable {
     /// [`StoreError`] (as the `Err` of the outer result) when the
     /// catalogue cannot be read.
     pub async fn open(
-        store: &SkuStore,
+        store: &Database,
         config: &ResourceConfig,
         index: usize,
     ) -> Result<Result<Self, ConfigError>, StoreError> {
@@ -97,7 +97,7 @@ impl SqlTable {
     /// # Errors
     /// As [`SqlTable::open`].
     pub async fn open_as(
-        store: &SkuStore,
+        store: &Database,
         config: &ResourceConfig,
         key: &(dyn Fn(&str) -> String + Sync),
     ) -> Result<Result<Self, ConfigError>, StoreError> {

@@ -107,7 +107,7 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
             }
             .into(),
         ),
-        // This database's identity (see `SkuStore::identity`); positive,
+        // This database's identity (see `Database::identity`); positive,
         // so every backend's BIGINT holds it.
         (
             7,
@@ -124,7 +124,7 @@ fn migrations(backend: Backend) -> Vec<(i64, String)> {
     ]
 }
 
-impl SkuStore {
+impl Database {
     /// Applies the migrations not applied yet.
     ///
     /// # Errors

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl SkuStore {
+impl Database {
     /// Scans read `url`, a replica of this store's database, from now on
     /// (the driver's own pool of `sql.scan_parallel` connections, opened
     /// lazily); every full scan first waits for it to catch up

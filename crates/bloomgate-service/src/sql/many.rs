@@ -1,9 +1,9 @@
 //! Many SKUs by id in one statement per thousand (`batch`).
 
-use super::{err, sku_from_row, SkuStore, StoreError, Within, COLUMNS};
+use super::{err, sku_from_row, Database, StoreError, Within, COLUMNS};
 use crate::model::Sku;
 
-impl SkuStore {
+impl Database {
     /// The SKUs of `ids` that exist, in any order: one `IN (…)` per
     /// thousand ids (integers, written into the statement as numbers).
     ///
