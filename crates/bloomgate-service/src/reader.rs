@@ -45,6 +45,7 @@ use inline::Inline;
 pub mod audit;
 mod batch;
 mod figures;
+pub use figures::{AuditFigures, FunnelFigures, L1Figures, RedisLookups, SharedFigures};
 mod inline;
 mod invalidate;
 mod mode;

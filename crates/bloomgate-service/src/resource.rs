@@ -27,6 +27,7 @@ use crate::sql::Database;
 
 mod calls;
 mod epochs;
+mod figures;
 mod follow;
 mod guarded;
 mod warm;
@@ -35,6 +36,7 @@ mod write;
 
 pub use calls::{BatchAnswer, Judged};
 pub use epochs::EpochCounters;
+pub use figures::{CallFigures, EpochFigures, ResourceFigures, SqlLoads};
 pub use guarded::Guarded;
 pub use warm::WarmReport;
 
@@ -119,21 +121,6 @@ pub struct CallCounters {
     pub batch_keys: AtomicU64,
     /// Keys the watch found new to this instance's filter.
     pub watched: AtomicU64,
-}
-
-impl CallCounters {
-    /// The figures under `calls` in the stats.
-    #[must_use]
-    pub fn json(&self) -> serde_json::Value {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        serde_json::json!({
-            "keys_added": get(&self.keys_added),
-            "invalidated": get(&self.invalidated),
-            "exists_checked": get(&self.exists_checked),
-            "batch_keys": get(&self.batch_keys),
-            "watched": get(&self.watched),
-        })
-    }
 }
 
 /// One guarded resource: the SKU table ([`Resource<Database>`], the
@@ -558,32 +545,5 @@ impl<R: Guarded> Resource<R> {
     /// [`AppError::Unavailable`] or [`AppError::Overloaded`].
     pub async fn get(&self, key: R::Key) -> Result<Lookup<R::Row>, AppError> {
         self.reader.lookup(key).await
-    }
-
-    /// Figures for `/api/cache/stats` under `resources.<name>`.
-    #[must_use]
-    pub fn stats(&self) -> serde_json::Value {
-        self.stats_with(serde_json::to_value(self.reader.gate.stats()).unwrap_or_default())
-    }
-
-    /// [`Resource::stats`] with its filter's figures read already (the
-    /// default resource's are seed 000's flat `bloom` line too: one
-    /// reading for both).
-    #[must_use]
-    pub fn stats_with(&self, bloom: serde_json::Value) -> serde_json::Value {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut v = self.reader.figures(self.key_type(), bloom);
-        v["calls"] = self.counters.json();
-        v["epochs"] = self.epochs.json();
-        if let Some(t) = &self.table {
-            let c = &t.counters;
-            v["sql"] = serde_json::json!({
-                "statements": get(&c.statements),
-                "loads": get(&c.loads),
-                "found": get(&c.found),
-                "batch_loads": get(&c.batch_loads),
-            });
-        }
-        v
     }
 }

@@ -34,20 +34,6 @@ pub struct EpochCounters {
     rebuild_pending: AtomicBool,
 }
 
-impl EpochCounters {
-    /// The figures under `epochs` in the stats.
-    #[must_use]
-    pub fn json(&self) -> serde_json::Value {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        serde_json::json!({
-            "published": get(&self.published),
-            "adopted": get(&self.adopted),
-            "adopt_failures": get(&self.adopt_failures),
-            "held": get(&self.held),
-        })
-    }
-}
-
 impl<R: Guarded> Resource<R> {
     /// The doorbell and the epoch counter's key, when this resource
     /// shares its rebuilds (Redis is there and no watch column).
