@@ -48,18 +48,38 @@ pub struct Encoded {
     _permit: tokio::sync::SemaphorePermit<'static>,
 }
 
+/// Why a filter's snapshot bytes could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The bytes fail the library's checks (checksum, header, sizes).
+    #[error("the snapshot fails to verify: {0}")]
+    Verify(#[source] bloomgate_filter::Error),
+    /// The bytes hold keys hashed as another kind.
+    #[error("the snapshot holds {recorded:?} keys, this filter {want:?} keys")]
+    KeyKind {
+        /// What the snapshot records.
+        recorded: KeyKind,
+        /// What this filter hashes.
+        want: KeyKind,
+    },
+    /// The blocking task that encodes or decodes panicked or was cancelled.
+    #[error("the encoding task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// The process is shutting down (the encoding permit is gone).
+    #[error("shutting down")]
+    Closed,
+}
+
 /// [`encode`] on a blocking thread, once no other encoded copy is held.
 ///
 /// # Errors
-/// A sentence when the blocking task failed.
+/// [`CodecError::Task`] when the blocking task failed.
 pub async fn encode_one(
     filter: std::sync::Arc<GateFilter>,
     kind: KeyKind,
-) -> Result<Encoded, String> {
-    let permit = ENCODING.acquire().await.map_err(|e| e.to_string())?;
-    let bytes = tokio::task::spawn_blocking(move || encode(&filter, kind))
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<Encoded, CodecError> {
+    let permit = ENCODING.acquire().await.map_err(|_| CodecError::Closed)?;
+    let bytes = tokio::task::spawn_blocking(move || encode(&filter, kind)).await?;
     Ok(Encoded {
         bytes,
         _permit: permit,
@@ -78,8 +98,8 @@ pub const fn key_kind(key_type: crate::key::KeyType) -> KeyKind {
 /// A gate filter of `layout` from snapshot bytes, checksum verified.
 ///
 /// # Errors
-/// A sentence naming what failed to verify.
-pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFilter, String> {
+/// [`CodecError`]: what failed to verify.
+pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFilter, CodecError> {
     let (filter, recorded) = match layout {
         BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
             .and_then(|(f, k)| AtomicBloom::from_blocked(&f).map(|f| (GateFilter::Blocked(f), k))),
@@ -87,11 +107,12 @@ pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFi
             AtomicClassicBloom::from_classic(&f).map(|f| (GateFilter::Classic(f), k))
         }),
     }
-    .map_err(|e| format!("the snapshot fails to verify: {e}"))?;
+    .map_err(CodecError::Verify)?;
     if recorded != kind {
-        return Err(format!(
-            "the snapshot holds {recorded:?} keys, this filter {kind:?} keys"
-        ));
+        return Err(CodecError::KeyKind {
+            recorded,
+            want: kind,
+        });
     }
     Ok(filter)
 }

@@ -48,7 +48,7 @@ use crate::metrics::Counter;
 use crate::pause::PausePoint;
 use crate::source::{KeyBatch, KeyRange, KeyScan};
 use crate::sql::StoreError;
-pub use adopt::{AdoptError, ChangeLog, FilterMeta, How, MetaRead, Want};
+pub use adopt::{AdoptError, ChangeLog, FilterMeta, How, MetaRead, ReadError, Want};
 pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
 pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};
 use rebuild::{Completed, Requests};

@@ -36,27 +36,47 @@ pub enum Key {
 /// holds a control character, so no parsed key is ever this text.
 pub const LOOSE_MARK: &str = "\u{0}bloomgate:loose";
 
+/// Why a key is not one of its column's (its text a 400 answers with;
+/// each quotes at most 64 characters of the key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Not a 64-bit integer (the value as given).
+    #[error("key must be a 64-bit integer, got {0}")]
+    NotInt(String),
+    /// Empty text.
+    #[error("key must not be empty")]
+    Empty,
+    /// Text longer than [`MAX_TEXT_KEY`] bytes.
+    #[error("key is longer than {MAX_TEXT_KEY} bytes: {0:?}")]
+    TooLong(String),
+    /// Text with a control character.
+    #[error("key holds a control character: {0:?}")]
+    Control(String),
+    /// A JSON value neither a number nor a string, for an integer key.
+    #[error("key must be an integer, got {0}")]
+    NotJsonInt(String),
+    /// A JSON value not a string, for a text key.
+    #[error("key must be a string, got {0}")]
+    NotJsonText(String),
+}
+
 impl Key {
     /// Parses `raw` as a key of type `ty`; the error says why, quoting at
     /// most 64 characters.
     ///
     /// # Errors
-    /// A message for a 400: not an integer, empty, too long, or holding a
-    /// control character.
-    pub fn parse(ty: KeyType, raw: &str) -> Result<Self, String> {
-        let quoted = crate::text::clip(raw);
+    /// [`KeyError`] (for a 400): not an integer, empty, too long, or
+    /// holding a control character.
+    pub fn parse(ty: KeyType, raw: &str) -> Result<Self, KeyError> {
+        let quoted = || crate::text::clip(raw);
         match ty {
             KeyType::Int => raw
                 .parse::<i64>()
                 .map(Self::Int)
-                .map_err(|_| format!("key must be a 64-bit integer, got {quoted:?}")),
-            KeyType::Text if raw.is_empty() => Err("key must not be empty".into()),
-            KeyType::Text if raw.len() > MAX_TEXT_KEY => Err(format!(
-                "key is longer than {MAX_TEXT_KEY} bytes: {quoted:?}"
-            )),
-            KeyType::Text if raw.chars().any(char::is_control) => {
-                Err(format!("key holds a control character: {quoted:?}"))
-            }
+                .map_err(|_| KeyError::NotInt(format!("{:?}", quoted()))),
+            KeyType::Text if raw.is_empty() => Err(KeyError::Empty),
+            KeyType::Text if raw.len() > MAX_TEXT_KEY => Err(KeyError::TooLong(quoted())),
+            KeyType::Text if raw.chars().any(char::is_control) => Err(KeyError::Control(quoted())),
             KeyType::Text => Ok(Self::Text(raw.to_owned())),
         }
     }
@@ -66,21 +86,16 @@ impl Key {
     ///
     /// # Errors
     /// As [`Key::parse`], or for a value of another JSON type.
-    pub fn from_json(ty: KeyType, v: &serde_json::Value) -> Result<Self, String> {
+    pub fn from_json(ty: KeyType, v: &serde_json::Value) -> Result<Self, KeyError> {
+        let clipped = |v: &serde_json::Value| crate::text::clip(&v.to_string());
         match (ty, v) {
             (KeyType::Int, serde_json::Value::Number(n)) => n
                 .as_i64()
                 .map(Self::Int)
-                .ok_or_else(|| format!("key must be a 64-bit integer, got {n}")),
+                .ok_or_else(|| KeyError::NotInt(n.to_string())),
             (_, serde_json::Value::String(s)) => Self::parse(ty, s),
-            (KeyType::Int, other) => Err(format!(
-                "key must be an integer, got {}",
-                crate::text::clip(&other.to_string())
-            )),
-            (KeyType::Text, other) => Err(format!(
-                "key must be a string, got {}",
-                crate::text::clip(&other.to_string())
-            )),
+            (KeyType::Int, other) => Err(KeyError::NotJsonInt(clipped(other))),
+            (KeyType::Text, other) => Err(KeyError::NotJsonText(clipped(other))),
         }
     }
 
@@ -138,7 +153,7 @@ impl Fold {
     ///
     /// # Errors
     /// As [`Key::parse`].
-    pub fn parse(self, ty: KeyType, raw: &str) -> Result<Key, String> {
+    pub fn parse(self, ty: KeyType, raw: &str) -> Result<Key, KeyError> {
         Key::parse(ty, raw).map(|k| self.apply(k))
     }
 

@@ -564,7 +564,7 @@ impl bloomgate_service::feed::outbox::Follower for Counting {
         _: bloomgate_service::feed::outbox::Change,
         key: &str,
         _: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), bloomgate_service::key::KeyError> {
         self.0.lock().unwrap().push(key.to_string());
         Ok(())
     }

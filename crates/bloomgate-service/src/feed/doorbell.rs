@@ -45,7 +45,7 @@ use crate::gate::Gate;
 use crate::reader::ShieldedReader;
 
 mod epochs;
-pub use epochs::Replace;
+pub use epochs::{EpochError, Replace};
 mod follow;
 
 /// Counters of the doorbell stream.

@@ -32,6 +32,9 @@ use crate::config::BloomLayout;
 use crate::key::{Fold, Key, KeyType};
 use crate::sql::StoreError;
 
+mod error;
+pub use error::{AdoptError, ReadError};
+
 /// A positioned filter's metadata (a snapshot's JSON, an epoch's hash).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FilterMeta {
@@ -204,77 +207,6 @@ pub enum How {
     Adopt,
 }
 
-/// Why a positioned filter was not adopted (the caller scans instead).
-#[derive(Debug, thiserror::Error)]
-pub enum AdoptError {
-    /// Nothing is there (none stored, or a newer one replaced it).
-    #[error("nothing to adopt: it is gone (a newer one replaced it) or was never stored")]
-    Gone,
-    /// Metadata without a field this release needs.
-    #[error("made by an earlier release: its metadata has no `{0}`")]
-    EarlierRelease(&'static str),
-    /// A field that does not parse.
-    #[error("its metadata has an unreadable `{0}`")]
-    Unreadable(&'static str),
-    /// This database's identity is not known yet.
-    #[error("this database has no identity yet")]
-    NoIdentity,
-    /// Made for another layout, rate or key type.
-    #[error("made as {made}, configured {want}")]
-    OtherShape {
-        /// What the metadata says.
-        made: String,
-        /// What this instance builds.
-        want: String,
-    },
-    /// Made for another database, table or key column.
-    #[error("it holds {made}, not {want}: made against another database, table or key column")]
-    OtherIdentity {
-        /// What the metadata says.
-        made: String,
-        /// What this instance's filter holds.
-        want: String,
-    },
-    /// Positioned past the end of this database's outbox.
-    #[error("positioned at {at}, ahead of this database's outbox ({max}): made against another database")]
-    Ahead {
-        /// Its position.
-        at: i64,
-        /// The outbox's largest seq.
-        max: i64,
-    },
-    /// The outbox no longer holds every entry after its position.
-    #[error("the change outbox was trimmed past its position {0}")]
-    Trimmed(i64),
-    /// The outbox could not be read.
-    #[error("reading the change outbox: {0}")]
-    Outbox(StoreError),
-    /// The outbox holds a key this table's type cannot parse.
-    #[error("the outbox holds a key that does not parse: {0}")]
-    BadKey(String),
-    /// Its bytes could not be read (I/O, Redis, a save cut short).
-    #[error("{0}")]
-    Read(String),
-    /// Its bytes do not decode as a filter of this layout.
-    #[error("it does not decode: {0}")]
-    Decode(String),
-    /// A rebuild runs here (its scan may predate the filter offered: ask
-    /// for another), or, at a restore, a filter is published.
-    #[error("a rebuild runs here")]
-    Busy,
-    /// A rebuild took over during the replay: its filter is as new.
-    #[error("a rebuild took over; its filter is as new")]
-    TookOver,
-}
-
-impl AdoptError {
-    /// A rebuild here made the adoption needless: nothing to answer.
-    #[must_use]
-    pub fn is_superseded(&self) -> bool {
-        matches!(self, Self::TookOver)
-    }
-}
-
 /// The change outbox as an adoption reads it.
 pub trait ChangeLog: Sync {
     /// The largest seq in the outbox (0 when empty).
@@ -323,8 +255,7 @@ impl Gate {
         let filter =
             tokio::task::spawn_blocking(move || crate::filter::decode(layout, &bytes, kind))
                 .await
-                .map_err(|e| AdoptError::Decode(e.to_string()))?
-                .map_err(AdoptError::Decode)?;
+                .map_err(crate::filter::CodecError::from)??;
         if how == How::Restore && self.published().is_some() {
             return Err(AdoptError::Busy);
         }

@@ -158,7 +158,7 @@ pub fn sku_routes(state: &AppState, limit: Option<&Arc<RateLimit>>) -> Routes {
 async fn read(r: Arc<Resource>, raw: String) -> Response {
     let key = match r.fold().parse(r.key_type(), &raw) {
         Ok(k) => k,
-        Err(e) => return AppError::BadRequest(e).into_response(),
+        Err(e) => return AppError::BadRequest(e.to_string()).into_response(),
     };
     let answer = r.get(key).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);

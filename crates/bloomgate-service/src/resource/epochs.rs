@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Guarded, Resource};
+use crate::feed::doorbell::EpochError;
 use crate::filter::key_kind;
-use crate::gate::{AdoptError, FilterMeta, How, Want};
+use crate::gate::{AdoptError, FilterMeta, How, ReadError, Want};
 
 /// A resource's shared-rebuild counters.
 #[derive(Debug, Default)]
@@ -52,12 +53,10 @@ impl<R: Guarded> Resource<R> {
     ///
     /// # Errors
     /// Why not (no Redis, a watched table, no filter, Redis or SQL failed).
-    pub async fn publish_epoch(&self, at: i64, announce: bool) -> Result<u64, String> {
-        let (log, counter) = self
-            .epoch_store()
-            .ok_or("this resource does not share its rebuilds")?;
+    pub async fn publish_epoch(&self, at: i64, announce: bool) -> Result<u64, EpochError> {
+        let (log, counter) = self.epoch_store().ok_or(EpochError::NotShared)?;
         let gate = self.gate();
-        let filter = gate.published().ok_or("no filter published")?;
+        let filter = gate.published().ok_or(EpochError::NoFilter)?;
         let kind = key_kind(self.key_type());
         let encoded = crate::filter::encode_one(filter, kind).await?;
         let bytes = &encoded.bytes;
@@ -73,15 +72,14 @@ impl<R: Guarded> Resource<R> {
             identity: self
                 .identity
                 .as_deref()
-                .ok_or("this database has no identity yet")?
+                .ok_or(EpochError::NoIdentity)?
                 .to_owned(),
         };
         let epoch = log.store_epoch(counter, bytes, &meta).await?;
         if announce {
             self.store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             log.ring().await;
         }
         self.epochs.published.fetch_add(1, Ordering::Relaxed);
@@ -102,7 +100,7 @@ impl<R: Guarded> Resource<R> {
         let fields = log
             .epoch_meta(counter, epoch)
             .await
-            .map_err(AdoptError::Read)?;
+            .map_err(|e| ReadError::Redis(Box::new(e)))?;
         let meta = FilterMeta::from_fields(&fields)?;
         let want = Want {
             layout: gate.layout(),
@@ -111,11 +109,7 @@ impl<R: Guarded> Resource<R> {
             fold: self.fold(),
             identity: self.identity.as_deref(),
         };
-        let bytes = async {
-            log.read_epoch_in(counter, epoch)
-                .await
-                .map_err(AdoptError::Read)
-        };
+        let bytes = async { Ok(log.read_epoch_in(counter, epoch).await?) };
         let replayed = gate
             .adopt(&meta, &want, &self.outbox, &self.name, How::Adopt, bytes)
             .await?;

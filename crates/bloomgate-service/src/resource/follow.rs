@@ -68,7 +68,7 @@ impl<R: Guarded> Resource<R> {
 }
 
 impl<R: Guarded> Follower for Resource<R> {
-    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), String> {
+    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), crate::key::KeyError> {
         let key = self.reader.store.parse_key(key)?;
         if change == Change::Created {
             self.gate().learn(key.clone());

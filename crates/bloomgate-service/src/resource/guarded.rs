@@ -29,7 +29,7 @@ pub trait Guarded: Rows {
     ///
     /// # Errors
     /// Not a key of this source.
-    fn parse_key(&self, raw: &str) -> Result<Self::Key, String>;
+    fn parse_key(&self, raw: &str) -> Result<Self::Key, crate::key::KeyError>;
 
     /// The rows of `keys` that exist, with their keys, in any order.
     fn load_many<'a>(&'a self, keys: &'a [Self::Key]) -> RowsFuture<'a, Self>;
@@ -59,8 +59,11 @@ impl Guarded for Database {
         KeyType::Int
     }
 
-    fn parse_key(&self, raw: &str) -> Result<i64, String> {
-        raw.parse().map_err(|_| format!("{raw:?} is no SKU id"))
+    fn parse_key(&self, raw: &str) -> Result<i64, crate::key::KeyError> {
+        match Key::parse(KeyType::Int, raw)? {
+            Key::Int(id) => Ok(id),
+            _ => unreachable!("an integer key parses as Key::Int"),
+        }
     }
 
     fn load_many<'a>(&'a self, keys: &'a [i64]) -> RowsFuture<'a, Self> {
@@ -103,7 +106,7 @@ impl Guarded for SourceRows {
         self.0.fold()
     }
 
-    fn parse_key(&self, raw: &str) -> Result<Key, String> {
+    fn parse_key(&self, raw: &str) -> Result<Key, crate::key::KeyError> {
         self.0.fold().parse(self.0.key_type(), raw)
     }
 

@@ -188,6 +188,23 @@ impl std::fmt::Debug for SharedFilter {
     }
 }
 
+/// Why the shared filter did not take keys, or could not be refilled.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedFailure {
+    /// Redis failed (or the filter's metadata is missing).
+    #[error(transparent)]
+    Redis(#[from] bloomgate_redis::Error),
+    /// Redis did not answer within `redis_timeout_ms`.
+    #[error("timed out")]
+    TimedOut,
+    /// The refill's scan of the source failed.
+    #[error("scanning SQL: {0}")]
+    Scan(#[from] StoreError),
+    /// The refill's local filter could not be made.
+    #[error(transparent)]
+    Filter(#[from] bloomgate_filter::Error),
+}
+
 /// Why the shared filter could not be opened at start.
 #[derive(Debug, thiserror::Error)]
 #[error("shared filter {key}: {source}{hint}")]
@@ -363,7 +380,7 @@ impl SharedFilter {
     pub async fn insert_many<K: bloomgate_filter::BloomKey>(
         &self,
         keys: &[K],
-    ) -> Result<(), String> {
+    ) -> Result<(), SharedFailure> {
         self.keep_if_refilling(keys.iter().map(|k| k.hash_pair(0)));
         match tokio::time::timeout(self.timeout, self.bloom.insert_many(keys)).await {
             Ok(Ok(())) => Ok(()),
@@ -372,11 +389,11 @@ impl SharedFilter {
                 if let bloomgate_redis::Error::Meta { reason, .. } = &e {
                     self.refill_keeping(reason, keys.iter().map(|k| k.hash_pair(0)));
                 }
-                Err(e.to_string())
+                Err(e.into())
             }
             Err(_) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                Err("timed out".into())
+                Err(SharedFailure::TimedOut)
             }
         }
     }
@@ -404,14 +421,11 @@ impl SharedFilter {
     /// Builds the whole filter here from a scan (and the creates kept
     /// meanwhile), uploads it segment by segment (each appears whole), then
     /// restores the metadata and adds the creates kept since.
-    async fn refill(&self) -> Result<(), String> {
-        let mut local = BlockedBloom::new(self.bloom.params(), 0).map_err(|e| e.to_string())?;
-        let scanning = |e: StoreError| format!("scanning SQL: {e}");
-        let mut pages = Pages::open(&*self.keys, self.scan_limit)
-            .await
-            .map_err(scanning)?;
+    async fn refill(&self) -> Result<(), SharedFailure> {
+        let mut local = BlockedBloom::new(self.bloom.params(), 0)?;
+        let mut pages = Pages::open(&*self.keys, self.scan_limit).await?;
         let mut scanned = 0_u64;
-        while let Some(parts) = pages.next().await.map_err(scanning)? {
+        while let Some(parts) = pages.next().await? {
             for part in parts {
                 match part {
                     Page::Ints(ids) => {
@@ -432,7 +446,7 @@ impl SharedFilter {
         for h in self.take_pending() {
             local.insert_hash(h);
         }
-        self.bloom.upload(&local).await.map_err(|e| e.to_string())?;
+        self.bloom.upload(&local).await?;
         RedisBloom::create_or_open_unfilled(
             self.conn.clone(),
             &self.key,
@@ -441,13 +455,9 @@ impl SharedFilter {
             0,
             self.segment_bytes,
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let late: Vec<Hashed> = self.take_pending().into_iter().map(Hashed).collect();
-        self.bloom
-            .insert_many(&late)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.bloom.insert_many(&late).await?;
         tracing::info!(key = %self.key, scanned, kept = late.len(), "shared filter refilled from SQL");
         Ok(())
     }

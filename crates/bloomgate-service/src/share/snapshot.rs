@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::BloomLayout;
 use crate::feed::outbox::Outbox;
-use crate::gate::{AdoptError, FilterMeta, Gate, How, MetaRead, Want};
+use crate::gate::{AdoptError, FilterMeta, Gate, How, MetaRead, ReadError, Want};
 use crate::key::{Fold, KeyType};
 
 /// The metadata file's format version.
@@ -225,7 +225,7 @@ impl Persist {
         let path = self.path.clone();
         let (meta, file_xxh3) = tokio::task::spawn_blocking(move || read_meta(&path))
             .await
-            .map_err(|e| AdoptError::Read(e.to_string()))??;
+            .map_err(ReadError::from)??;
         let want = Want {
             layout: self.layout,
             fpp: self.fpp,
@@ -237,7 +237,7 @@ impl Persist {
         let bytes = async move {
             tokio::task::spawn_blocking(move || read_file(&path, &file_xxh3))
                 .await
-                .map_err(|e| AdoptError::Read(e.to_string()))?
+                .map_err(ReadError::from)?
         };
         let replayed = gate
             .adopt(&meta, &want, &self.outbox, resource, How::Restore, bytes)
@@ -290,36 +290,38 @@ fn read_meta(path: &Path) -> Result<(FilterMeta, String), AdoptError> {
     let json = match std::fs::read(&meta_file) {
         Ok(json) => json,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(AdoptError::Gone),
-        Err(e) => {
-            return Err(AdoptError::Read(format!(
-                "no snapshot metadata at {}: {e}",
-                meta_file.display()
-            )))
+        Err(source) => {
+            return Err(ReadError::Io {
+                what: " metadata",
+                path: meta_file,
+                source,
+            }
+            .into())
         }
     };
-    let meta: MetaFile = serde_json::from_slice(&json).map_err(|e| {
-        AdoptError::Read(format!(
-            "unreadable snapshot metadata {}: {e}",
-            meta_file.display()
-        ))
+    let meta: MetaFile = serde_json::from_slice(&json).map_err(|source| ReadError::Unparsable {
+        path: meta_file.clone(),
+        source,
     })?;
     if meta.version != VERSION {
-        return Err(AdoptError::Read(format!(
-            "snapshot metadata version {} (this build writes {VERSION})",
-            meta.version
-        )));
+        return Err(ReadError::Version {
+            found: meta.version,
+            writes: VERSION,
+        }
+        .into());
     }
     Ok((meta.filter.complete()?, meta.file_xxh3))
 }
 
 /// The snapshot file's bytes, if they are the ones the metadata names.
 fn read_file(path: &Path, file_xxh3: &str) -> Result<Vec<u8>, AdoptError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| AdoptError::Read(format!("no snapshot at {}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|source| ReadError::Io {
+        what: "",
+        path: path.to_owned(),
+        source,
+    })?;
     if hash_hex(&bytes) != file_xxh3 {
-        return Err(AdoptError::Read(
-            "the snapshot file does not match its metadata (a save was cut short)".into(),
-        ));
+        return Err(ReadError::CutShort.into());
     }
     Ok(bytes)
 }
@@ -418,7 +420,7 @@ mod tests {
         std::fs::write(&path, b"not the saved filter").unwrap();
         assert!(matches!(
             read_file(&path, &hash),
-            Err(AdoptError::Read(why)) if why.contains("cut short")
+            Err(AdoptError::Read(ReadError::CutShort))
         ));
     }
 }

@@ -4,7 +4,36 @@
 //! their adoption by the others (verified, then the creates since replayed).
 
 use super::*;
-use crate::gate::{AdoptError, FilterMeta, How, Want};
+use crate::gate::{AdoptError, FilterMeta, How, ReadError, Want};
+
+/// Why a filter was not stored (or announced) as an epoch.
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    /// The resource does not share its rebuilds (no Redis, a watch
+    /// column, or the outbox off).
+    #[error("this resource does not share its rebuilds")]
+    NotShared,
+    /// No filter is published yet.
+    #[error("no filter published")]
+    NoFilter,
+    /// This database's identity is not known yet.
+    #[error("this database has no identity yet")]
+    NoIdentity,
+    /// The filter could not be encoded.
+    #[error(transparent)]
+    Codec(#[from] crate::filter::CodecError),
+    /// Redis failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The announcement could not be recorded in the outbox.
+    #[error("recording the epoch in the outbox: {0}")]
+    Outbox(#[from] crate::sql::StoreError),
+}
+
+/// A Redis failure while reading an epoch.
+fn redis_read(e: redis::RedisError) -> AdoptError {
+    AdoptError::Read(ReadError::Redis(Box::new(e)))
+}
 
 /// When a start-up filter is stored as the epoch ([`Doorbell::publish_first`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +125,7 @@ impl Doorbell {
     ///
     /// # Errors
     /// Why the filter was not shared (already logged).
-    pub async fn publish_built(&self, gate: &Gate, outbox: (i64, i64)) -> Result<u64, String> {
+    pub async fn publish_built(&self, gate: &Gate, outbox: (i64, i64)) -> Result<u64, EpochError> {
         let result = self.publish_epoch(gate, outbox, true).await;
         match &result {
             Ok(epoch) => {
@@ -160,7 +189,7 @@ impl Doorbell {
         let (epoch, fields) = self
             .latest_epoch(&counter)
             .await
-            .map_err(AdoptError::Read)?
+            .map_err(redis_read)?
             .ok_or(AdoptError::Gone)?;
         let (meta, replayed) = self.adopt_epoch(gate, epoch, &fields).await?;
         self.epoch.send_replace(epoch);
@@ -180,9 +209,9 @@ impl Doorbell {
         gate: &Gate,
         outbox: (i64, i64),
         announce: bool,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, EpochError> {
         let (outbox_at, covered) = outbox;
-        let filter = gate.published().ok_or("no filter published")?;
+        let filter = gate.published().ok_or(EpochError::NoFilter)?;
         let encoded = crate::filter::encode_one(filter, bloomgate_filter::KeyKind::Integer).await?;
         let bytes = &encoded.bytes;
         let counter = crate::wire::epoch_counter_key(&self.prefix);
@@ -193,7 +222,7 @@ impl Doorbell {
             fpp: gate.fpp(),
             layout: gate.layout(),
             key_type: crate::key::KeyType::Int,
-            identity: self.sku_identity().ok_or("no database identity yet")?,
+            identity: self.sku_identity().ok_or(EpochError::NoIdentity)?,
         };
         let epoch = self.store_epoch(&counter, bytes, &meta).await?;
         self.counters.epochs_stored.fetch_add(1, Ordering::Relaxed);
@@ -207,8 +236,7 @@ impl Doorbell {
             ("covered", covered.to_string()),
             ("capacity", gate.capacity().to_string()),
         ])
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         Ok(epoch)
     }
 
@@ -226,13 +254,12 @@ impl Doorbell {
         counter: &str,
         bytes: &[u8],
         meta: &FilterMeta,
-    ) -> Result<u64, String> {
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+    ) -> redis::RedisResult<u64> {
+        let mut conn = self.bulk_conn().await?;
         let epoch: u64 = redis::cmd("INCR")
             .arg(counter)
             .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let chunks: Vec<&[u8]> = bytes.chunks(self.segment_len()).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let _: () = redis::cmd("SET")
@@ -241,8 +268,7 @@ impl Doorbell {
                 .arg("EX")
                 .arg(EPOCH_TTL_SECS)
                 .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
         }
         let fields = meta.fields();
         let meta = crate::wire::epoch_meta_key(counter, epoch);
@@ -263,8 +289,7 @@ impl Doorbell {
             .arg(EPOCH_TTL_SECS)
             .ignore()
             .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if epoch > 1 {
             self.delete_epoch(&conn, counter, epoch - 1).await;
         }
@@ -278,13 +303,12 @@ impl Doorbell {
     pub async fn latest_epoch(
         &self,
         counter: &str,
-    ) -> Result<Option<(u64, std::collections::HashMap<String, String>)>, String> {
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+    ) -> redis::RedisResult<Option<(u64, std::collections::HashMap<String, String>)>> {
+        let mut conn = self.bulk_conn().await?;
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(counter)
             .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let Some(epoch) = epoch else { return Ok(None) };
         Ok(Some((epoch, self.epoch_meta(counter, epoch).await?)))
     }
@@ -297,13 +321,12 @@ impl Doorbell {
         &self,
         counter: &str,
         epoch: u64,
-    ) -> Result<std::collections::HashMap<String, String>, String> {
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+    ) -> redis::RedisResult<std::collections::HashMap<String, String>> {
+        let mut conn = self.bulk_conn().await?;
         redis::cmd("HGETALL")
             .arg(crate::wire::epoch_meta_key(counter, epoch))
             .query_async(&mut conn)
             .await
-            .map_err(|e| e.to_string())
     }
 
     /// Adopts another instance's announced epoch (its meta read from
@@ -313,7 +336,7 @@ impl Doorbell {
         let counter = crate::wire::epoch_counter_key(&self.prefix);
         let adopted = match self.epoch_meta(&counter, epoch).await {
             Ok(fields) => self.adopt_epoch(gate, epoch, &fields).await,
-            Err(e) => Err(AdoptError::Read(e)),
+            Err(e) => Err(redis_read(e)),
         };
         match adopted {
             Ok((meta, replayed)) => {
@@ -359,7 +382,7 @@ impl Doorbell {
             fold: crate::key::Fold::Exact,
             identity: identity.as_deref(),
         };
-        let bytes = async { self.read_epoch(epoch).await.map_err(AdoptError::Read) };
+        let bytes = async { Ok(self.read_epoch(epoch).await?) };
         let replayed = gate
             .adopt(
                 &meta,
@@ -419,7 +442,7 @@ impl Doorbell {
     }
 
     /// An epoch's filter bytes, from its segments.
-    async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, String> {
+    async fn read_epoch(&self, epoch: u64) -> Result<Vec<u8>, ReadError> {
         self.read_epoch_in(&crate::wire::epoch_counter_key(&self.prefix), epoch)
             .await
     }
@@ -428,19 +451,19 @@ impl Doorbell {
     ///
     /// # Errors
     /// Redis failed, or the epoch is gone or incomplete.
-    pub async fn read_epoch_in(&self, counter: &str, epoch: u64) -> Result<Vec<u8>, String> {
+    pub async fn read_epoch_in(&self, counter: &str, epoch: u64) -> Result<Vec<u8>, ReadError> {
         let counter = counter.to_string();
-        let gone = || "the epoch's filter is gone (a newer one replaced it)".to_string();
-        let mut conn = self.bulk_conn().await.map_err(|e| e.to_string())?;
+        let redis = |e: redis::RedisError| ReadError::Redis(Box::new(e));
+        let mut conn = self.bulk_conn().await.map_err(redis)?;
         let (segments, len): (Option<usize>, Option<usize>) = redis::cmd("HMGET")
             .arg(crate::wire::epoch_meta_key(&counter, epoch))
             .arg("segments")
             .arg("bytes")
             .query_async(&mut conn)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(redis)?;
         let (Some(segments), Some(len)) = (segments, len) else {
-            return Err(gone());
+            return Err(ReadError::EpochGone);
         };
         let mut bytes = Vec::with_capacity(len);
         for i in 0..segments {
@@ -448,14 +471,15 @@ impl Doorbell {
                 .arg(crate::wire::epoch_segment_key(&counter, epoch, i))
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| e.to_string())?;
-            bytes.extend(part.ok_or_else(gone)?);
+                .map_err(redis)?;
+            bytes.extend(part.ok_or(ReadError::EpochGone)?);
         }
         if bytes.len() != len {
-            return Err(format!(
-                "epoch {epoch} holds {} of its {len} bytes",
-                bytes.len()
-            ));
+            return Err(ReadError::EpochShort {
+                epoch,
+                got: bytes.len(),
+                len,
+            });
         }
         Ok(bytes)
     }

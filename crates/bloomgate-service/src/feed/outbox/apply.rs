@@ -27,7 +27,7 @@ pub trait Follower: Send + Sync {
     ///
     /// # Errors
     /// The key is not one of this table's (the entry is skipped).
-    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), String>;
+    fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), crate::key::KeyError>;
 
     /// Other instances' and programs' changes of `keys`: out of Redis
     /// (or owed), then out of L1 again.
