@@ -374,7 +374,7 @@ async fn foreign_propagation(
 
 /// 5: background statements `inst` sends per second over 10 s.
 async fn idle(inst: &Instance) -> f64 {
-    let n = &inst.state.skus.reader.store.counters.background;
+    let n = &inst.state.skus.source().counters.background;
     let before = n.load(std::sync::atomic::Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(10)).await;
     (n.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / 10.0

@@ -112,7 +112,7 @@ async fn main() {
             axum::extract::State(std::sync::Arc::clone(&state)),
             axum::extract::Path("42".to_string()),
         );
-        let lookup = state.skus.reader.lookup(42);
+        let lookup = state.skus.get(42);
         println!(
             "future sizes: sku_detail {} bytes, reader.lookup {} bytes",
             std::mem::size_of_val(&handler),

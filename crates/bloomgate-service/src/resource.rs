@@ -30,6 +30,7 @@ mod epochs;
 mod figures;
 mod follow;
 mod guarded;
+mod parts;
 mod warm;
 mod watch;
 mod write;
@@ -130,8 +131,8 @@ pub struct CallCounters {
 pub struct Resource<R: Guarded = SourceRows> {
     /// Its name (routes, Redis namespace, outbox entries, labels).
     pub name: Arc<str>,
-    /// The funnel.
-    pub reader: ShieldedReader<R>,
+    /// The funnel (the crate's own: others use the calls in `parts`).
+    pub(crate) reader: ShieldedReader<R>,
     /// Most keys in one call.
     pub max_batch_keys: usize,
     /// The SQL table, when the source is a configured one (its counters

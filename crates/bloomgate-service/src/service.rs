@@ -217,7 +217,7 @@ pub async fn prepare(
     state: &AppState,
     config: &Config,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, StartError> {
-    let store = &state.skus.reader.store;
+    let store = state.skus.source();
     let mut seeded = false;
     // Emptiness by `LIMIT 1`: a count of a large table could outlast
     // any statement timeout. Without the demo table, nothing is seeded.
@@ -233,7 +233,7 @@ pub async fn prepare(
         tracing::info!(inserted, "catalogue seeded");
         // The shared filter was filled from SQL when it was opened, before
         // the seed: add the seeded ids (in redis mode it alone answers).
-        if let Some(shared) = state.skus.reader.shared() {
+        if let Some(shared) = state.skus.shared() {
             shared.fill().await;
         }
     }
@@ -478,7 +478,7 @@ pub async fn serve(
             addr: config.listen,
             source,
         })?;
-    state.skus.reader.store.close().await;
+    state.skus.source().close().await;
     Ok(())
 }
 

@@ -354,8 +354,8 @@ impl AppState {
     #[must_use]
     pub fn shared(&self) -> crate::resource::Shared {
         crate::resource::Shared {
-            store: self.skus.reader.store.clone(),
-            redis: self.skus.reader.redis.clone(),
+            store: self.skus.source().clone(),
+            redis: self.skus.redis().cloned(),
             bulkhead: self.skus.reader.bulkhead.clone(),
             changes: self.changes.clone(),
             outbox: self.outbox.clone(),

@@ -363,7 +363,7 @@ fn gate(state: &AppState, resources: &[(String, ResourceFigures)]) -> Value {
 /// resource uses), with its SQL counters and its shared rebuilds, which
 /// the doorbell leads.
 fn skus(state: &AppState, bloom: GateStats) -> ResourceFigures {
-    let sql = &state.skus.reader.store.counters;
+    let sql = &state.skus.source().counters;
     let mut v = state.skus.stats_with(bloom);
     let queries = sql.queries.load(Ordering::Relaxed);
     v.sql = Some(SqlLoads {

@@ -143,7 +143,7 @@ async fn an_observed_rate_over_twice_the_expected_one_raises_the_alarm_and_rebui
     assert_eq!(stats.added, 1700);
     // The deleted ids are now rejected by the filter itself.
     let rejected = stats.rejected;
-    server.state.skus.reader.l1.invalidate_all();
+    server.state.skus.forget_local();
     for id in 1..=300 {
         assert_eq!(server.get(&format!("/api/seckill/{id}")).await.0, 404);
     }

@@ -556,7 +556,7 @@ async fn a_dropped_trigger_is_installed_again() {
     c.sql.outbox_retention_secs = 1;
     let a = TestServer::start(c, 0).await;
     let target = target_of("users");
-    let store = &a.state.skus.reader.store;
+    let store = a.state.skus.source();
     assert!(store.capture_state(&target).await.unwrap().is_current());
     let insert_trigger = &target.trigger_names(store.backend())[0];
     exec(&w, &format!("DROP TRIGGER \"{insert_trigger}\"")).await;
@@ -907,7 +907,7 @@ async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
     on_every(&[&a], "/api/users/y777777", 200, 2).await;
 
     let target = target_of("users");
-    let store = &a.state.skus.reader.store;
+    let store = a.state.skus.source();
     assert!(store.capture_state(&target).await.unwrap().is_current());
     exec(&w, "ALTER TABLE users DISABLE TRIGGER ALL").await;
     let state = store.capture_state(&target).await.unwrap();
@@ -954,7 +954,7 @@ async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
     let w = sql_pool(&url).await;
     users_table(&w).await;
     let a = TestServer::start(captured(&url, None, "capture-fight"), 0).await;
-    let store = &a.state.skus.reader.store;
+    let store = a.state.skus.source();
     let mine = target_of("users");
     let renamed = bloomgate_service::sql::CaptureTarget {
         resource: "members".into(),
@@ -1015,7 +1015,7 @@ async fn a_captured_sku_table_that_lost_its_trigger_still_shares_creates() {
     let a = TestServer::start(captured(&url, None, "capture-sku-lost"), 20).await;
     let b = TestServer::start(captured(&url, None, "capture-sku-lost"), 0).await;
     let target = target_of("skus");
-    let store = &a.state.skus.reader.store;
+    let store = a.state.skus.source();
     assert!(store.capture_state(&target).await.unwrap().is_current());
     for name in target.trigger_names(store.backend()) {
         exec(&w, &format!("DROP TRIGGER \"{name}\"")).await;

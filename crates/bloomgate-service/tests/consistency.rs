@@ -20,7 +20,7 @@ async fn paused_get(
     tokio::task::JoinHandle<u16>,
     std::sync::Arc<bloomgate_service::pause::Pause>,
 ) {
-    let pause = reader.state.skus.reader.after_read.arm(id);
+    let pause = reader.state.skus.after_read().arm(id);
     let client = reader.client.clone();
     let url = reader.url(&format!("/api/seckill/{id}"));
     let get = tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() });
@@ -30,7 +30,7 @@ async fn paused_get(
 
 /// What Redis holds for `id` under the servers' prefix, if Redis is on.
 async fn redis_value(server: &TestServer, id: i64) -> Option<String> {
-    let redis = server.state.skus.reader.redis.as_ref()?;
+    let redis = server.state.skus.redis()?;
     redis.raw(id).await.unwrap()
 }
 
@@ -81,7 +81,7 @@ async fn writes_during_a_paused_load(writer: &TestServer, reader: &TestServer) {
     //    "missing" (from Redis, or SQL without Redis) and stops; the create
     //    commits; the loader resumes.
     assert_eq!(reader.get("/api/seckill/250").await.0, 404);
-    reader.state.skus.reader.l1.invalidate(&250);
+    reader.state.skus.forget_local_key(&250);
     let (get, pause) = paused_get(reader, 250).await;
     let (s, body) = writer
         .send(

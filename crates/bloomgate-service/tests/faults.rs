@@ -129,7 +129,7 @@ async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_
     let mut by_status = BTreeMap::new();
     for _ in 0..3 {
         // Every round misses L1, so every existing id needs Redis or SQL.
-        server.state.skus.reader.l1.invalidate_all();
+        server.state.skus.forget_local();
         let answers = get_all(&server, &ids).await;
         for (s, n) in check_answers(&answers, 2000, 0) {
             *by_status.entry(s).or_insert(0) += n;
@@ -166,7 +166,7 @@ async fn redis_stopped_during_load_costs_at_most_a_timeout_and_recovers_without_
     let restarted = Instant::now();
     let hits_before = counter(&server.stats().await, &["redis", "hits"]);
     eventually(15, "Redis hits resume without a restart", || async {
-        server.state.skus.reader.l1.invalidate_all();
+        server.state.skus.forget_local();
         let _ = get(&server, 7).await;
         counter(&server.stats().await, &["redis", "hits"]) > hits_before
     })
@@ -198,7 +198,7 @@ async fn an_owed_invalidation_keeps_reads_off_the_value_redis_still_holds() {
     let dir = tempfile::tempdir().unwrap();
     let config = fault_config(&common::sqlite_url(&dir), Some(&url), "faults-owed");
     let server = TestServer::start(config, 100).await;
-    let tier = server.state.skus.reader.redis.clone().unwrap();
+    let tier = server.state.skus.redis().cloned().unwrap();
     let (s, old) = server.get("/api/seckill/42").await.clone();
     assert_eq!(s, 200);
     let key = tier.key(42);
@@ -242,7 +242,7 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
         "faults-frozen",
     );
     let server = TestServer::start(config, 100).await;
-    let tier = server.state.skus.reader.redis.clone().unwrap();
+    let tier = server.state.skus.redis().cloned().unwrap();
     let (s, old) = server.get("/api/seckill/42").await.clone();
     assert_eq!(s, 200);
     assert!(
@@ -304,7 +304,7 @@ async fn a_write_while_redis_is_frozen_is_never_served_stale_when_it_thaws() {
             .is_none_or(|v| !v.contains(old["name"].as_str().unwrap())),
         "Redis still holds the old row: {cached:?}"
     );
-    server.state.skus.reader.l1.invalidate_all();
+    server.state.skus.forget_local();
     for _ in 0..2 {
         let a = get(&server, 42).await;
         assert_eq!(a.body["name"], "renamed");

@@ -401,7 +401,7 @@ async fn run_with_shutdown(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
     let (base, state, stop, task) = run_with_shutdown(10).await;
-    let pause = state.skus.reader.after_read.arm(7);
+    let pause = state.skus.after_read().arm(7);
     let in_flight = tokio::spawn(reqwest::get(format!("{base}/api/seckill/7")));
     pause.reached().await;
     stop.send(()).unwrap();
@@ -430,7 +430,7 @@ async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_period() {
     let (base, state, stop, task) = run_with_shutdown(1).await;
-    let pause = state.skus.reader.after_read.arm(9);
+    let pause = state.skus.after_read().arm(9);
     let stuck = tokio::spawn(reqwest::get(format!("{base}/api/seckill/9")));
     pause.reached().await;
     let started = Instant::now();
@@ -454,7 +454,7 @@ async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_perio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_the_timeout_gets_a_json_503() {
     let server = server("hostile-timeout", |c| c.http.request_timeout_ms = 200).await;
-    let pause = server.state.skus.reader.after_read.arm(11);
+    let pause = server.state.skus.after_read().arm(11);
     let started = Instant::now();
     // The load stays paused until the end: only the 200 ms request timeout
     // can answer, so the client's own 10 s limit tells the two apart.
@@ -473,7 +473,7 @@ async fn a_request_past_the_timeout_gets_a_json_503() {
     // The load itself was not cancelled: once resumed, the id is cached.
     pause.resume();
     common::eventually(5, "the abandoned load completes and caches", || async {
-        server.state.skus.reader.l1.contains_key(&11)
+        server.state.skus.cached_locally(&11)
     })
     .await;
     assert_eq!(server.get("/api/seckill/11").await.0, 200);

@@ -405,8 +405,7 @@ async fn a_later_instance_adopts_the_stored_filter_unless_sql_grew_behind_the_lo
     let added = a
         .state
         .skus
-        .reader
-        .store
+        .source()
         .seed_range(20_001, 20_500, |_| {})
         .await
         .unwrap();
@@ -513,7 +512,7 @@ async fn an_update_whose_writer_lost_its_del_is_not_served_stale_elsewhere() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let tier = b.state.skus.reader.redis.clone().unwrap();
+    let tier = b.state.skus.redis().cloned().unwrap();
     for id in ids.clone() {
         let (s, _) = a.put_sku(id, "renamed on A", 500).await;
         assert_eq!(s, 200);
@@ -537,14 +536,7 @@ async fn an_update_whose_writer_lost_its_del_is_not_served_stale_elsewhere() {
         );
     }
     assert!(
-        a.state
-            .skus
-            .reader
-            .redis
-            .as_ref()
-            .unwrap()
-            .owed_invalidations()
-            > 0,
+        a.state.skus.redis().unwrap().owed_invalidations() > 0,
         "A's DELs were refused, so A owes them"
     );
     for s in [a, b] {

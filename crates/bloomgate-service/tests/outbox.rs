@@ -32,7 +32,7 @@ async fn entries(url: &str) -> Vec<(String, String, String)> {
 /// leaves exactly one entry, a refused one none.
 async fn writes_record_their_changes(url: &str, prefix: &str) {
     let a = TestServer::start(common::config(url, None, prefix), 10).await;
-    let origin = a.state.skus.reader.store.origin().to_string();
+    let origin = a.state.skus.source().origin().to_string();
     let before = entries(url).await.len();
     assert_eq!(a.create(500, "outbox").await, 201);
     assert_eq!(a.create(500, "outbox").await, 409, "a duplicate is refused");
@@ -129,7 +129,7 @@ async fn a_write_cut_before_its_commit_leaves_neither_row_nor_entry_on_any_backe
 async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
     let a = TestServer::start(common::config(url, None, prefix), 100).await;
     let b = TestServer::start(common::config(url, None, prefix), 0).await;
-    let pause = a.state.skus.reader.store.before_commit.arm(1001);
+    let pause = a.state.skus.source().before_commit.arm(1001);
     let (client, post) = (a.client.clone(), a.url("/api/skus"));
     let late = tokio::spawn(async move {
         client
@@ -478,8 +478,7 @@ async fn a_load_that_read_before_a_full_invalidation_does_not_refill_l1() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let server = TestServer::start(common::config(&url, None, "clear"), 10).await;
-    let reader = &server.state.skus.reader;
-    let pause = reader.after_read.arm(5);
+    let pause = server.state.skus.after_read().arm(5);
     let (client, get) = (server.client.clone(), server.url("/api/seckill/5"));
     let load = tokio::spawn(async move { client.get(get).send().await.unwrap().status() });
     pause.reached().await;
@@ -505,7 +504,7 @@ async fn a_load_that_read_before_a_full_invalidation_does_not_refill_l1() {
     pause.resume();
     assert_eq!(load.await.unwrap(), 200);
     assert!(
-        !reader.l1.contains_key(&5),
+        !server.state.skus.cached_locally(&5),
         "the load that read the old row refilled L1 after the clear"
     );
     let (s, body) = server.get("/api/seckill/5").await;

@@ -34,8 +34,7 @@ async fn concurrent_misses_share_one_sql_query() {
     let before = server
         .state
         .skus
-        .reader
-        .store
+        .source()
         .counters
         .queries
         .load(Ordering::Relaxed);
@@ -45,8 +44,7 @@ async fn concurrent_misses_share_one_sql_query() {
     let after = server
         .state
         .skus
-        .reader
-        .store
+        .source()
         .counters
         .queries
         .load(Ordering::Relaxed);
@@ -80,8 +78,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
         server
             .state
             .skus
-            .reader
-            .store
+            .source()
             .counters
             .queries
             .load(Ordering::Relaxed),
@@ -101,7 +98,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
         counter(&server.stats().await, &["l1", "negative_hits"]),
         negative + 1
     );
-    server.state.skus.reader.l1.invalidate(&5000);
+    server.state.skus.forget_local_key(&5000);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 0);
     assert_eq!(server.get("/api/seckill/5000").await.0, 404);
     assert_eq!(counter(&server.stats().await, &["redis", "nil_hits"]), 1);
@@ -109,8 +106,7 @@ async fn concurrent_misses_of_a_missing_id_share_one_query_and_one_sentinel() {
         server
             .state
             .skus
-            .reader
-            .store
+            .source()
             .counters
             .queries
             .load(Ordering::Relaxed),
@@ -128,7 +124,7 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
     };
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, Some(&redis), "lease", 10, |_| {}).await;
-    let tier = server.state.skus.reader.redis.clone().unwrap();
+    let tier = server.state.skus.redis().cloned().unwrap();
     let sku = bloomgate_service::model::catalogue_sku(3);
     // The first miss takes the lease; a second reader gets none.
     let RedisLookup::Miss(Some(lease)) = tier.lookup::<Sku>(3).await.unwrap() else {
@@ -182,7 +178,7 @@ async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
     };
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, Some(&redis), "rawjson", 10, |_| {}).await;
-    let tier = server.state.skus.reader.redis.clone().unwrap();
+    let tier = server.state.skus.redis().cloned().unwrap();
     let mut conn = common::redis_conn(&redis).await;
     let sku = bloomgate_service::model::catalogue_sku(5);
     let written = serde_json::to_string(&sku).unwrap();
@@ -441,7 +437,7 @@ async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let report = rebuild.await.unwrap().unwrap();
     assert_eq!(report.added, 200_000, "the scan ran before the creates");
     // Every id created while the rebuild ran answers 200 from the new filter.
-    server.state.skus.reader.l1.invalidate_all();
+    server.state.skus.forget_local();
     for id in &created {
         assert_eq!(
             server.get(&format!("/api/seckill/{id}")).await.0,
@@ -552,7 +548,7 @@ async fn the_largest_id_is_served_and_leaves_no_automatic_next_one() {
         body["message"].as_str().unwrap().contains("explicit id"),
         "{body}"
     );
-    assert_eq!(server.state.skus.reader.store.count().await.unwrap(), 11);
+    assert_eq!(server.state.skus.source().count().await.unwrap(), 11);
     // An explicit id still works.
     let (s, _) = server
         .send(

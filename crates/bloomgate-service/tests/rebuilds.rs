@@ -200,7 +200,7 @@ async fn a_rebuild_outlives_the_client_that_asked_for_it() {
         stats["bloom"]["last_rebuild_error"],
         serde_json::Value::Null
     );
-    server.state.skus.reader.l1.invalidate_all();
+    server.state.skus.forget_local();
     assert_eq!(server.get("/api/seckill/70000").await.0, 200);
     let rejected = counter(&stats, &["bloom", "rejected"]);
     assert_eq!(server.get("/api/seckill/70001").await.0, 404);

@@ -456,8 +456,8 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
         // `a_fast_answer_sees_only_plain_values_of_gets`).
         assert!(read_now(&users, key).is_some(), "{key}: no fast answer");
     }
-    let hits = users.reader.l1_counters.hits.get();
-    let negative = users.reader.l1_counters.negative_hits.get();
+    let l1 = || users.stats().funnel.l1;
+    let (hits, negative) = (l1().hits, l1().negative_hits);
     let before = users.gate().stats();
     let answered_fast = s.state.metrics.fast_answers();
     for key in ["u000007", &rejected, &passed] {
@@ -477,8 +477,8 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
         2,
         "the filter's no, twice"
     );
-    assert_eq!(users.reader.l1_counters.hits.get() - hits, 2);
-    assert_eq!(users.reader.l1_counters.negative_hits.get() - negative, 2);
+    assert_eq!(l1().hits - hits, 2);
+    assert_eq!(l1().negative_hits - negative, 2);
     assert_eq!(after.passed - before.passed, 4);
     // Every request counted once, by route, outcome and status.
     let metrics = s.client.get(s.url("/metrics")).send().await.unwrap();
@@ -1285,7 +1285,7 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
         .map(|i| text(&format!("u{i:06}")))
         .chain(keys.iter().map(|k| text(k)))
         .collect();
-    let shared = ub.reader.shared().expect("strict");
+    let shared = ub.shared().expect("strict");
     let mut lost = 0;
     for k in &all {
         if !shared.maybe_contains(k).await {
@@ -1483,7 +1483,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     // A row another program inserted: refused until `keys`, then found on
     // both instances.
     let sku = bloomgate_service::model::catalogue_sku(absent);
-    assert!(a.state.skus.reader.store.insert(&sku).await.unwrap());
+    assert!(a.state.skus.source().insert(&sku).await.unwrap());
     let path = format!("/api/seckill/{absent}");
     assert_eq!(a.get(&path).await.0, 404);
     let (status, added) = call_ids(&a, "/api/skus/keys", &[serde_json::json!(absent)]).await;
@@ -1497,7 +1497,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     // `invalidate`.
     let mut changed = sku.clone();
     changed.stock = 4242;
-    assert!(a.state.skus.reader.store.update(&changed).await.unwrap());
+    assert!(a.state.skus.source().update(&changed).await.unwrap());
     assert_ne!(a.get(&path).await.1["stock"], 4242, "cached");
     let (status, _) = call_ids(&a, "/api/skus/invalidate", &[serde_json::json!(absent)]).await;
     assert_eq!(status, 200);
@@ -1507,7 +1507,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
     })
     .await;
     // A delete behind the service's back, told as one.
-    assert!(a.state.skus.reader.store.delete(absent).await.unwrap());
+    assert!(a.state.skus.source().delete(absent).await.unwrap());
     let told = serde_json::json!({ "keys": [absent], "deleted": true }).to_string();
     let (status, answer) = a
         .send(Method::POST, "/api/skus/invalidate", Some(&told))

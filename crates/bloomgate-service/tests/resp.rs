@@ -801,7 +801,7 @@ async fn strict_and_redis_modes_ask_the_shared_filter() {
     let shared_only = server(BloomMode::Redis, 0).await;
     let local = server(BloomMode::Local, 0).await;
     let parked = common::quiet_sql(&local).await;
-    let shared = strict.state.skus.reader.shared().cloned().unwrap();
+    let shared = strict.state.skus.shared().cloned().unwrap();
     // Absent from every filter (checked on the replica), then added to the
     // shared one only.
     let id = (2_000_000..2_001_000)

@@ -227,8 +227,7 @@ async fn rows_written_behind_the_log_make_a_restart_scan_sql() {
             let added = a
                 .state
                 .skus
-                .reader
-                .store
+                .source()
                 .seed_range(*ids.start(), *ids.end(), |_| {})
                 .await
                 .unwrap();

@@ -292,7 +292,7 @@ async fn two_readers(url: &str, analyze: bool, expect_meeting: bool) {
     exec(url, &ddl).await;
     let s = TestServer::start(common::config(url, None, "scale-readers"), 0).await;
     let table = bloomgate_service::sql::table::SqlTable::open(
-        &s.state.skus.reader.store,
+        s.state.skus.source(),
         &common::users_resource("users"),
         0,
     )
@@ -363,7 +363,7 @@ async fn mariadb_narrow_integer_keys_and_null_text_keys() {
     )
     .await;
     let s = TestServer::start(common::config(&url, None, "scale-narrow"), 0).await;
-    let store = &s.state.skus.reader.store;
+    let store = s.state.skus.source();
     let items = bloomgate_service::config::resources::ResourceConfig {
         table: "items".into(),
         key_type: KeyType::Int,

@@ -38,7 +38,6 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     let shared = strict
         .state
         .skus
-        .reader
         .shared()
         .cloned()
         .expect("strict has a shared filter");
@@ -48,7 +47,7 @@ async fn the_replicas_no_is_confirmed_in_redis_and_a_lost_filter_answers_maybe()
     // has not reached them yet: local's outbox follower is parked).
     let parked = common::quiet_sql(&local).await;
     let sku = catalogue_sku(50_000);
-    assert!(strict.state.skus.reader.store.insert(&sku).await.unwrap());
+    assert!(strict.state.skus.source().insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
     assert_eq!(
         strict.get("/api/seckill/50000").await.0,
@@ -138,7 +137,7 @@ async fn an_instance_with_another_filter_shape_is_refused() {
         text.contains("bloom_expected") && text.contains("another shape"),
         "{text}"
     );
-    first.skus.reader.store.close().await;
+    first.skus.source().close().await;
 }
 
 #[test]
@@ -170,7 +169,6 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     let shared = server
         .state
         .skus
-        .reader
         .shared()
         .cloned()
         .expect("a shared filter");
@@ -179,7 +177,7 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     assert_eq!(server.get("/api/seckill/1").await.0, 200);
     // Behind the replica's back: only the shared filter knows it.
     let sku = catalogue_sku(60_000);
-    assert!(server.state.skus.reader.store.insert(&sku).await.unwrap());
+    assert!(server.state.skus.source().insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
     let replica = server.state.skus.gate().probe(60_000);
     assert_ne!(
@@ -240,7 +238,7 @@ async fn a_followed_create_reaches_the_shared_filter() {
     let db = common::sqlite_url(&dir);
     let a = TestServer::start(config(&db, &redis, BloomMode::Strict), 1000).await;
     let b = TestServer::start(config(&db, &redis, BloomMode::Strict), 0).await;
-    let shared = a.state.skus.reader.shared().cloned().expect("strict");
+    let shared = a.state.skus.shared().cloned().expect("strict");
     let mut id = 60_000;
     while shared.maybe_contains(&id).await {
         id += 1;
@@ -249,15 +247,13 @@ async fn a_followed_create_reaches_the_shared_filter() {
     assert!(b
         .state
         .skus
-        .reader
-        .store
+        .source()
         .insert(&catalogue_sku(id))
         .await
         .unwrap());
     b.state
         .skus
-        .reader
-        .store
+        .source()
         .record_many("skus", &[id.to_string()], "c")
         .await
         .unwrap();
@@ -307,7 +303,7 @@ async fn a_flush_is_never_read_as_no(mode: BloomMode) {
     // An absent id: in strict mode the replica's "no" asks Redis, which
     // finds the filter gone (a "maybe": SQL answers) and refills it.
     assert_eq!(server.get("/api/seckill/900000000").await.0, 404);
-    let shared = server.state.skus.reader.shared().cloned().unwrap();
+    let shared = server.state.skus.shared().cloned().unwrap();
     eventually(10, "refilled", || async {
         shared
             .counters

@@ -112,7 +112,7 @@ fn keys_of<R: JsonKeys>(
         .keys
         .iter()
         .enumerate()
-        .map(|(i, v)| r.reader.store.key_from_json(i, v))
+        .map(|(i, v)| r.source().key_from_json(i, v))
         .collect::<Result<_, _>>()?;
     Ok((keys, b.deleted))
 }
@@ -179,7 +179,7 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
 /// or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
     let key = r.fold().parse(r.key_type(), raw).ok()?;
-    let answer = r.reader.lookup_now(&key)?;
+    let answer = r.get_now(&key)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome_only(outcome.label());
     Some((row_response(r, raw, answer), outcome))

@@ -72,7 +72,7 @@ pub async fn sku_detail(
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
-    let answer = state.skus.reader.lookup(id).await;
+    let answer = state.skus.get(id).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::http::telemetry::record_outcome(id, outcome.label());
     let res = match answer {
@@ -108,7 +108,7 @@ pub async fn sku_by_id(
 /// 400 is the handler's), and every read that goes on to Redis or SQL.
 pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
     let id = crate::http::input::id_of(raw)?;
-    let answer = state.skus.reader.lookup_now(&id)?;
+    let answer = state.skus.get_now(&id)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome(id, outcome.label());
     Some((sku_response(id, answer), outcome))

@@ -309,7 +309,7 @@ impl TestServer {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
-        self.state.skus.reader.store.close().await;
+        self.state.skus.source().close().await;
     }
 }
 
@@ -635,9 +635,9 @@ pub fn prom_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64
 /// the filter audit off (for good), so no background statement reaches SQL
 /// while a test counts statements; the returned pause resumes the follower.
 pub async fn quiet_sql(server: &TestServer) -> std::sync::Arc<bloomgate_service::pause::Pause> {
-    server.state.skus.reader.audit.set_every(0);
+    server.state.skus.set_audit_every(0);
     for r in &server.state.resources {
-        r.reader.audit.set_every(0);
+        r.set_audit_every(0);
     }
     let pause = server.state.outbox.before_poll.arm(0);
     pause.reached().await;
