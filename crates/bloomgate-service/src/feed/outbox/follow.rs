@@ -189,11 +189,15 @@ impl Outbox {
                     .late_spanned
                     .fetch_add(moved, Ordering::Relaxed);
             }
+            // Untrusted at once (the cursor already moved past entries
+            // never read).
+            self.rebuild_all();
             // Numbers skipped by the jump that are still uncommitted (the
             // rebuild cannot see their rows) are watched as late, as at a
-            // start. Read before the rebuild is asked for: a number that
-            // commits after this read is then in the rebuild's scan, and
-            // one read as uncommitted is watched until it commits.
+            // start; and a rebuild is asked for again once they are read,
+            // so one scan begins after this read: a number that commits
+            // after it is in that scan, one read as uncommitted is
+            // watched until it commits.
             if let Err(e) = self.seed_late(from).await {
                 tracing::warn!(error = %e, "change outbox: the numbers skipped by the jump were not read");
             }
