@@ -199,7 +199,7 @@ impl Routes {
                         let store = asker == Asker::Proxy
                             && !asked.query
                             && plain_host(asked.host)
-                            && !reroutes(asked.headers)
+                            && !reroutes(asked.headers, asked.host)
                             && canonical(&route.pattern, asked.path, &key.to_string());
                         let host = asked.host.to_ascii_lowercase();
                         match m.recall(&key, &host, store).await {
@@ -243,9 +243,10 @@ fn remembers(method: &str, headers: &HeaderMap) -> bool {
 /// instead of, or besides, `Host` and the target: a request carrying one
 /// may have reached another route of the upstream, so its 404 is not
 /// stored (it may still be answered from what a plain request stored).
-const REROUTING: [&str; 11] = [
-    "x-forwarded-host",
-    "forwarded",
+/// `X-Forwarded-Host` and `Forwarded` are not among them when every host
+/// they name is the request's `Host` (a load balancer in front adds them
+/// to every request): see [`names_another_host`].
+const REROUTING: [&str; 9] = [
     "x-original-url",
     "x-rewrite-url",
     "x-forwarded-prefix",
@@ -258,8 +259,31 @@ const REROUTING: [&str; 11] = [
 ];
 
 /// Whether a request carries a header an upstream may route by.
-fn reroutes(headers: &HeaderMap) -> bool {
-    REROUTING.iter().any(|h| headers.contains_key(*h))
+fn reroutes(headers: &HeaderMap, host: &str) -> bool {
+    REROUTING.iter().any(|h| headers.contains_key(*h)) || names_another_host(headers, host)
+}
+
+/// Whether `X-Forwarded-Host` or `Forwarded`'s `host=` names a host other
+/// than `host` (or cannot be read).
+fn names_another_host(headers: &HeaderMap, host: &str) -> bool {
+    let other = |named: &str| {
+        let named = named.trim().trim_matches('"');
+        !named.eq_ignore_ascii_case(host)
+    };
+    let values = |name| headers.get_all(name).into_iter().map(|v| v.to_str());
+    let forwarded_host = values("x-forwarded-host").any(|v| match v {
+        Ok(v) => v.split(',').any(other),
+        Err(_) => true,
+    });
+    forwarded_host
+        || values("forwarded").any(|v| match v {
+            Ok(v) => v.split([',', ';']).any(|pair| match pair.split_once('=') {
+                Some((k, named)) => k.trim().eq_ignore_ascii_case("host") && other(named),
+                // Not `key=value`: unreadable.
+                None => !pair.trim().is_empty(),
+            }),
+            Err(_) => true,
+        })
 }
 
 /// Whether a `Host` is one the memory can key on: present and visible
@@ -312,5 +336,56 @@ fn refusal(r: &ProxyRoute) -> Refusal {
         content_type: hyper::header::HeaderValue::from_str(&r.not_found_content_type)
             .unwrap_or(hyper::header::HeaderValue::from_static("application/json")),
         body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, hyper::header::HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn forwarded_hosts_equal_to_host_do_not_reroute() {
+        let host = "api.test";
+        assert!(!reroutes(&headers(&[]), host));
+        for same in [
+            &[("x-forwarded-host", "api.test")][..],
+            &[("x-forwarded-host", "API.test, api.test")],
+            &[("forwarded", "for=10.0.0.1;host=api.test;proto=https")],
+            &[("forwarded", "for=10.0.0.1, for=10.0.0.2;host=\"api.test\"")],
+            &[("forwarded", "for=10.0.0.1")],
+        ] {
+            assert!(!reroutes(&headers(same), host), "{same:?}");
+        }
+        for other in [
+            &[("x-forwarded-host", "evil.example")][..],
+            &[
+                ("x-forwarded-host", "api.test"),
+                ("x-forwarded-host", "evil.example"),
+            ],
+            &[("x-forwarded-host", "api.test, evil.example")],
+            &[("forwarded", "host=evil.example")],
+            &[("forwarded", "evil.example")],
+            &[("x-original-url", "/api/profiles/u1")],
+            &[("x-http-method-override", "DELETE")],
+            &[("accept-version", "2")],
+        ] {
+            assert!(reroutes(&headers(other), host), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_plain_host_keys_the_memory() {
+        assert!(plain_host("api.test:8080"));
+        assert!(!plain_host(""));
+        assert!(!plain_host("api test"));
+        assert!(!plain_host("ápi.test"));
     }
 }
