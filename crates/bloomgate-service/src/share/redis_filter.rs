@@ -298,6 +298,26 @@ impl SharedFilter {
             }
         }
         self.refilling.store(false, Ordering::Release);
+        self.add_kept_since().await;
+    }
+
+    /// Creates kept after a refill's last look at them (between it and the
+    /// end of the refill): added now, or (the refill failed, Redis failed)
+    /// kept for the next refill, which the next check or create that finds
+    /// the filter lost starts (not this call: a refill that keeps failing
+    /// would start the next at once, a scan after a scan).
+    async fn add_kept_since(&self) {
+        let late: Vec<Hashed> = self.take_pending().into_iter().map(Hashed).collect();
+        if late.is_empty() {
+            return;
+        }
+        if !matches!(
+            tokio::time::timeout(self.timeout, self.bloom.insert_many(&late)).await,
+            Ok(Ok(()))
+        ) {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            crate::sync::lock(&self.pending).extend(late.into_iter().map(|h| h.0));
+        }
     }
 
     /// Ends a refill at `bg`'s signal.
@@ -414,8 +434,12 @@ impl SharedFilter {
         self.refill_in_background(why);
     }
 
+    /// The creates kept, each once.
     fn take_pending(&self) -> Vec<HashPair> {
-        std::mem::take(&mut *crate::sync::lock(&self.pending))
+        let mut kept = std::mem::take(&mut *crate::sync::lock(&self.pending));
+        kept.sort_unstable_by_key(|h| (h.h1, h.h2));
+        kept.dedup();
+        kept
     }
 
     /// Builds the whole filter here from a scan (and the creates kept
@@ -481,6 +505,7 @@ impl SharedFilter {
                 }
             }
             this.refilling.store(false, Ordering::Release);
+            this.add_kept_since().await;
         });
     }
 }
