@@ -158,6 +158,11 @@ pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
                 for s in store.capture_ddl(&c.target, &outbox) {
                     println!("{s}{end}");
                 }
+                for name in c.target.trigger_names(store.backend()) {
+                    if let Some(s) = store.capture_always_ddl(&c.target, &name) {
+                        println!("{s}{end}");
+                    }
+                }
                 if mysql {
                     println!("DELIMITER ;");
                 }

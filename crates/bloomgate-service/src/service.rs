@@ -275,8 +275,18 @@ pub async fn prepare(
     };
     // The demo SKU table's filter, where it is served.
     let skus_on = state.demo && c.bloom_enabled;
+    // A table whose capture triggers this start installed after writes
+    // went unrecorded scans: a positioned filter may lack those rows.
+    let adoptable = |name: &str| {
+        let scans = outbox.scans_at_start(name);
+        if scans {
+            tracing::warn!(resource = %name, "capture triggers installed at start after writes went unrecorded: scanning, no snapshot or epoch adopted");
+        }
+        !scans
+    };
+    let skus_adoptable = skus_on && adoptable(crate::sql::SKU_RESOURCE);
     // The default resource's snapshot first, as every resource's.
-    if skus_on {
+    if skus_adoptable {
         if let Some((at, c)) = state.skus.restore().await {
             restored = true;
             outbox_from = at;
@@ -286,7 +296,7 @@ pub async fn prepare(
     if let Some(changes) = &state.changes {
         // No snapshot: another instance's filter in Redis, if one is there
         // (not after seeding here: the seed is in no filter and no log).
-        if !restored && skus_on && !seeded && !state.skus.is_watched() {
+        if !restored && skus_adoptable && !seeded && !state.skus.is_watched() {
             match changes.adopt_latest(state.skus.gate()).await {
                 Ok((at, c)) => {
                     restored = true;
@@ -321,7 +331,7 @@ pub async fn prepare(
     // every entry after it (one that commits late too) is applied.
     let mut restored_resources = Vec::with_capacity(state.resources.len());
     for r in &state.resources {
-        let at = if c.bloom_enabled && outbox_on {
+        let at = if c.bloom_enabled && outbox_on && adoptable(&r.name) {
             // Its snapshot, else the newest shared rebuild, else a scan.
             match r.restore().await {
                 Some((at, _)) => Some(at),

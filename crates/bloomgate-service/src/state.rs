@@ -212,7 +212,7 @@ impl AppState {
                 tracing::warn!(set = %snapshots.join(", "), "filter snapshots are not restored while bloomgate's outbox is off (a snapshot is positioned in it): every start scans; set sql.outbox = true to use them");
             }
         }
-        crate::feed::capture::install_missing(&store, &captured).await?;
+        let capture_gaps = crate::feed::capture::install_missing(&store, &captured).await?;
         // The SKU table exists now (with the demo): its watch column is
         // checked as a configured table's is.
         let sku_table = match &config.cache.watch_column {
@@ -228,7 +228,10 @@ impl AppState {
         };
         let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
-        outbox.set_captured(captured.into_iter().map(|c| c.target).collect());
+        outbox.set_captured(
+            captured.into_iter().map(|c| c.target).collect(),
+            capture_gaps,
+        );
         let c = &config.cache;
         let target = crate::redis_link::RedisTarget::of(config);
         if let Some(target) = &target {

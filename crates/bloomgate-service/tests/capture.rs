@@ -573,6 +573,90 @@ async fn a_dropped_trigger_is_installed_again() {
     w.close().await;
 }
 
+/// A capture gap: a DBA drops a trigger and another program inserts a row
+/// before it is back (one transaction here, so no check falls between).
+/// The row is in no outbox entry. Once the check installs the trigger
+/// again on A, A rebuilds its filter and asks every other instance to:
+/// B, which never checks (a long retention), answers 200 for the row too.
+/// Before, both answered 404 for it until some unrelated rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_gap_rebuilds_every_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-gap");
+    c.sql.outbox_gap_ms = 200;
+    let mut checks = c.clone();
+    checks.sql.outbox_retention_secs = 1;
+    let a = TestServer::start(checks, 0).await;
+    let b = TestServer::start(c, 0).await;
+    on_every(&[&a, &b], "/api/users/u930001", 404, BOUND).await;
+    let target = target_of("users");
+    let store = a.state.skus.source();
+    let insert_trigger = &target.trigger_names(store.backend())[0];
+    let mut tx = w.begin().await.unwrap();
+    for sql in [
+        format!("DROP TRIGGER \"{insert_trigger}\""),
+        "INSERT INTO users VALUES ('u930001', 'in the gap', 1)".to_owned(),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(entries(&w, "users", "u930001").await, 0, "unrecorded");
+    // The check (each second here), the rebuild entry's poll, a scan of
+    // 21 rows, and the margin.
+    on_every(&[&a, &b], "/api/users/u930001", 200, 4).await;
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+/// A start that finds the triggers missing (dropped while no instance
+/// ran, a row inserted meanwhile) installs them and scans: the snapshot,
+/// positioned in the outbox, lacks the row and no entry names it.
+/// Before, the snapshot was restored and the row answered 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_after_a_capture_gap_scans_instead_of_restoring() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-gap-start");
+    c.resources[0].bloom_snapshot_path = Some(dir.path().join("users.bgf"));
+    let restores = |stats: &serde_json::Value| {
+        common::counter(
+            stats,
+            &["resources", "users", "filter", "snapshot_restores"],
+        )
+    };
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    a.stop().await;
+    // Restored when nothing happened in between.
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(restores(&a.stats().await), 1);
+    a.stop().await;
+    let target = target_of("users");
+    let store = bloomgate_service::sql::Database::connect_unmigrated(
+        &url,
+        &bloomgate_service::config::SqlConfig::default(),
+    )
+    .await
+    .unwrap();
+    let insert_trigger = &target.trigger_names(store.backend())[0];
+    exec(&w, &format!("DROP TRIGGER \"{insert_trigger}\"")).await;
+    exec(&w, "INSERT INTO users VALUES ('u940001', 'in the gap', 1)").await;
+    let a = TestServer::start(c, 0).await;
+    assert_eq!(restores(&a.stats().await), 0, "scanned");
+    assert_eq!(status(&a, "/api/users/u940001").await, 200);
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    a.stop().await;
+    store.close().await;
+    w.close().await;
+}
+
 /// Tables whose name starts with `bloomgate` in `url`'s database.
 async fn bloomgate_tables(pool: &sqlx::AnyPool, postgres: bool) -> i64 {
     let q = if postgres {
@@ -680,10 +764,46 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
             .await
             .unwrap();
     assert_eq!(again.tables, [("users".to_string(), false)], "idempotent");
+    // Triggers checked each second.
+    c.sql.outbox_gap_ms = 200;
+    c.sql.outbox_retention_secs = 1;
     let a = TestServer::start(c.clone(), 0).await;
-    let b = TestServer::start(c, 0).await;
+    let b = TestServer::start(c.clone(), 0).await;
     exec(&admin, "INSERT INTO users VALUES ('u700001', 'seen', 1)").await;
     on_every(&[&a, &b], "/api/users/u700001", 200, BOUND).await;
+
+    // The DBA drops them while the service runs, which may not install
+    // them again: the filter stops vouching (a row another program
+    // inserts now is in no entry, and answers 200 from SQL; before, the
+    // filter's no answered 404). The DBA installs them again: both
+    // instances rebuild, and the row stays found.
+    on_every(&[&a, &b], "/api/users/u700002", 404, BOUND).await;
+    for t in &captured {
+        dba.remove_capture(&t.target).await.unwrap();
+    }
+    for s in [&a, &b] {
+        eventually(3, "the capture found lost", || async {
+            s.state.outbox.capture_is_lost("users")
+        })
+        .await;
+    }
+    exec(
+        &admin,
+        "INSERT INTO users VALUES ('u700002', 'in the gap', 2)",
+    )
+    .await;
+    on_every(&[&a, &b], "/api/users/u700002", 200, BOUND).await;
+    bloomgate_service::feed::capture::install_as_dba(&dba, &captured, c.demo(), Some(user))
+        .await
+        .unwrap();
+    for s in [&a, &b] {
+        eventually(3, "the capture found back", || async {
+            !s.state.outbox.capture_is_lost("users")
+        })
+        .await;
+    }
+    on_every(&[&a, &b], "/api/users/u700002", 200, BOUND).await;
+    on_every(&[&a, &b], "/api/users/u700003", 404, 3).await;
     a.stop().await;
     b.stop().await;
     if postgres {
@@ -909,7 +1029,44 @@ async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
     let target = target_of("users");
     let store = a.state.skus.source();
     assert!(store.capture_state(&target).await.unwrap().is_current());
-    exec(&w, "ALTER TABLE users DISABLE TRIGGER ALL").await;
+    // A fresh install fires for `session_replication_role = replica`
+    // sessions too (ENABLE ALWAYS, on the partitions as well).
+    let modes: Vec<String> = sqlx::query(
+        "SELECT CAST(tgenabled AS TEXT) FROM pg_trigger \
+         WHERE tgname LIKE 'bloomgate%' AND CAST(tgrelid::regclass AS TEXT) LIKE 'users%'",
+    )
+    .fetch_all(&w)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<String, _>(0))
+    .collect();
+    assert_eq!(modes, ["A", "A", "A"], "the table and its two partitions");
+    let mut tx = w.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u666666', 'replica role', 6)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(entries(&w, "users", "u666666").await, 1);
+    on_every(&[&a], "/api/users/u666666", 200, 2).await;
+    on_every(&[&a], "/api/users/u555555", 404, 2).await;
+    // Disabled, and a row inserted before the check finds it so (one
+    // transaction): in no entry, so the filter is rebuilt once the
+    // trigger fires again.
+    let mut tx = w.begin().await.unwrap();
+    for sql in [
+        "ALTER TABLE users DISABLE TRIGGER ALL",
+        "INSERT INTO users VALUES ('u555555', 'unrecorded', 7)",
+    ] {
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(entries(&w, "users", "u555555").await, 0);
     let state = store.capture_state(&target).await.unwrap();
     assert!(
         !state.is_current(),
@@ -939,6 +1096,7 @@ async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
         "ENABLE ALWAYS fires for replicas too"
     );
     on_every(&[&a], "/api/users/u888888", 200, 2).await;
+    on_every(&[&a], "/api/users/u555555", 200, 2).await;
     a.stop().await;
     w.close().await;
 }

@@ -144,12 +144,29 @@ pub async fn install_as_dba(
 }
 
 /// After the migrations: installs the triggers that are missing or stale.
+/// Returns the resources whose writes may have gone unrecorded before
+/// (their triggers were missing or did not fire, [`crate::sql::CaptureState::has_gap`]):
+/// a filter positioned in the outbox (a snapshot, an epoch) may lack
+/// their rows, so they scan, and every other instance is asked to
+/// rebuild them.
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the key when an install fails (the
 /// table keeps no half-installed set).
-pub async fn install_missing(store: &Database, captured: &[Captured]) -> Result<(), ConfigError> {
+pub async fn install_missing(
+    store: &Database,
+    captured: &[Captured],
+) -> Result<Vec<String>, ConfigError> {
+    let mut gaps = Vec::new();
     for c in captured {
+        // Unreadable here, it is found by the install's own check below.
+        if store
+            .capture_state(&c.target)
+            .await
+            .is_ok_and(|state| state.has_gap())
+        {
+            gaps.push(c.name.clone());
+        }
         match store.install_capture(&c.target, true).await {
             Ok(true) => {
                 tracing::info!(table = %c.target.table, resource = %c.name, "capture triggers installed")
@@ -166,5 +183,5 @@ pub async fn install_missing(store: &Database, captured: &[Captured]) -> Result<
             );
         }
     }
-    Ok(())
+    Ok(gaps)
 }

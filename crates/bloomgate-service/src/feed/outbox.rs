@@ -156,6 +156,21 @@ pub struct OutboxCounters {
     pub rewound: AtomicU64,
 }
 
+/// The captured tables and what their checks found.
+#[derive(Debug, Default)]
+struct CaptureWatch {
+    /// The tables whose triggers are checked.
+    targets: Vec<crate::sql::CaptureTarget>,
+    /// Resources whose triggers do not fire and could not be installed
+    /// again: their filters do not vouch until they are back and rebuilt.
+    lost: std::collections::BTreeSet<String>,
+    /// Resources whose triggers were installed again after writes went
+    /// unrecorded: a rebuild entry asking every instance is still owed.
+    announce: std::collections::BTreeSet<String>,
+    /// Resources that scan at this start (see `Outbox::scans_at_start`).
+    scan_at_start: std::collections::BTreeSet<String>,
+}
+
 #[derive(Debug, Default)]
 struct Follow {
     /// The largest seq read.
@@ -219,7 +234,7 @@ pub struct Outbox {
     tables: Arc<Mutex<BTreeMap<String, std::sync::Weak<dyn Follower>>>>,
     /// The tables whose capture triggers this instance relies on (checked
     /// again at each trim, see `Outbox::recheck_capture`).
-    captured: Arc<Mutex<Vec<crate::sql::CaptureTarget>>>,
+    captured: Arc<Mutex<CaptureWatch>>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
@@ -262,9 +277,32 @@ impl Outbox {
         self
     }
 
-    /// The capture targets to check again while running.
-    pub fn set_captured(&self, targets: Vec<crate::sql::CaptureTarget>) {
-        *lock(&self.captured) = targets;
+    /// The capture targets to check again while running, and those whose
+    /// triggers this start installed after writes went unrecorded
+    /// (`feed::capture::install_missing`): these scan instead of adopting
+    /// a positioned filter, and every other instance is asked to rebuild
+    /// them (an outbox entry, recorded once the follower runs).
+    pub fn set_captured(&self, targets: Vec<crate::sql::CaptureTarget>, gaps: Vec<String>) {
+        let mut c = lock(&self.captured);
+        c.targets = targets;
+        c.announce.extend(gaps.iter().cloned());
+        c.scan_at_start.extend(gaps);
+    }
+
+    /// Whether `resource`'s capture triggers were installed at this start
+    /// after its writes went unrecorded: no snapshot or epoch is adopted
+    /// for it (one may lack those rows).
+    #[must_use]
+    pub fn scans_at_start(&self, resource: &str) -> bool {
+        lock(&self.captured).scan_at_start.contains(resource)
+    }
+
+    /// Whether `resource`'s capture triggers were last found not firing,
+    /// and could not be installed again: writes by other programs are not
+    /// recorded, so its filter's "no" is not vouched for.
+    #[must_use]
+    pub fn capture_is_lost(&self, resource: &str) -> bool {
+        lock(&self.captured).lost.contains(resource)
     }
 
     /// A doorbell answered (a blocking read returned, with or without

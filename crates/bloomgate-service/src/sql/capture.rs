@@ -23,7 +23,12 @@
 //! sessions: on PostgreSQL it is enabled (`tgenabled` `O` or `A`; a
 //! `DISABLE TRIGGER` or an `ENABLE REPLICA` one is re-enabled as
 //! `ENABLE ALWAYS`, which needs the table's owner) on the table and on
-//! every partition of a partitioned table. MySQL and MariaDB have no
+//! every partition of a partitioned table. A trigger this service
+//! creates is made `ENABLE ALWAYS` too where it owns the table, so
+//! sessions with `session_replication_role = replica` are recorded as
+//! well. Installing triggers on a table whose writes went unrecorded
+//! ([`CaptureState::has_gap`]) owes its filter a rebuild (the outbox
+//! follower's check, and the start, see to it). MySQL and MariaDB have no
 //! disabled triggers; what they never fire for (`TRUNCATE`, foreign-key
 //! cascades) is in the capture docs.
 //! PostgreSQL's triggers call one function per table, `SECURITY DEFINER`
@@ -66,6 +71,9 @@ pub struct CaptureState {
     pub disabled: Vec<String>,
     /// `bloomgate_` triggers of a strictly older version on the table.
     pub stale: Vec<String>,
+    /// Whether one of `stale` fires (it records this table's writes
+    /// while the current ones are made).
+    pub stale_fires: bool,
     /// Ours of this or a newer version, another definition (a deploy's).
     pub others: Vec<String>,
     /// How many current triggers there should be.
@@ -78,6 +86,16 @@ impl CaptureState {
     #[must_use]
     pub fn is_current(&self) -> bool {
         self.current.len() == self.wanted
+    }
+
+    /// Writes to the table may be unrecorded: the current triggers do
+    /// not all fire and no older version of them does either (missing,
+    /// disabled, replaced by another definition). A filter positioned in
+    /// the outbox may then lack rows, so installing them again owes a
+    /// rebuild.
+    #[must_use]
+    pub fn has_gap(&self) -> bool {
+        !self.is_current() && !self.stale_fires
     }
 }
 
@@ -367,6 +385,7 @@ impl Database {
             current: Vec::new(),
             disabled: Vec::new(),
             stale: Vec::new(),
+            stale_fires: false,
             others: Vec::new(),
             wanted: wanted.len(),
         };
@@ -378,6 +397,7 @@ impl Database {
                     state.disabled.push(name);
                 }
             } else if version_of(&name).is_some_and(|v| v < CAPTURE_VERSION) {
+                state.stale_fires |= fires;
                 state.stale.push(name);
             } else {
                 state.others.push(name);
@@ -409,12 +429,9 @@ impl Database {
         // triggers disabled, `ENABLE REPLICA`): enabled for every session.
         for name in &state.disabled {
             tracing::warn!(table = %t.table, trigger = %name, "a capture trigger was disabled; enabling it (ENABLE ALWAYS)");
-            self.run_ddl(&[format!(
-                "ALTER TABLE {} ENABLE ALWAYS TRIGGER {}",
-                q(self.backend, &t.table),
-                q(self.backend, name)
-            )])
-            .await?;
+            if let Some(ddl) = self.capture_always_ddl(t, name) {
+                self.run_ddl(&[ddl]).await?;
+            }
         }
         let outbox = self.outbox_for_triggers().await?;
         let names = t.trigger_names(self.backend);
@@ -455,10 +472,40 @@ impl Database {
             }
             created.push(name);
         }
+        for name in created {
+            self.enable_always(t, name).await;
+        }
         if drop_older {
             self.drop_older(t, &state).await?;
         }
         Ok(true)
+    }
+
+    /// The statement that makes a new PostgreSQL trigger fire for every
+    /// session, `session_replication_role = replica` ones too (a logical
+    /// replication apply, `pg_restore` and bulk loaders set it); `None`
+    /// elsewhere (MySQL and SQLite triggers always fire).
+    #[must_use]
+    pub fn capture_always_ddl(&self, t: &CaptureTarget, name: &str) -> Option<String> {
+        (self.backend == Backend::Postgres).then(|| {
+            format!(
+                "ALTER TABLE {} ENABLE ALWAYS TRIGGER {}",
+                q(self.backend, &t.table),
+                q(self.backend, name)
+            )
+        })
+    }
+
+    /// Makes a trigger this call created fire for every session, where
+    /// this connection owns the table; otherwise it stays enabled for
+    /// ordinary sessions only, which is said once in the log.
+    async fn enable_always(&self, t: &CaptureTarget, name: &str) {
+        let Some(ddl) = self.capture_always_ddl(t, name) else {
+            return;
+        };
+        if let Err(e) = self.run_ddl(&[ddl]).await {
+            tracing::warn!(table = %t.table, trigger = %name, error = %e, "capture trigger left enabled for ordinary sessions only (ENABLE ALWAYS needs the table's owner): writes by sessions with session_replication_role = replica are not recorded");
+        }
     }
 
     /// Drops the triggers of a strictly older version; whether there were

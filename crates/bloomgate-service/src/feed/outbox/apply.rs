@@ -77,7 +77,7 @@ impl Outbox {
             .collect()
     }
 
-    fn table(&self, name: &str) -> Option<Arc<dyn Follower>> {
+    pub(super) fn table(&self, name: &str) -> Option<Arc<dyn Follower>> {
         lock(&self.tables)
             .get(name)
             .and_then(std::sync::Weak::upgrade)

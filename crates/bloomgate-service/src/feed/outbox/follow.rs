@@ -32,6 +32,7 @@ impl Outbox {
             if let Err(e) = outbox.seed_late(from).await {
                 tracing::warn!(error = %e, "change outbox: the numbers missing before the start position were not read");
             }
+            outbox.announce_gaps().await;
             while !Gate::only_followers_left(&anchor) {
                 if !std::mem::take(&mut first) {
                     tokio::select! {
@@ -101,8 +102,9 @@ impl Outbox {
                 // no change), so only reading it vouches for the filters.
                 let in_step = now_millis().saturating_sub(outbox.last_ok_ms())
                     <= outbox.out_of_step.as_millis() as u64;
-                for (_, t) in outbox.tables() {
-                    t.set_in_step(in_step);
+                // A table whose capture is lost never vouches.
+                for (name, t) in outbox.tables() {
+                    t.set_in_step(in_step && !outbox.capture_is_lost(&name));
                 }
                 if std::mem::replace(&mut was_in_step, in_step) == in_step {
                     continue;
@@ -123,38 +125,85 @@ impl Outbox {
     }
 
     /// Checks every captured table's triggers again (a DBA may have
-    /// dropped them, or another version replaced them): missing ones are
-    /// installed again where this connection may; where it may not, an
-    /// error is logged every check, and the SKU table's own writes record
-    /// their entries themselves again (in their transaction) until the
-    /// triggers are back, so the service's own writes are never lost.
+    /// dropped or disabled them, or another version replaced them):
+    /// missing ones are installed again where this connection may. Where
+    /// it may not, an error is logged every check, the table's filter
+    /// stops vouching (writes by other programs go unrecorded), and the
+    /// SKU table's own writes record their entries themselves again (in
+    /// their transaction). Once they fire again after such a gap, whoever
+    /// installed them, the filter is rebuilt here and every other
+    /// instance is asked to rebuild it (an outbox entry): rows written in
+    /// the gap are in no entry.
     async fn recheck_capture(&self) {
-        let targets = lock(&self.captured).clone();
+        let targets = lock(&self.captured).targets.clone();
         for t in targets {
-            let current = match self.store.capture_state(&t).await {
-                Ok(state) => state.is_current(),
+            let state = match self.store.capture_state(&t).await {
+                Ok(state) => state,
                 Err(e) => {
                     tracing::debug!(table = %t.table, error = %e, "capture check failed");
                     continue;
                 }
             };
+            let current = state.is_current();
             // Counted before the install, so whoever sees the triggers
             // back sees the count too.
             self.counters
                 .capture_lost
                 .fetch_add(u64::from(!current), Ordering::Relaxed);
+            let gap = state.has_gap() || self.capture_is_lost(&t.resource);
             let ok = current
                 || {
                     tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers missing or changed; installing them again");
                     match self.store.install_capture(&t, false).await {
                         Ok(_) => true,
                         Err(e) => {
-                            tracing::error!(table = %t.table, resource = %t.resource, error = %e, "capture triggers missing and cannot be installed: writes by other programs are not recorded (bloomgate capture install)");
+                            tracing::error!(table = %t.table, resource = %t.resource, error = %e, "capture triggers missing and cannot be installed: writes by other programs are not recorded, so the filter's no is not a 404 (bloomgate capture install)");
                             false
                         }
                     }
                 };
+            if ok && gap {
+                tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers fire again after writes went unrecorded: rebuilding the filter on every instance");
+                // Untrusted before it stops being lost, so it never
+                // vouches in between.
+                if let Some(table) = self.table(&t.resource) {
+                    table.rebuild_owed(Box::new(|| {}));
+                    self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
+                }
+                lock(&self.captured).announce.insert(t.resource.clone());
+            }
+            {
+                let mut c = lock(&self.captured);
+                if ok {
+                    c.lost.remove(&t.resource);
+                } else if gap {
+                    c.lost.insert(t.resource.clone());
+                }
+            }
             self.store.note_capture(&t.resource, ok);
+        }
+        self.announce_gaps().await;
+    }
+
+    /// Records the rebuild entries owed for tables whose writes went
+    /// unrecorded (kept for the next check when the outbox does not
+    /// answer). Each is recorded after its triggers fire again, so a
+    /// rebuild that applies it scans every row of the gap.
+    pub(super) async fn announce_gaps(&self) {
+        let owed: Vec<String> = lock(&self.captured).announce.iter().cloned().collect();
+        for name in owed {
+            match self
+                .store
+                .record_many(&name, &[String::new()], kind::REBUILD)
+                .await
+            {
+                Ok(()) => {
+                    lock(&self.captured).announce.remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!(resource = %name, error = %e, "the other instances were not asked to rebuild after a capture gap; asked again at the next check");
+                }
+            }
         }
     }
 
