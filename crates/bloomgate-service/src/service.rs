@@ -268,11 +268,12 @@ pub async fn prepare(
     };
     // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
     // a snapshot or an epoch covers those up to its own position.
-    let mut covered = if outbox_on {
+    let covered_now = if outbox_on {
         outbox.max_seq().await.unwrap_or(0)
     } else {
         0
     };
+    let mut covered = covered_now;
     // The demo SKU table's filter, where it is served.
     let skus_on = state.demo && c.bloom_enabled;
     // A table whose capture triggers this start installed after writes
@@ -334,14 +335,21 @@ pub async fn prepare(
         let at = if c.bloom_enabled && outbox_on && adoptable(&r.name) {
             // Its snapshot, else the newest shared rebuild, else a scan.
             match r.restore().await {
-                Some((at, _)) => Some(at),
+                Some((at, c)) => {
+                    outbox.cover(&r.name, c);
+                    Some(at)
+                }
+                // Covered by the adoption.
                 None => r.adopt_latest().await,
             }
         } else {
             None
         };
-        if let Some(at) = at {
-            outbox_from = outbox_from.min(at);
+        match at {
+            Some(at) => outbox_from = outbox_from.min(at),
+            // Its scan begins after the rebuild requests read at start
+            // (covered before the follower can read them again).
+            None => outbox.cover(&r.name, covered_now),
         }
         restored_resources.push(at.is_some());
     }
@@ -378,7 +386,7 @@ pub async fn prepare(
             let (r, at) = (Arc::clone(r), outbox_from);
             state.background.spawn(async move {
                 if build.await.is_ok() {
-                    if let Err(why) = r.publish_epoch(at, false).await {
+                    if let Err(why) = r.publish_epoch(at, covered_now, false).await {
                         tracing::debug!(resource = %r.name, %why, "start-up filter not stored in Redis");
                     }
                 }

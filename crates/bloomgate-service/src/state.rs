@@ -232,6 +232,10 @@ impl AppState {
             captured.into_iter().map(|c| c.target).collect(),
             capture_gaps,
         );
+        // Before this instance's start position and covered rebuilds are
+        // read (and before another instance starting now reads its own),
+        // so only instances already running rebuild for it.
+        outbox.announce_gaps().await;
         let c = &config.cache;
         let target = crate::redis_link::RedisTarget::of(config);
         if let Some(target) = &target {

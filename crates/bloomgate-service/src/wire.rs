@@ -84,6 +84,13 @@ pub fn rebuild_lock_key(prefix: &str) -> String {
     format!("{prefix}bloom:rebuild:lock")
 }
 
+/// Redis's identity under the prefix (see `Doorbell::redis_era`): its
+/// absence means Redis lost bloomgate's state.
+#[must_use]
+pub fn redis_identity_key(prefix: &str) -> String {
+    format!("{prefix}redis:id")
+}
+
 /// The epoch counter; an epoch's keys are named after it.
 #[must_use]
 pub fn epoch_counter_key(prefix: &str) -> String {

@@ -592,6 +592,15 @@ async fn a_capture_gap_rebuilds_every_instance() {
     let a = TestServer::start(checks, 0).await;
     let b = TestServer::start(c, 0).await;
     on_every(&[&a, &b], "/api/users/u930001", 404, BOUND).await;
+    // A's start installed the triggers and asked the running instances
+    // to rebuild; B, started after that request, read it again from its
+    // start position and skipped it (its scan began after it).
+    let polls = b.state.outbox.counters.polls.load(Relaxed);
+    eventually(2, "B polled", || async {
+        b.state.outbox.counters.polls.load(Relaxed) > polls + 1
+    })
+    .await;
+    assert_eq!(b.state.outbox.counters.rebuilds.load(Relaxed), 0);
     let target = target_of("users");
     let store = a.state.skus.source();
     let insert_trigger = &target.trigger_names(store.backend())[0];

@@ -2116,3 +2116,62 @@ async fn a_shared_rebuild_after_redis_lost_its_epochs_reaches_every_instance() {
     a.stop().await;
     b.stop().await;
 }
+
+/// The case the counter going back cannot tell: B holds epoch 1 (A's
+/// start-up filter), Redis loses bloomgate's state, and the next shared
+/// rebuild is numbered 1 again. Redis's identity key (`{prefix}redis:id`)
+/// is new, so B follows the numbers afresh and adopts it; before, B
+/// called it the epoch it held and answered 404 for a row only that
+/// rebuild holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_rebuild_numbered_as_the_held_one_after_a_flush_is_adopted() {
+    async fn held(s: &TestServer) -> i64 {
+        counter(&s.stats().await, &["resources", "users", "epochs", "held"])
+    }
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let prefix = "epochs-era";
+    let full_prefix = format!("bgtest:{prefix}:");
+    common::redis_clear(&redis, &full_prefix).await;
+    let mut c = common::config(&url, Some(&redis), prefix);
+    c.resources = vec![resource("users", false)];
+    let a = TestServer::start(c.clone(), 0).await;
+    ready(&a).await;
+    eventually(5, "A's start-up filter stored as epoch 1", || async {
+        held(&a).await == 1
+    })
+    .await;
+    let b = TestServer::start(c, 0).await;
+    ready(&b).await;
+    assert_eq!(held(&b).await, 1, "B adopted it");
+
+    common::redis_clear(&redis, &full_prefix).await;
+    exec(
+        &url,
+        &["INSERT INTO users (id, name, seq) VALUES ('after2', 'after', 400001)".into()],
+    )
+    .await;
+    let ub = users(&b, "users");
+    assert_eq!(ub.gate().probe(text("after2")), Verdict::Reject);
+    let (status, body) = a
+        .send(
+            Method::POST,
+            "/api/users/warm",
+            Some(r#"{"limit":1,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["epoch"].as_u64(), Some(1), "numbered afresh: {body}");
+    eventually(
+        5,
+        "B adopts the rebuild numbered as the one it held",
+        || async { b.get("/api/users/after2").await.0 == 200 },
+    )
+    .await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -31,6 +31,9 @@ pub struct EpochCounters {
     pub adopt_failures: AtomicU64,
     /// The newest epoch this instance's filter came from or went to.
     pub held: AtomicU64,
+    /// Redis's identity `held` counts in (`Doorbell::redis_era`): under
+    /// another one, epoch numbers started again and `held` says nothing.
+    era: std::sync::Mutex<Option<String>>,
     /// A rebuild after deletes is on its way (one at a time).
     rebuild_pending: AtomicBool,
 }
@@ -48,12 +51,19 @@ impl<R: Guarded> Resource<R> {
     }
 
     /// Stores the published filter as a new epoch, complete up to outbox
-    /// position `at` (noted before its scan began); with `announce`, an
-    /// outbox entry tells the other instances to adopt it.
+    /// position `at` and holding the rows of the rebuild requests up to
+    /// `covered` (both noted before its scan began: the watermark and
+    /// `Outbox::max_seq`); with `announce`, an outbox entry tells the
+    /// other instances to adopt it.
     ///
     /// # Errors
     /// Why not (no Redis, a watched table, no filter, Redis or SQL failed).
-    pub async fn publish_epoch(&self, at: i64, announce: bool) -> Result<u64, EpochError> {
+    pub async fn publish_epoch(
+        &self,
+        at: i64,
+        covered: i64,
+        announce: bool,
+    ) -> Result<u64, EpochError> {
         let (log, counter) = self.epoch_store().ok_or(EpochError::NotShared)?;
         let gate = self.gate();
         let filter = gate.published().ok_or(EpochError::NoFilter)?;
@@ -62,9 +72,7 @@ impl<R: Guarded> Resource<R> {
         let bytes = &encoded.bytes;
         let meta = FilterMeta {
             outbox: at,
-            // Rebuild requests (`r` entries) are the SKU table's: a
-            // resource's epoch covers none of them.
-            covered: 0,
+            covered,
             capacity: gate.capacity(),
             fpp: gate.fpp(),
             layout: gate.layout(),
@@ -75,7 +83,9 @@ impl<R: Guarded> Resource<R> {
                 .ok_or(EpochError::NoIdentity)?
                 .to_owned(),
         };
+        let era = log.redis_era().await.ok();
         let epoch = log.store_epoch(counter, bytes, &meta).await?;
+        self.hold(era, epoch);
         if announce {
             self.store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
@@ -83,8 +93,43 @@ impl<R: Guarded> Resource<R> {
             log.ring().await;
         }
         self.epochs.published.fetch_add(1, Ordering::Relaxed);
-        self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
         Ok(epoch)
+    }
+
+    /// Notes that this instance's filter came from or went to `epoch`,
+    /// numbered under Redis identity `era` (unknown: the newest held).
+    fn hold(&self, era: Option<String>, epoch: u64) {
+        let mut held_in = crate::sync::lock(&self.epochs.era);
+        match era {
+            Some(era) if held_in.as_deref() != Some(era.as_str()) => {
+                *held_in = Some(era);
+                self.epochs.held.store(epoch, Ordering::Relaxed);
+            }
+            _ => {
+                self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Forgets the epoch held when Redis's identity is not the one it was
+    /// numbered under (Redis lost bloomgate's state: a flush, a new
+    /// server), so the numbers counted again from 1 are followed.
+    pub(super) async fn check_era(&self) {
+        let Some((log, _)) = self.epoch_store() else {
+            return;
+        };
+        let Ok(era) = log.redis_era().await else {
+            return;
+        };
+        let mut held_in = crate::sync::lock(&self.epochs.era);
+        if held_in.as_deref() == Some(era.as_str()) {
+            return;
+        }
+        let held = self.epochs.held.swap(0, Ordering::Relaxed);
+        if held_in.is_some() {
+            tracing::info!(resource = %self.name, held, "Redis lost bloomgate's state (its identity key is new): following its epoch numbers afresh");
+        }
+        *held_in = Some(era);
     }
 
     /// Adopts epoch `epoch` (see [`crate::gate::adopt`]), then drops the
@@ -97,6 +142,7 @@ impl<R: Guarded> Resource<R> {
     pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, usize), AdoptError> {
         let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
         let gate = self.gate();
+        let era = log.redis_era().await.ok();
         let fields = log
             .epoch_meta(counter, epoch)
             .await
@@ -113,9 +159,12 @@ impl<R: Guarded> Resource<R> {
         let replayed = gate
             .adopt(&meta, &want, &self.outbox, &self.name, How::Adopt, bytes)
             .await?;
+        // Its scan began after these rebuild requests: a follower that
+        // reads them again need not rebuild.
+        self.outbox.cover(&self.name, meta.covered);
         self.reader.invalidate_all_local();
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
-        self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
+        self.hold(era, epoch);
         Ok((meta.outbox, replayed))
     }
 
@@ -160,9 +209,11 @@ impl<R: Guarded> Resource<R> {
         let r = Arc::clone(self);
         self.background.spawn(async move {
             let at = r.outbox.watermark();
+            // Unread: the epoch covers no rebuild request.
+            let covered = r.outbox.max_seq().await.unwrap_or(0);
             let built = r.gate().request_rebuild().wait().await.is_ok();
             if built && r.epoch_store().is_some() {
-                if let Err(why) = r.publish_epoch(at, true).await {
+                if let Err(why) = r.publish_epoch(at, covered, true).await {
                     tracing::warn!(resource = %r.name, %why, "the rebuild after deletes was not shared");
                 }
             }

@@ -27,6 +27,8 @@ impl<R: Guarded> Resource<R> {
             drop(self.gate().request_rebuild());
             return;
         }
+        // Epoch numbers held under another Redis identity say nothing.
+        self.check_era().await;
         // The newest epoch, which may be newer than the one announced (a
         // start-up filter stored since, or an announcement replayed from
         // before this instance's filter): none when this instance holds

@@ -176,14 +176,15 @@ impl<R: Guarded> Resource<R> {
                     _ => match (&report, at, self.epoch_store()) {
                         // Shared with the other instances, which adopt it
                         // without a scan.
-                        (Ok(_), Some((at, _)), Some(_)) => match self.publish_epoch(at, true).await
-                        {
-                            Ok(epoch) => Some(epoch),
-                            Err(why) => {
-                                tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
-                                None
+                        (Ok(_), Some((at, covered)), Some(_)) => {
+                            match self.publish_epoch(at, covered, true).await {
+                                Ok(epoch) => Some(epoch),
+                                Err(why) => {
+                                    tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
+                                    None
+                                }
                             }
-                        },
+                        }
                         _ => None,
                     },
                 };

@@ -53,6 +53,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// Redis's identity as bloomgate knows it: the value under the key, made
+/// by whoever finds it missing (a new server, a flush, an eviction).
+const ERA: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+";
+
 /// How long the shared-rebuild lock holds if its owner dies.
 const REBUILD_LOCK_MS: u64 = 10 * 60 * 1000;
 
@@ -104,6 +113,22 @@ impl Doorbell {
         if let Err(e) = released {
             tracing::warn!(error = %e, "releasing the shared-rebuild lock failed; it expires by itself");
         }
+    }
+
+    /// Redis's identity under this prefix (`{prefix}redis:id`, a random
+    /// value written by the first instance to find it missing). Epoch
+    /// numbers count within one identity: a flushed or new Redis numbers
+    /// them from 1 again, under a new identity.
+    ///
+    /// # Errors
+    /// Redis failed.
+    pub async fn redis_era(&self) -> redis::RedisResult<String> {
+        let mut conn = self.bulk_conn().await?;
+        redis::Script::new(ERA)
+            .key(crate::wire::redis_identity_key(&self.prefix))
+            .arg(format!("{:016x}", fastrand::u64(..)))
+            .invoke_async(&mut conn)
+            .await
     }
 
     /// The newest epoch built or adopted here (0: none).

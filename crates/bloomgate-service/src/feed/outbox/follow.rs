@@ -189,7 +189,7 @@ impl Outbox {
     /// unrecorded (kept for the next check when the outbox does not
     /// answer). Each is recorded after its triggers fire again, so a
     /// rebuild that applies it scans every row of the gap.
-    pub(super) async fn announce_gaps(&self) {
+    pub async fn announce_gaps(&self) {
         let owed: Vec<String> = lock(&self.captured).announce.iter().cloned().collect();
         for name in owed {
             match self
