@@ -338,10 +338,21 @@ impl<R: Guarded> Resource<R> {
             shared.outbox.out_of_step.max(Duration::from_secs(5)) + Duration::from_secs(1),
         ));
         let mode = options.mode.unwrap_or(c.bloom_mode);
+        // The SKU table, a configured table, or a source of the embedder.
+        let holds = match (&table, name == crate::sql::SKU_RESOURCE) {
+            (Some(t), _) => t.describe(),
+            (None, true) => "skus.id".to_owned(),
+            (None, false) => format!("source {name}"),
+        };
+        let identity: Option<Arc<str>> = shared
+            .store
+            .identity()
+            .map(|db| Arc::from(crate::wire::filter_identity(db, &holds, key_type)));
         if let (BloomMode::Strict | BloomMode::Redis, Some(target)) = (mode, &shared.target) {
             let filter = crate::share::redis_filter::SharedFilter::connect(
                 target,
                 &place.filter_prefix,
+                identity.as_deref(),
                 options.expected,
                 options.fpp,
                 options.segment_bytes.unwrap_or(c.bloom_segment_bytes),
@@ -362,16 +373,6 @@ impl<R: Guarded> Resource<R> {
                 .as_ref()
                 .map(|p| crate::config::resources::derived_snapshot_path(p, name))
         });
-        // The SKU table, a configured table, or a source of the embedder.
-        let holds = match (&table, name == crate::sql::SKU_RESOURCE) {
-            (Some(t), _) => t.describe(),
-            (None, true) => "skus.id".to_owned(),
-            (None, false) => format!("source {name}"),
-        };
-        let identity: Option<Arc<str>> = shared
-            .store
-            .identity()
-            .map(|db| Arc::from(crate::wire::filter_identity(db, &holds, key_type)));
         let persist = snapshot.map(|path| {
             crate::share::snapshot::Persist::new(
                 path,

@@ -18,6 +18,7 @@ mod capture;
 mod connect;
 mod error;
 mod hints;
+mod identity;
 mod limits;
 mod many;
 mod migrations;

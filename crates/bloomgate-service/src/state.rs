@@ -212,6 +212,8 @@ impl AppState {
                 tracing::warn!(set = %snapshots.join(", "), "filter snapshots are not restored while bloomgate's outbox is off (a snapshot is positioned in it): every start scans; set sql.outbox = true to use them");
             }
         }
+        // Without the outbox's own (a SELECT-only user), the server's.
+        store.note_server_identity().await;
         let capture_gaps = crate::feed::capture::install_missing(&store, &captured).await?;
         // The SKU table exists now (with the demo): its watch column is
         // checked as a configured table's is.

@@ -72,10 +72,17 @@ pub fn changes_key(prefix: &str) -> String {
     format!("{prefix}changes")
 }
 
-/// The shared filter of `strict` and `redis` modes.
+/// The shared filter of `strict` and `redis` modes: `{prefix}bloom:{tag}`,
+/// the tag naming what it holds (the database's identity, the table, its
+/// key column and key type: [`filter_identity`]), so a filter made
+/// against another database or another key column under the same prefix
+/// is another key, never read; `{prefix}bloom` where that is unknown.
 #[must_use]
-pub fn shared_filter_key(prefix: &str) -> String {
-    format!("{prefix}bloom")
+pub fn shared_filter_key(prefix: &str, holds: Option<&str>) -> String {
+    match holds {
+        Some(holds) => format!("{prefix}bloom:{}", short_tag(&[holds])),
+        None => format!("{prefix}bloom"),
+    }
 }
 
 /// The lock of a shared rebuild's leader.

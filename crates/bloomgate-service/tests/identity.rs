@@ -217,3 +217,94 @@ async fn an_earlier_release_epoch_is_refused_once_and_replaced() {
         s.stop().await;
     }
 }
+
+/// The shared filter of `redis` mode names what it holds: two databases
+/// under one Redis prefix (staging and production), each served by a
+/// `SELECT`-only instance (no outbox, so the identity is the server's own:
+/// here the SQLite file's path and inode), get filters of their own, and
+/// each finds its own rows. Before, the second opened the first one's
+/// filter (`{prefix}rf:users:bloom`) and answered 404 for every row of its
+/// own. A restart against the same database finds the same filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_filter_of_another_database_is_not_read() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (staging, production) = (common::sqlite_url(&d1), common::sqlite_url(&d2));
+    users_table(&staging, &["u1", "u2"]).await;
+    users_table(&production, &["p1", "p2"]).await;
+    let config = |url: &str| {
+        let mut c = common::config(url, Some(&redis), "identity-shared-filter");
+        // A user's own database, read with SELECT alone.
+        c.demo = None;
+        c.sql.outbox = Some(false);
+        let mut users = common::users_resource("users");
+        users.bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
+        c.resources.push(users);
+        c
+    };
+    common::redis_clear(&redis, &config(&staging).cache.redis_prefix).await;
+    let key = |s: &TestServer| {
+        s.state.resources[0]
+            .shared()
+            .expect("a shared filter")
+            .key()
+            .to_owned()
+    };
+    let a = TestServer::start(config(&staging), 0).await;
+    let b = TestServer::start(config(&production), 0).await;
+    for (s, found, other) in [(&a, "u1", "p1"), (&b, "p2", "u2")] {
+        eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+        assert_eq!(
+            s.get(&format!("/api/users/{found}")).await.0,
+            200,
+            "{found}"
+        );
+        assert_eq!(
+            s.get(&format!("/api/users/{other}")).await.0,
+            404,
+            "{other}"
+        );
+    }
+    assert_ne!(key(&a), key(&b));
+    let first = key(&b);
+    b.stop().await;
+    let b = TestServer::start(config(&production), 0).await;
+    assert_eq!(key(&b), first, "the same database, the same filter");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// The server's own identity (a `SELECT`-only user has no outbox to hold
+/// a random one): the same for two connections to one database, another
+/// for another database on the same server, on MariaDB and PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_identity_tells_databases_apart() {
+    async fn identity(url: &str) -> String {
+        let db = bloomgate_service::sql::Database::connect_unmigrated(
+            url,
+            &bloomgate_service::config::SqlConfig::default(),
+        )
+        .await
+        .unwrap();
+        db.note_server_identity().await;
+        let id = db.identity().expect("an identity").to_owned();
+        db.close().await;
+        id
+    }
+    let (Some(m1), Some(m2), Some(p1), Some(p2)) = (
+        common::mysql_database("identity_server_a").await,
+        common::mysql_database("identity_server_b").await,
+        common::postgres_database("identity_server_a").await,
+        common::postgres_database("identity_server_b").await,
+    ) else {
+        return;
+    };
+    for (a, b) in [(&m1, &m2), (&p1, &p2)] {
+        let first = identity(a).await;
+        assert!(first.starts_with("server-"), "{first}");
+        assert_eq!(identity(a).await, first, "{a}");
+        assert_ne!(identity(b).await, first, "{a} and {b}");
+    }
+}

@@ -288,7 +288,7 @@ async fn a_flush_is_never_read_as_no(mode: BloomMode) {
     assert_eq!(server.create(5_000, "after the flush").await, 201);
     // Its insert was refused: the lost string is not there as zeros.
     let exists: bool = redis::cmd("EXISTS")
-        .arg(format!("{PREFIX}bloom"))
+        .arg(server.state.skus.shared().unwrap().key())
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -365,11 +365,13 @@ async fn a_shared_filter_still_being_filled_is_never_read_as_no() {
     eventually(10, "the first instance created the filter", || {
         let mut conn = conn.clone();
         async move {
-            redis::cmd("EXISTS")
-                .arg(format!("{PREFIX}bloom:meta"))
-                .query_async::<bool>(&mut conn)
+            // `{prefix}bloom:{tag}:meta`, the tag naming what it holds.
+            !redis::cmd("KEYS")
+                .arg(format!("{PREFIX}bloom:{}:meta", "[0-9a-f]".repeat(8)))
+                .query_async::<Vec<String>>(&mut conn)
                 .await
                 .unwrap()
+                .is_empty()
         }
     })
     .await;

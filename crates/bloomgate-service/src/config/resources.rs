@@ -66,7 +66,7 @@ pub struct ResourceConfig {
     pub bloom_snapshot_path: Option<std::path::PathBuf>,
     /// `local`, `strict` or `redis`, as `cache.bloom_mode` (its default).
     /// `strict` keeps a shared filter in Redis under
-    /// `{prefix}rf:{name}:bloom`, so a key told to one instance is never
+    /// `{prefix}rf:{name}:bloom:{tag}`, so a key told to one instance is never
     /// refused by another before the outbox reaches it.
     #[serde(default)]
     pub bloom_mode: Option<super::BloomMode>,

@@ -215,6 +215,12 @@ pub struct SharedError {
 }
 
 impl SharedFilter {
+    /// Its key in Redis (see [`crate::wire::shared_filter_key`]).
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// Opens (or creates and fills from SQL) the shared filter.
     ///
     /// # Errors
@@ -225,6 +231,7 @@ impl SharedFilter {
     pub async fn connect(
         target: &RedisTarget,
         prefix: &str,
+        holds: Option<&str>,
         expected: u64,
         fpp: f64,
         segment_bytes: u64,
@@ -232,7 +239,7 @@ impl SharedFilter {
         keys: Arc<dyn KeyScan>,
         scan_limit: u64,
     ) -> Result<Self, SharedError> {
-        let key = crate::wire::shared_filter_key(prefix);
+        let key = crate::wire::shared_filter_key(prefix, holds);
         let fail = |source, hint| SharedError {
             key: key.clone(),
             source,

@@ -212,10 +212,11 @@ impl Database {
     }
 
     /// This database's identity: a random number the first migration of
-    /// its outbox wrote, so a snapshot or a shared epoch made against
-    /// another database (staging and production under one Redis prefix,
-    /// a database recreated) is told apart from one of this database.
-    /// `None` before [`Self::migrate`].
+    /// its outbox wrote, so a snapshot, a shared epoch or a shared filter
+    /// made against another database (staging and production under one
+    /// Redis prefix, a database recreated) is told apart from one of this
+    /// database; without the outbox, the server's own
+    /// ([`Self::note_server_identity`]). `None` before either.
     #[must_use]
     pub fn identity(&self) -> Option<&str> {
         self.identity.get().map(String::as_str)
