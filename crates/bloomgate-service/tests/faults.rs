@@ -350,9 +350,9 @@ async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recove
     }
     eprintln!("mariadb stopped: 100 cached ids 200, 50 uncached 503 (slowest {slowest:?})");
     // Bounded by the acquire timeout (300 ms), not by how long MariaDB
-    // stays down; the limit leaves room for a loaded machine.
+    // stays down, plus a second for a loaded machine.
     assert!(
-        slowest < Duration::from_secs(3),
+        slowest < Duration::from_millis(300 + 1000),
         "slowest 503 took {slowest:?}"
     );
 
@@ -363,8 +363,11 @@ async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recove
     assert!(gate.rebuild().await.is_err());
     let failed_after = asked.elapsed();
     eprintln!("a rebuild with MariaDB down failed after {failed_after:?}");
+    // It waits out the acquire timeout three times before it fails (the
+    // row estimate, which it goes on without, then the statements that
+    // find the key ranges): 900 ms, plus a second for a loaded machine.
     assert!(
-        failed_after < Duration::from_secs(5),
+        failed_after < Duration::from_millis(3 * 300 + 1000),
         "the failed rebuild took {failed_after:?}"
     );
     let stats = gate.stats();
