@@ -491,7 +491,8 @@ fn the_service_crate_has_no_import_circle() {
     let graph = module_graph(&src);
     assert!(graph.len() > 20, "the graph was read: {graph:?}");
     assert!(
-        graph["http::router"].contains("http::routes") && graph["reader"].contains("gate"),
+        graph["http::router"].contains("http::routes")
+            && graph["resource::reader"].contains("gate"),
         "edges are found: {graph:?}"
     );
     if let Some(circle) = find_cycle(&graph) {

@@ -21,7 +21,6 @@ pub mod paths;
 #[doc(hidden)]
 pub mod pause;
 pub mod proxy;
-pub mod reader;
 pub mod redis_link;
 pub mod resource;
 pub mod resp;

@@ -20,7 +20,7 @@ use crate::config::{BloomLayout, BloomMode, CacheConfig};
 use crate::error::AppError;
 use crate::gate::{Gate, GateConfig};
 use crate::key::KeyType;
-use crate::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
+use crate::resource::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
 use crate::source::DynSource;
 use crate::sql::table::SqlTable;
 use crate::sql::Database;
@@ -31,6 +31,7 @@ mod figures;
 mod follow;
 mod guarded;
 mod parts;
+pub mod reader;
 mod warm;
 mod watch;
 mod write;
@@ -331,7 +332,7 @@ impl<R: Guarded> Resource<R> {
         let key_type = rows.key_type();
         let mut reader =
             ShieldedReader::new(Arc::new(gate), l1, redis, rows, shared.bulkhead.clone());
-        reader.audit = Arc::new(crate::reader::audit::Audit::every(
+        reader.audit = Arc::new(crate::resource::reader::audit::Audit::every(
             c.bloom_audit_every_ms,
             // The feed's bound, or the late check's period (a commit whose
             // number was given up is found by it), and a second more.
@@ -363,9 +364,9 @@ impl<R: Guarded> Resource<R> {
             .await?
             .with_background(shared.background.clone());
             reader.set_mode(if mode == BloomMode::Redis {
-                crate::reader::Mode::Redis(filter)
+                crate::resource::reader::Mode::Redis(filter)
             } else {
-                crate::reader::Mode::Strict(filter)
+                crate::resource::reader::Mode::Strict(filter)
             });
         }
         let snapshot = options.snapshot_path.clone().or_else(|| {

@@ -320,7 +320,9 @@ pub async fn prepare(
             tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its end once it answers");
             "$".to_string()
         });
-        changes.spawn_follower(from, &state.skus.reader);
+        let led: std::sync::Weak<crate::resource::Resource<crate::sql::Database>> =
+            Arc::downgrade(&state.skus);
+        changes.spawn_follower(from, state.skus.gate(), led);
     }
     if restored {
         // Not scanned: rows written behind the outbox's back are looked

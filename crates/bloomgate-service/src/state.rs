@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cache::RedisTier;
 use crate::config::Config;
-use crate::reader::Bulkhead;
+use crate::resource::reader::Bulkhead;
 use crate::resource::Resource;
 use crate::sql::{Database, StoreError};
 

@@ -5,7 +5,7 @@
 //!
 //! A memory must never outlive a change of its key that this instance
 //! has applied: it would refuse a row that now exists. The read path's
-//! two rules hold it ([`crate::reader`] and the module docs of
+//! two rules hold it ([`crate::resource::reader`] and the module docs of
 //! [`crate::cache`]):
 //! - in process, a request notes its shard's change counter before it is
 //!   forwarded, and its 404 is stored only if no change of the shard was

@@ -31,7 +31,7 @@
 //! rebuild from SQL, since its watch admitted rows no replay could add.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bloomgate_redis::Conn;
@@ -42,7 +42,16 @@ use crate::redis_link::{query_each, RedisTarget};
 use crate::wire::kind;
 
 use crate::gate::Gate;
-use crate::reader::ShieldedReader;
+
+/// The table whose rebuilds the doorbell leads (the SKU table), as its
+/// follower acts on it beside the gate: the resource implements it, so
+/// the feed needs nothing of the read path.
+pub trait Led: Send + Sync {
+    /// Drops every row this instance caches in process.
+    fn forget_all_local(&self);
+    /// Another instance created `id`: into the filter, out of L1.
+    fn created(&self, id: i64);
+}
 
 mod epochs;
 pub use epochs::{EpochError, Replace};

@@ -16,7 +16,7 @@ use crate::http::admin::authorize;
 use crate::http::input::{json_body, parse_id};
 use crate::metrics::Outcome;
 use crate::model::{Sku, SkuInput};
-use crate::reader::Lookup;
+use crate::resource::reader::Lookup;
 use crate::state::AppState;
 
 pub use crate::paths::SECKILL_ROUTE;

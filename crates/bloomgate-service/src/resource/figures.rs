@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{CallCounters, EpochCounters, Guarded, Resource};
 use crate::gate::GateStats;
-use crate::reader::FunnelFigures;
+use crate::resource::reader::FunnelFigures;
 
 /// Everything under `resources.<name>`.
 #[derive(Debug, Clone, Serialize)]

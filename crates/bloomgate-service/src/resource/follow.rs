@@ -145,3 +145,14 @@ impl<R: Guarded> Follower for Resource<R> {
         changed
     }
 }
+
+impl crate::feed::doorbell::Led for Resource<crate::sql::Database> {
+    fn forget_all_local(&self) {
+        self.reader.invalidate_all_local();
+    }
+
+    fn created(&self, id: i64) {
+        self.gate().learn(id);
+        self.reader.invalidate_local(&id);
+    }
+}

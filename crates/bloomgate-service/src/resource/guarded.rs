@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::key::{Fold, Key, KeyType};
-use crate::reader::{Rows, SourceRows};
+use crate::resource::reader::{Rows, SourceRows};
 use crate::source::{BoxFuture, KeyScan, ScanOf};
 use crate::sql::{Database, StoreError};
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{Guarded, Resource};
 use crate::cache::RedisTier;
 use crate::pause::PausePoint;
-use crate::reader::Lookup;
+use crate::resource::reader::Lookup;
 use crate::share::redis_filter::SharedFilter;
 
 impl<R: Guarded> Resource<R> {

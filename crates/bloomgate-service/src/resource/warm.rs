@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::{Guarded, Resource};
 use crate::error::AppError;
 use crate::gate::{RebuildError, RebuildReport, RebuildTicket};
-use crate::reader::{WarmOutcome, WARM_CHUNK};
+use crate::resource::reader::{WarmOutcome, WARM_CHUNK};
 
 /// What a warm did, as `POST /api/cache/warm` answers it.
 #[derive(Debug, serde::Serialize)]

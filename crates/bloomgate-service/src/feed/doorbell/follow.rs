@@ -6,18 +6,27 @@
 use super::*;
 
 impl Doorbell {
-    /// Follows the stream from entry `from`, until nothing but the
-    /// follower holds the reader's gate (the service was dropped).
-    pub fn spawn_follower(&self, from: String, reader: &ShieldedReader) {
+    /// Follows the stream from entry `from` for `table` and its `gate`,
+    /// until nothing but the follower holds the gate (the service was
+    /// dropped; `table` is held weakly, so it goes too).
+    pub fn spawn_follower(&self, from: String, gate: &Arc<Gate>, table: Weak<dyn Led>) {
         let log = self.clone();
-        let reader = reader.clone();
+        let gate = Arc::clone(gate);
+        let forget_all = {
+            let table = table.clone();
+            move || {
+                if let Some(t) = table.upgrade() {
+                    t.forget_all_local();
+                }
+            }
+        };
         self.background.spawn(async move {
             let mut last = from;
             let mut conn = None;
             let mut backoff = Duration::from_millis(100);
             let mut resumed = false;
-            let _guard = Gate::follow(&reader.gate);
-            while !Gate::only_followers_left(&reader.gate) {
+            let _guard = Gate::follow(&gate);
+            while !Gate::only_followers_left(&gate) {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {
@@ -111,8 +120,8 @@ impl Doorbell {
                                     if log.keeps_own_builds() {
                                         // A watched table: the epoch lacks
                                         // what this instance's watch admitted.
-                                        if reader.gate.enabled() {
-                                            drop(reader.gate.request_rebuild());
+                                        if gate.enabled() {
+                                            drop(gate.request_rebuild());
                                         }
                                     } else if let Some(epoch) = epoch {
                                         // Inline: this follower reads no other
@@ -120,17 +129,17 @@ impl Doorbell {
                                         // follower goes on; its creates reach
                                         // the adopted filter through the
                                         // gate's building slot).
-                                        log.adopt(&reader.gate, epoch).await;
+                                        log.adopt(&gate, epoch).await;
                                         // A warm's rebuild: rows may have gone
                                         // that no entry named (a TRUNCATE).
-                                        reader.invalidate_all_local();
+                                        forget_all();
                                     } else {
                                         tracing::info!(
                                             "another instance asked for a filter rebuild"
                                         );
-                                        reader.invalidate_all_local();
-                                        if reader.gate.enabled() {
-                                            drop(reader.gate.request_rebuild());
+                                        forget_all();
+                                        if gate.enabled() {
+                                            drop(gate.request_rebuild());
                                         }
                                     }
                                 }
@@ -146,9 +155,8 @@ impl Doorbell {
                                             .then(|| entry.get::<i64>("id"))
                                             .flatten()
                                     });
-                                    if let Some(id) = named {
-                                        reader.gate.learn(id);
-                                        reader.invalidate_local(&id);
+                                    if let (Some(id), Some(t)) = (named, table.upgrade()) {
+                                        t.created(id);
                                     }
                                     log.outbox.ring();
                                     log.counters.applied.fetch_add(1, Ordering::Relaxed);

@@ -324,27 +324,27 @@ impl<K, T> Default for Shard<K, T> {
 #[derive(Debug)]
 pub struct ShieldedReader<R: Rows = Database> {
     /// The Bloom gate.
-    pub gate: Arc<Gate>,
+    pub(crate) gate: Arc<Gate>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
     /// an insert that bypasses the shard protocol may cache a stale answer.
-    pub l1: crate::cache::L1<R::Key, R::Row>,
+    pub(crate) l1: crate::cache::L1<R::Key, R::Row>,
     /// The Redis tier, when configured.
-    pub redis: Option<RedisTier>,
+    pub(crate) redis: Option<RedisTier>,
     /// The source of truth (the SQL store for SKUs).
-    pub store: R,
+    pub(crate) store: R,
     /// L1 counters.
-    pub l1_counters: Arc<L1Counters>,
+    pub(crate) l1_counters: Arc<L1Counters>,
     /// The SQL bulkhead of the read path.
-    pub bulkhead: Bulkhead,
+    pub(crate) bulkhead: Bulkhead,
     shards: Arc<[Mutex<ShardOf<R>>]>,
     /// Test hook: where a load stops between its read and its write-back.
     #[doc(hidden)]
-    pub after_read: Arc<PausePoint>,
+    pub(crate) after_read: Arc<PausePoint>,
     /// How the filter answers: alone, confirmed by the shared filter, or
     /// the shared filter alone.
     mode: Mode,
     /// The sampled check of the filter's "no" against the source.
-    pub audit: Arc<audit::Audit>,
+    pub(crate) audit: Arc<audit::Audit>,
     /// The HTTP gate's remembered 404s over this table, one per route
     /// that keeps them: every invalidation below drops the key from them
     /// too.
