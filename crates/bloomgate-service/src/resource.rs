@@ -467,9 +467,13 @@ impl<R: Guarded> Resource<R> {
     /// default resource's: one leader scans, the others adopt its epoch)
     /// rather than announced in the outbox (every other resource's).
     fn leads_through_doorbell(&self) -> bool {
-        &*self.name == crate::sql::SKU_RESOURCE
-            && self.epoch_counter.is_none()
-            && !self.is_watched()
+        self.is_led_by_doorbell() && !self.is_watched()
+    }
+
+    /// The table whose rebuilds the doorbell leads, watched or not (the
+    /// default resource, which keeps no epoch counter of its own).
+    fn is_led_by_doorbell(&self) -> bool {
+        &*self.name == crate::sql::SKU_RESOURCE && self.epoch_counter.is_none()
     }
 
     /// The filter.

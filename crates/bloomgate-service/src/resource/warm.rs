@@ -169,7 +169,7 @@ impl<R: Guarded> Resource<R> {
                     }
                     // A watched SKU table shares no epoch (its watch's rows
                     // are in none): the others are asked to rebuild too.
-                    Some(log) if self.is_watched() && &*self.name == crate::sql::SKU_RESOURCE => {
+                    Some(log) if self.is_watched() && self.is_led_by_doorbell() => {
                         log.publish_rebuild().await;
                         None
                     }
