@@ -512,6 +512,10 @@ async fn a_tls_cluster_passes_a_create_read_rebuild_round() {
     c.cache.bloom_fpp = 0.01;
     c.cache.bloom_segment_bytes = 2048;
     c.cache.redis_timeout_ms = 500;
+    let other_ca = Config {
+        redis_tls_ca: Some(pki.path("other_ca.crt")),
+        ..c.clone()
+    };
     let s = TestServer::start(c, 100).await;
     assert_eq!(s.create(777, "clustered").await, 201);
     assert_eq!(s.get("/api/seckill/777").await.0, 200);
@@ -530,6 +534,13 @@ async fn a_tls_cluster_passes_a_create_read_rebuild_round() {
         "the warm's values are on the nodes ({keys} keys)"
     );
     s.stop().await;
+    // The nodes' certificates checked against another CA: refused at
+    // start, naming the key and the CA's setting.
+    let e = tokio::time::timeout(Duration::from_secs(20), start_error(&other_ca))
+        .await
+        .expect("start-up hung");
+    assert!(e.starts_with("redis_cluster: cannot connect: "), "{e}");
+    assert!(e.contains("redis_tls_ca"), "{e}");
 }
 
 /// Every log line of this test binary, at every level.
