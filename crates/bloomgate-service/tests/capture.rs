@@ -622,6 +622,62 @@ async fn a_capture_gap_rebuilds_every_instance() {
     w.close().await;
 }
 
+/// The same gap in `redis` mode, where the shared filter alone answers:
+/// it is filled again from the source once the triggers fire again (the
+/// other instance too applies the rebuild entry), and its "no" is not a
+/// 404 meanwhile. Before, the row in no entry answered 404 on both for
+/// good: the rebuild reached the in-process filters only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, Some(&redis), "capture-gap-redis");
+    common::redis_clear(&redis, &c.cache.redis_prefix).await;
+    c.sql.outbox_gap_ms = 200;
+    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
+    let mut checks = c.clone();
+    checks.sql.outbox_retention_secs = 1;
+    let a = TestServer::start(checks, 0).await;
+    let b = TestServer::start(c, 0).await;
+    on_every(&[&a, &b], "/api/users/u950001", 404, BOUND).await;
+    let target = target_of("users");
+    let insert_trigger = &target.trigger_names(a.state.skus.source().backend())[0];
+    let mut tx = w.begin().await.unwrap();
+    for sql in [
+        format!("DROP TRIGGER \"{insert_trigger}\""),
+        "INSERT INTO users VALUES ('u950001', 'in the gap', 1)".to_owned(),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    on_every(&[&a, &b], "/api/users/u950001", 200, 4).await;
+    // Still found once every fill ended, and an absent key is refused by
+    // the shared filter again.
+    for s in [&a, &b] {
+        let shared = s.state.resources[0].shared().unwrap().clone();
+        eventually(5, "the fill ended", || async { !shared.is_filling() }).await;
+    }
+    on_every(&[&a, &b], "/api/users/u950001", 200, BOUND).await;
+    let before = common::counter(
+        &a.stats().await,
+        &["resources", "users", "filter", "rejected"],
+    );
+    assert_eq!(status(&a, "/api/users/u959999").await, 404);
+    let after = common::counter(
+        &a.stats().await,
+        &["resources", "users", "filter", "rejected"],
+    );
+    assert_eq!(after, before + 1, "refused by the filter, not by SQL");
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
 /// A start that finds the triggers missing (dropped while no instance
 /// ran, a row inserted meanwhile) installs them and scans: the snapshot,
 /// positioned in the outbox, lacks the row and no entry names it.

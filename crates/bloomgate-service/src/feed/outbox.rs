@@ -178,6 +178,9 @@ struct Follow {
     /// Per table: rebuild requests up to here are covered by its filter
     /// (see [`Outbox::max_seq`]).
     rebuilds_covered: BTreeMap<String, i64>,
+    /// Per table: the newest rebuild request acted on here (an entry
+    /// applied, or one this instance recorded after a capture gap).
+    rebuilds_requested: BTreeMap<String, i64>,
     /// Smaller numbers not seen yet, with when they were first missed.
     gaps: BTreeMap<i64, Instant>,
     /// Numbers given up as gaps, still looked for every [`LATE_EVERY`]
@@ -377,6 +380,14 @@ impl Outbox {
             .unwrap_or(0)
     }
 
+    /// Notes that a rebuild of `resource` was asked for at `seq`: a
+    /// positioned filter covering less is not adopted after it.
+    pub fn note_rebuild_requested(&self, resource: &str, seq: i64) {
+        let mut f = lock(&self.follow);
+        let r = f.rebuilds_requested.entry(resource.to_owned()).or_default();
+        *r = (*r).max(seq);
+    }
+
     /// Notes that `resource`'s published filter holds the rows of every
     /// rebuild request up to `seq` (it was scanned, or adopted from a
     /// scan, after [`Outbox::max_seq`] returned `seq`).
@@ -476,5 +487,13 @@ impl crate::gate::ChangeLog for Outbox {
         resource: &str,
     ) -> impl std::future::Future<Output = Result<Option<Vec<String>>, StoreError>> + Send {
         Outbox::created_keys_after(self, from, resource)
+    }
+
+    fn rebuild_requested(&self, resource: &str) -> i64 {
+        lock(&self.follow)
+            .rebuilds_requested
+            .get(resource)
+            .copied()
+            .unwrap_or(0)
     }
 }

@@ -34,6 +34,11 @@ pub struct EpochCounters {
     /// Redis's identity `held` counts in (`Doorbell::redis_era`): under
     /// another one, epoch numbers started again and `held` says nothing.
     era: std::sync::Mutex<Option<String>>,
+    /// The held epoch's outbox position: an epoch of the same number at
+    /// another position is another epoch (numbers counted again where the
+    /// identity key survived, as on a Redis Cluster node restarted empty
+    /// that held the counter but not the identity).
+    held_at: std::sync::atomic::AtomicI64,
     /// A rebuild after deletes is on its way (one at a time).
     rebuild_pending: AtomicBool,
 }
@@ -85,7 +90,7 @@ impl<R: Guarded> Resource<R> {
         };
         let era = log.redis_era().await.ok();
         let epoch = log.store_epoch(counter, bytes, &meta).await?;
-        self.hold(era, epoch);
+        self.hold(era, epoch, at);
         if announce {
             self.store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
@@ -96,9 +101,10 @@ impl<R: Guarded> Resource<R> {
         Ok(epoch)
     }
 
-    /// Notes that this instance's filter came from or went to `epoch`,
-    /// numbered under Redis identity `era` (unknown: the newest held).
-    fn hold(&self, era: Option<String>, epoch: u64) {
+    /// Notes that this instance's filter came from or went to `epoch`
+    /// (positioned at `at`), numbered under Redis identity `era`
+    /// (unknown: the newest held).
+    fn hold(&self, era: Option<String>, epoch: u64, at: i64) {
         let mut held_in = crate::sync::lock(&self.epochs.era);
         match era {
             Some(era) if held_in.as_deref() != Some(era.as_str()) => {
@@ -109,6 +115,23 @@ impl<R: Guarded> Resource<R> {
                 self.epochs.held.fetch_max(epoch, Ordering::Relaxed);
             }
         }
+        if self.epochs.held.load(Ordering::Relaxed) == epoch {
+            self.epochs.held_at.store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the stored epoch `n`, whose meta is `fields`, is not the
+    /// one held under that number (another position: numbered again).
+    pub(super) fn renumbered(
+        &self,
+        n: u64,
+        fields: &std::collections::HashMap<String, String>,
+    ) -> bool {
+        n == self.epochs.held.load(Ordering::Relaxed)
+            && fields
+                .get("outbox")
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|at| at != self.epochs.held_at.load(Ordering::Relaxed))
     }
 
     /// Forgets the epoch held when Redis's identity is not the one it was
@@ -164,7 +187,7 @@ impl<R: Guarded> Resource<R> {
         self.outbox.cover(&self.name, meta.covered);
         self.reader.invalidate_all_local();
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
-        self.hold(era, epoch);
+        self.hold(era, epoch, meta.outbox);
         Ok((meta.outbox, replayed))
     }
 

@@ -37,12 +37,14 @@ impl<R: Guarded> Resource<R> {
             Some((log, counter)) => log.latest_epoch(counter).await.ok().flatten(),
             None => None,
         };
-        if let Some((n, _)) = stored {
-            // The counter went back: Redis lost our epochs (a flush, a new
-            // server) and numbers them from 1 again, so what this instance
-            // holds says nothing of what is newer.
+        if let Some((n, fields)) = &stored {
+            let n = *n;
+            // The counter went back, or the held number names another
+            // epoch now: Redis lost our epochs (a flush, a new server, a
+            // Cluster node restarted empty) and numbers them from 1 again,
+            // so what this instance holds says nothing of what is newer.
             let held = self.epochs.held.load(Ordering::Relaxed);
-            if n < held {
+            if n < held || self.renumbered(n, fields) {
                 tracing::info!(resource = %self.name, held, stored = n, "the epoch counter went back (Redis lost its state); following its numbers afresh");
                 self.epochs.held.store(0, Ordering::Relaxed);
             }
@@ -126,6 +128,11 @@ impl<R: Guarded> Follower for Resource<R> {
 
     fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
         self.gate().rebuild_owed(done);
+        // The shared filter lacks those rows too (in `redis` mode it alone
+        // answers): every key merged into it again.
+        if let Some(shared) = self.reader.shared() {
+            shared.fill_in_background();
+        }
         self.reader.invalidate_all_local();
         // Rows were written that no entry names: the gate's remembered
         // 404s may hold some of them.

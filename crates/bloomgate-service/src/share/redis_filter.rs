@@ -171,6 +171,8 @@ pub struct SharedFilter {
     /// Keys a second a fill may read (0: no limit).
     scan_limit: u64,
     refilling: Arc<AtomicBool>,
+    /// The last fill after unnamed writes failed.
+    refill_failed: Arc<AtomicBool>,
     /// Creates that arrived while a refill runs (their inserts refused).
     pending: Arc<std::sync::Mutex<Vec<HashPair>>>,
     /// Counters, shared by clones.
@@ -219,6 +221,54 @@ impl SharedFilter {
     #[must_use]
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// Whether a fill or refill runs: keys written that no entry named
+    /// (the reason for it) may be missing until it ends.
+    #[must_use]
+    pub fn is_filling(&self) -> bool {
+        self.refilling.load(Ordering::Acquire)
+    }
+
+    /// Adds every key of the source again, in the background (merged by
+    /// `BITOP OR`: what other instances add meanwhile stays): after rows
+    /// were written that no outbox entry names (a capture gap, a warm's
+    /// rebuild request, numbers given up). Marked as filling at once.
+    pub(crate) fn fill_in_background(&self) {
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::info!(key = %self.key, "rows were written that no change named: adding every key from the source to the shared filter");
+        let this = self.clone();
+        // Retried until it succeeds (ended with the instance): until then
+        // the filter's "no" is not a 404 in `redis` mode.
+        self.background.spawn(async move {
+            let mut wait = Duration::from_secs(1);
+            loop {
+                match this.refill().await {
+                    Ok(()) => {
+                        this.refill_failed.store(false, Ordering::Release);
+                        break;
+                    }
+                    Err(e) => {
+                        this.counters.errors.fetch_add(1, Ordering::Relaxed);
+                        this.refill_failed.store(true, Ordering::Release);
+                        tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "filling the shared filter again failed; its no is not a 404 until a fill succeeds");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+            this.refilling.store(false, Ordering::Release);
+            this.add_kept_since().await;
+        });
+    }
+
+    /// Whether the last fill asked for by [`Self::fill_in_background`]
+    /// failed (its "no" does not stand until one succeeds).
+    #[must_use]
+    pub fn fill_failed(&self) -> bool {
+        self.refill_failed.load(Ordering::Acquire)
     }
 
     /// Opens (or creates and fills from SQL) the shared filter.
@@ -278,6 +328,7 @@ impl SharedFilter {
             keys,
             scan_limit,
             refilling: Arc::default(),
+            refill_failed: Arc::default(),
             pending: Arc::default(),
             counters: Arc::default(),
             background: crate::tasks::Background::new(),

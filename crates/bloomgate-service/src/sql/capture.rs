@@ -498,7 +498,7 @@ impl Database {
 
     /// Makes a trigger this call created fire for every session, where
     /// this connection owns the table; otherwise it stays enabled for
-    /// ordinary sessions only, which is said once in the log.
+    /// ordinary sessions only, which the install's log line says.
     async fn enable_always(&self, t: &CaptureTarget, name: &str) {
         let Some(ddl) = self.capture_always_ddl(t, name) else {
             return;

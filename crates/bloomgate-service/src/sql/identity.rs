@@ -56,11 +56,14 @@ impl Database {
             }
             Backend::MySql => match one("SELECT CAST(CONCAT(@@server_uuid, '/', DATABASE()) AS CHAR)").await {
                 Ok(id) => Ok(id),
-                // MariaDB: no `server_uuid`.
-                Err(_) => {
+                // MariaDB: no `server_uuid` (error 1193). Any other failure
+                // is said as it is: a MySQL server must not take the
+                // MariaDB identity, which its other instances do not.
+                Err(e) if e.to_string().contains("Unknown system variable") => {
                     one("SELECT CAST(CONCAT(@@hostname, ':', @@port, ':', @@datadir, ':', @@server_id, '/', DATABASE()) AS CHAR)")
                         .await
                 }
+                Err(e) => Err(e),
             },
             Backend::Sqlite => {
                 let file = one("SELECT file FROM pragma_database_list WHERE name = 'main'").await?;

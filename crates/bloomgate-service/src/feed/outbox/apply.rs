@@ -150,6 +150,7 @@ impl Outbox {
                 resource = %e.resource,
                 "change outbox: rows were written that no entry names; rebuilding the filter"
             );
+            self.note_rebuild_requested(&e.resource, e.seq);
             // Its scan starts after this request, so after the entry
             // committed: once it succeeds, the filter holds those rows.
             let (outbox, name, seq) = (self.clone(), e.resource.clone(), e.seq);

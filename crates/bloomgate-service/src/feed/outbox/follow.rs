@@ -180,6 +180,12 @@ impl Outbox {
                     c.lost.insert(t.resource.clone());
                 }
             }
+            if !ok && gap {
+                // At once, not at the watchdog's next tick.
+                if let Some(table) = self.table(&t.resource) {
+                    table.set_in_step(false);
+                }
+            }
             self.store.note_capture(&t.resource, ok);
         }
         self.announce_gaps().await;
@@ -199,6 +205,11 @@ impl Outbox {
             {
                 Ok(()) => {
                     lock(&self.captured).announce.remove(&name);
+                    // At or past the entry just recorded: no filter whose
+                    // scan began before it is adopted here.
+                    if let Ok(seq) = self.max_seq().await {
+                        self.note_rebuild_requested(&name, seq);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(resource = %name, error = %e, "the other instances were not asked to rebuild after a capture gap; asked again at the next check");

@@ -42,6 +42,14 @@ pub enum AdoptError {
         /// The outbox's largest seq.
         max: i64,
     },
+    /// Its scan began before a rebuild request this instance acted on.
+    #[error("it covers rebuild requests up to {covered}, not the one at {asked}: its scan began before rows no entry names were written")]
+    Uncovered {
+        /// The requests its scan began after.
+        covered: i64,
+        /// The newest request acted on here.
+        asked: i64,
+    },
     /// The outbox no longer holds every entry after its position.
     #[error("the change outbox was trimmed past its position {0}")]
     Trimmed(i64),

@@ -30,8 +30,10 @@ impl<R: Rows> ShieldedReader<R> {
         if self.mode.shared_only() {
             return if maybe {
                 Verdict::Pass
-            } else {
+            } else if self.shared_no_stands(shared) {
                 Verdict::Reject
+            } else {
+                Verdict::Unvouched
             };
         }
         if maybe {
@@ -40,6 +42,19 @@ impl<R: Rows> ShieldedReader<R> {
         } else {
             Verdict::Reject
         }
+    }
+
+    /// In `redis` mode, whether the shared filter's "no" is a 404: not
+    /// while this instance is out of step with the outbox (captured
+    /// creates reach the shared filter through its followers), owes a
+    /// rebuild, or fills the shared filter again (rows were written that
+    /// no entry names: a capture gap, a warm's rebuild request), nor
+    /// after such a fill failed.
+    fn shared_no_stands(&self, shared: &crate::share::redis_filter::SharedFilter) -> bool {
+        self.gate.in_step()
+            && !self.gate.rebuild_is_owed()
+            && !shared.is_filling()
+            && !shared.fill_failed()
     }
 
     /// Whether a row with a loose key may exist ([`Rows::loose_mark`]):
@@ -109,11 +124,15 @@ impl<R: Rows> ShieldedReader<R> {
             }
         };
         if self.mode.shared_only() {
+            let stands = self.shared_no_stands(shared);
             return shared
                 .maybe_contains_many(keys)
                 .await
                 .into_iter()
-                .map(to_verdict)
+                .map(|maybe| match to_verdict(maybe) {
+                    Verdict::Reject if !stands => Verdict::Unvouched,
+                    v => v,
+                })
                 .collect();
         }
         let mut verdicts = self.gate.check_many(keys);
