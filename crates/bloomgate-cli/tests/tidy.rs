@@ -691,6 +691,49 @@ fn no_source_file_is_longer_than_600_lines() {
     assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
 }
 
+/// The comment lines in `text` that name an issue by number (`issue 43`,
+/// `(issue 20)`, `issues 33 and 34`): history, which goes stale; what a
+/// comment says is what the code does and why.
+fn issue_numbers(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.split_once("//").map(|(_, c)| c))
+        .filter(|comment| {
+            let words: Vec<&str> = comment
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            words.windows(2).any(|w| {
+                (w[0] == "issue" || w[0] == "issues") && w[1].bytes().all(|b| b.is_ascii_digit())
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Source comments carry no issue numbers (the git log does).
+#[test]
+fn no_source_comment_names_an_issue() {
+    let found: Vec<String> = crates()
+        .iter()
+        .flat_map(|dir| rust_files(&dir.join("src")))
+        .flat_map(|f| {
+            issue_numbers(&read(&f))
+                .into_iter()
+                .map(move |c| format!("{}: {c}", f.display()))
+        })
+        .collect();
+    assert!(found.is_empty(), "comments naming issues: {found:#?}");
+}
+
+/// The check finds what it looks for, and not an ordinary sentence.
+#[test]
+fn an_issue_number_in_a_comment_is_found() {
+    assert_eq!(issue_numbers("let x = 1; // see issue 43").len(), 1);
+    assert_eq!(issue_numbers("//! (issues 33 and 34)").len(), 1);
+    assert!(issue_numbers("// an issue with the lock").is_empty());
+    assert!(issue_numbers("let issue = 43; // none").is_empty());
+}
+
 /// The files under `src` that `within` picks (by their path relative to
 /// `src`) whose code (not comments) has one of `words` as a whole word.
 fn naming(src: &Path, within: impl Fn(&Path) -> bool, words: &[&str]) -> Vec<String> {

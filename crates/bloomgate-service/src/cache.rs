@@ -54,9 +54,9 @@ impl<T> Cached<T> {
     /// A response body holding a copy of the JSON. A copy, not a clone of
     /// `json`: a clone bumps one reference count that every core serving
     /// this row writes, and the bytes beside it, which the kernel then
-    /// reads to send, bounce between the cores with it (`perf`: the
-    /// kernel's copy of an L1 hit's body cost +360 ns over a bare app's
-    /// with clones, +166 ns with copies).
+    /// reads to send, bounce between the cores with it (`perf` showed the
+    /// kernel's copy of an L1 hit's body costing about half as much with
+    /// copies: BENCHMARKS.md).
     #[must_use]
     pub fn body(&self) -> bytes::Bytes {
         bytes::Bytes::copy_from_slice(&self.json)

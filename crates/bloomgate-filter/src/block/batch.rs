@@ -97,7 +97,7 @@ fn parse_cache_size(text: &str) -> Option<u64> {
 /// cache, and the prefetch window's bookkeeping costs more than it saves.
 /// Larger filters take the window. A constant (512 KiB) chose wrongly on
 /// a CPU with 2 MiB of L2: a 1.3 MB filter took the window and its batch
-/// ran 1.22× the single-query loop (issue 20).
+/// ran slower than the single-query loop (BENCHMARKS.md).
 #[inline]
 pub(crate) fn direct_max_blocks() -> u64 {
     l2_cache_bytes() / 32
@@ -131,9 +131,8 @@ fn batch_loop<T: ?Sized, const CHEAP: bool>(
     }
     if CHEAP {
         // The ring's stores and loads and a branch per key cost more than
-        // a second load of the hash: with the ring, the batch ran 1.02-1.09x
-        // a hand-prefetched sbbf loop at 10^8 keys, without it 0.96-1.03x
-        // (issue 32; `equal_work --ab`). 64 keys ahead did no better.
+        // a second load of the hash (`equal_work --ab` in BENCHMARKS.md
+        // compares the two). 64 keys ahead did no better.
         let ahead = n.saturating_sub(BATCH);
         for i in 0..n.min(BATCH) {
             prefetch(target, block_index256(h1_of(i), blocks));

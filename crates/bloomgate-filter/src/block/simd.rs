@@ -83,7 +83,7 @@ pub(crate) unsafe fn covers256_avx2(block: &[u64; 4], h1: u64, k: u32) -> bool {
 /// Atomics ([`Blocks256::SHARED`]): two 16-byte `vmovdqa` loads in inline
 /// assembly, each single-copy atomic, so the block reads as four relaxed
 /// atomic loads would (in two instructions instead of four loads and the
-/// shuffles that put them together, which measured 1.5× slower).
+/// shuffles that put them together, which were slower).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]

@@ -3,8 +3,8 @@
 //! found"), checked when the entry is read.
 //!
 //! It replaced moka, whose reads each recorded an access into a shared
-//! channel drained by a maintenance pass: about 180 ns of an L1 hit under
-//! load on two cores (`perf`, BENCHMARKS.md). Here a read is a shard's
+//! channel drained by a maintenance pass, a measurable share of an L1
+//! hit under load on two cores (`perf`, BENCHMARKS.md). Here a read is a shard's
 //! read lock, a probe, a clock read and an `Arc` clone.
 
 use std::hash::Hash;

@@ -25,8 +25,8 @@
 //! L1 entries). The edge then
 //! finishes the request inside `call`: the router, its second route match,
 //! the path extractor and the per-request clones of the state (shared
-//! reference counts that both cores write, about 250 ns each time the
-//! line moves between them on this VM: BENCHMARKS.md) are skipped, and
+//! reference counts that both cores write, so the cache line moves
+//! between them: BENCHMARKS.md) are skipped, and
 //! so is this layer's own `Arc` clone into the response future. The
 //! request gets the same id, span, counters and log line. A route under
 //! the per-client rate limit ([`EdgeLayer::limit_get`]) is checked first,

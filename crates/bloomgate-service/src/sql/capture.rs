@@ -1,4 +1,4 @@
-//! Change capture by triggers (issue 31): `AFTER INSERT`, `AFTER UPDATE`
+//! Change capture by triggers: `AFTER INSERT`, `AFTER UPDATE`
 //! and `AFTER DELETE` triggers on a guarded table write its changes into
 //! `bloomgate_changes` inside the writer's own transaction, whoever the
 //! writer is. A rolled-back write leaves no entry; a committed one has

@@ -8,8 +8,8 @@
 //! if longer, plus a second) and asks again. A key the filter still
 //! refuses while in step, with its row still there byte for byte, is a
 //! false negative: the filter refused a key that exists. A key only the
-//! column's collation calls equal (MySQL's `_ci`) is not one: the filter
-//! holds exact keys (issue 43's collation item is open).
+//! column's collation calls equal (MySQL's `_ci`) is looked up as the
+//! column compares, as the filter folds it (`key::Fold`).
 //! That is counted (`false_negatives`), logged as an error, and the
 //! filter's "no" is not trusted again until a rebuild succeeds (the gate
 //! owes one, so every "no" is unvouched and readiness says
