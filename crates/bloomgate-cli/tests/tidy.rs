@@ -696,9 +696,17 @@ fn no_source_file_is_longer_than_600_lines() {
 /// comment says is what the code does and why.
 fn issue_numbers(text: &str) -> Vec<String> {
     text.lines()
-        .filter_map(|line| line.split_once("//").map(|(_, c)| c))
+        // A comment's `//`, not a URL's `://`.
+        .filter_map(|line| {
+            let at = line
+                .match_indices("//")
+                .find(|(i, _)| !line[..*i].ends_with(':'))?
+                .0;
+            Some(&line[at..])
+        })
         .filter(|comment| {
-            let words: Vec<&str> = comment
+            let lower = comment.to_lowercase();
+            let words: Vec<&str> = lower
                 .split(|c: char| !c.is_alphanumeric())
                 .filter(|w| !w.is_empty())
                 .collect();
@@ -732,6 +740,8 @@ fn an_issue_number_in_a_comment_is_found() {
     assert_eq!(issue_numbers("//! (issues 33 and 34)").len(), 1);
     assert!(issue_numbers("// an issue with the lock").is_empty());
     assert!(issue_numbers("let issue = 43; // none").is_empty());
+    assert_eq!(issue_numbers("// Issue 18's fix").len(), 1);
+    assert!(issue_numbers(r#"let u = "https://x/issues/43";"#).is_empty());
 }
 
 /// The files under `src` that `within` picks (by their path relative to

@@ -470,6 +470,17 @@ impl<R: Guarded> Resource<R> {
         self.is_led_by_doorbell() && !self.is_watched()
     }
 
+    /// In `redis` mode, where the shared filter alone answers: merges
+    /// every key of the source into it again (rows were written that no
+    /// entry names, so it lacks them as the in-process filter does); its
+    /// "no" is not a 404 until that succeeds. In `strict` mode the
+    /// rebuilt in-process filter's "maybe" already lets them through.
+    pub(crate) fn fill_shared_again(&self) {
+        if let crate::resource::reader::Mode::Redis(shared) = self.reader.mode() {
+            shared.fill_in_background();
+        }
+    }
+
     /// The table whose rebuilds the doorbell leads, watched or not (the
     /// default resource, which keeps no epoch counter of its own).
     fn is_led_by_doorbell(&self) -> bool {

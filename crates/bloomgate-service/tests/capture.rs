@@ -660,7 +660,7 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     // the shared filter again.
     for s in [&a, &b] {
         let shared = s.state.resources[0].shared().unwrap().clone();
-        eventually(5, "the fill ended", || async { !shared.is_filling() }).await;
+        eventually(5, "the fill ended", || async { !shared.fill_owed() }).await;
     }
     on_every(&[&a, &b], "/api/users/u950001", 200, BOUND).await;
     let before = common::counter(

@@ -128,11 +128,7 @@ impl<R: Guarded> Follower for Resource<R> {
 
     fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
         self.gate().rebuild_owed(done);
-        // The shared filter lacks those rows too (in `redis` mode it alone
-        // answers): every key merged into it again.
-        if let Some(shared) = self.reader.shared() {
-            shared.fill_in_background();
-        }
+        self.fill_shared_again();
         self.reader.invalidate_all_local();
         // Rows were written that no entry names: the gate's remembered
         // 404s may hold some of them.

@@ -124,7 +124,10 @@ impl<R: Guarded> Resource<R> {
             .as_ref()
             .filter(|_| self.leads_through_doorbell())
         else {
-            return WarmRebuild::Build(gate.request_rebuild(), Some((watermark, 0)));
+            // The rebuild requests its scan begins after (unread: none).
+            let covered = self.outbox.max_seq().await.unwrap_or(0);
+            self.fill_shared_again();
+            return WarmRebuild::Build(gate.request_rebuild(), Some((watermark, covered)));
         };
         match log.try_lead().await {
             Some(true) => {}
@@ -135,8 +138,12 @@ impl<R: Guarded> Resource<R> {
             }
             // Redis is not answering: rebuild here; the others keep their
             // filters (complete through the outbox, stale only by deletes).
-            None => return WarmRebuild::Build(gate.request_rebuild(), None),
+            None => {
+                self.fill_shared_again();
+                return WarmRebuild::Build(gate.request_rebuild(), None);
+            }
         }
+        self.fill_shared_again();
         let at = self
             .outbox
             .max_seq()

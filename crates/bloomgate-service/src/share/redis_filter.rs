@@ -56,6 +56,16 @@ enum Page {
     Keys(Vec<Key>),
 }
 
+/// The fills [`SharedFilter::fill_in_background`] was asked for: owed
+/// while `asked` is past `done` (the `asked` value a successful scan began
+/// at), run by one task at a time.
+#[derive(Debug, Default)]
+struct Fills {
+    asked: AtomicU64,
+    done: AtomicU64,
+    running: AtomicBool,
+}
+
 /// Keys per page of a fill, at most.
 const FILL_PAGE: usize = 10_000;
 
@@ -171,8 +181,8 @@ pub struct SharedFilter {
     /// Keys a second a fill may read (0: no limit).
     scan_limit: u64,
     refilling: Arc<AtomicBool>,
-    /// The last fill after unnamed writes failed.
-    refill_failed: Arc<AtomicBool>,
+    /// Fills asked for after unnamed writes, and their runner.
+    fills: Arc<Fills>,
     /// Creates that arrived while a refill runs (their inserts refused).
     pending: Arc<std::sync::Mutex<Vec<HashPair>>>,
     /// Counters, shared by clones.
@@ -223,52 +233,67 @@ impl SharedFilter {
         &self.key
     }
 
-    /// Whether a fill or refill runs: keys written that no entry named
-    /// (the reason for it) may be missing until it ends.
+    /// Whether a fill asked for by [`Self::fill_in_background`] has not
+    /// ended yet (none since the request succeeded): keys written that no
+    /// entry named may be missing from the filter until then.
     #[must_use]
-    pub fn is_filling(&self) -> bool {
-        self.refilling.load(Ordering::Acquire)
+    pub fn fill_owed(&self) -> bool {
+        self.fills.asked.load(Ordering::Acquire) > self.fills.done.load(Ordering::Acquire)
     }
 
-    /// Adds every key of the source again, in the background (merged by
-    /// `BITOP OR`: what other instances add meanwhile stays): after rows
-    /// were written that no outbox entry names (a capture gap, a warm's
-    /// rebuild request, numbers given up). Marked as filling at once.
+    /// Merges every key of the source into the filter again, in the
+    /// background (`BITOP OR`: what other instances add meanwhile stays):
+    /// after rows were written that no outbox entry names (a capture gap,
+    /// a warm's rebuild, numbers given up). Owed at once ([`Self::fill_owed`]),
+    /// until a scan that began after this call succeeds: a fill or refill
+    /// already running when it is asked for does not count, and failures
+    /// are retried (with a backoff up to 30 s) until the instance ends.
     pub(crate) fn fill_in_background(&self) {
-        if self.refilling.swap(true, Ordering::AcqRel) {
+        self.fills.asked.fetch_add(1, Ordering::AcqRel);
+        self.run_fills();
+    }
+
+    /// Starts the one task that runs owed fills, unless it runs.
+    fn run_fills(&self) {
+        if self.fills.running.swap(true, Ordering::AcqRel) {
             return;
         }
         tracing::info!(key = %self.key, "rows were written that no change named: adding every key from the source to the shared filter");
         let this = self.clone();
-        // Retried until it succeeds (ended with the instance): until then
-        // the filter's "no" is not a 404 in `redis` mode.
         self.background.spawn(async move {
             let mut wait = Duration::from_secs(1);
             loop {
-                match this.refill().await {
+                let asked = this.fills.asked.load(Ordering::Acquire);
+                if this.fills.done.load(Ordering::Acquire) >= asked {
+                    break;
+                }
+                // One scan at a time: a refill of lost segments may run.
+                if this.refilling.swap(true, Ordering::AcqRel) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                let filled = this.refill().await;
+                this.refilling.store(false, Ordering::Release);
+                this.add_kept_since().await;
+                match filled {
                     Ok(()) => {
-                        this.refill_failed.store(false, Ordering::Release);
-                        break;
+                        this.fills.done.fetch_max(asked, Ordering::AcqRel);
+                        wait = Duration::from_secs(1);
                     }
                     Err(e) => {
                         this.counters.errors.fetch_add(1, Ordering::Relaxed);
-                        this.refill_failed.store(true, Ordering::Release);
                         tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "filling the shared filter again failed; its no is not a 404 until a fill succeeds");
                         tokio::time::sleep(wait).await;
                         wait = (wait * 2).min(Duration::from_secs(30));
                     }
                 }
             }
-            this.refilling.store(false, Ordering::Release);
-            this.add_kept_since().await;
+            this.fills.running.store(false, Ordering::Release);
+            // Asked for between the last look and the flag: run again.
+            if this.fill_owed() {
+                this.run_fills();
+            }
         });
-    }
-
-    /// Whether the last fill asked for by [`Self::fill_in_background`]
-    /// failed (its "no" does not stand until one succeeds).
-    #[must_use]
-    pub fn fill_failed(&self) -> bool {
-        self.refill_failed.load(Ordering::Acquire)
     }
 
     /// Opens (or creates and fills from SQL) the shared filter.
@@ -328,7 +353,7 @@ impl SharedFilter {
             keys,
             scan_limit,
             refilling: Arc::default(),
-            refill_failed: Arc::default(),
+            fills: Arc::default(),
             pending: Arc::default(),
             counters: Arc::default(),
             background: crate::tasks::Background::new(),

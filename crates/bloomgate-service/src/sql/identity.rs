@@ -59,7 +59,7 @@ impl Database {
                 // MariaDB: no `server_uuid` (error 1193). Any other failure
                 // is said as it is: a MySQL server must not take the
                 // MariaDB identity, which its other instances do not.
-                Err(e) if e.to_string().contains("Unknown system variable") => {
+                Err(e) if e.to_string().contains("1193") => {
                     one("SELECT CAST(CONCAT(@@hostname, ':', @@port, ':', @@datadir, ':', @@server_id, '/', DATABASE()) AS CHAR)")
                         .await
                 }

@@ -170,6 +170,11 @@ impl Outbox {
                     table.rebuild_owed(Box::new(|| {}));
                     self.counters.rebuilds.fetch_add(1, Ordering::Relaxed);
                 }
+                // No filter scanned before now is adopted here (noted
+                // again once the entry is recorded).
+                if let Ok(seq) = self.max_seq().await {
+                    self.note_rebuild_requested(&t.resource, seq + 1);
+                }
                 lock(&self.captured).announce.insert(t.resource.clone());
             }
             {
@@ -394,6 +399,10 @@ impl Outbox {
             f.late = f.late.emptied();
             for c in f.rebuilds_covered.values_mut() {
                 *c = (*c).min(to);
+            }
+            // Numbers past the end are another history's now.
+            for r in f.rebuilds_requested.values_mut() {
+                *r = (*r).min(to);
             }
         }
         self.counters.rewound.fetch_add(1, Ordering::Relaxed);

@@ -5,12 +5,11 @@
 //! instance's or program's, in flight on the change feed): the audit waits
 //! out the feed's bound (`sql.out_of_step_ms`, after which an instance
 //! that has not read the outbox stops vouching, or the late check's 5 s
-//! if longer, plus a second) and asks again. A key the filter still
-//! refuses while in step, with its row still there byte for byte, is a
-//! false negative: the filter refused a key that exists. A key only the
-//! column's collation calls equal (MySQL's `_ci`) is looked up as the
-//! column compares, as the filter folds it (`key::Fold`).
-//! That is counted (`false_negatives`), logged as an error, and the
+//! if longer, plus a second) and asks again, comparing keys as the
+//! column does (the filter holds them folded that way, `key::Fold`). A
+//! key the filter still refuses while in step, with its row still there,
+//! is a false negative: the filter refused a key that exists. A false
+//! negative is counted (`false_negatives`), logged as an error, and the
 //! filter's "no" is not trusted again until a rebuild succeeds (the gate
 //! owes one, so every "no" is unvouched and readiness says
 //! `rebuild_owed`), and L1's cached "not found"s are dropped with it.

@@ -47,14 +47,12 @@ impl<R: Rows> ShieldedReader<R> {
     /// In `redis` mode, whether the shared filter's "no" is a 404: not
     /// while this instance is out of step with the outbox (captured
     /// creates reach the shared filter through its followers), owes a
-    /// rebuild, or fills the shared filter again (rows were written that
-    /// no entry names: a capture gap, a warm's rebuild request), nor
-    /// after such a fill failed.
+    /// rebuild, or owes the shared filter a fill (rows were written that
+    /// no entry names: a capture gap, a warm's rebuild request). Asked
+    /// after the Redis answer, so a request made while it was on its way
+    /// counts.
     fn shared_no_stands(&self, shared: &crate::share::redis_filter::SharedFilter) -> bool {
-        self.gate.in_step()
-            && !self.gate.rebuild_is_owed()
-            && !shared.is_filling()
-            && !shared.fill_failed()
+        self.gate.in_step() && !self.gate.rebuild_is_owed() && !shared.fill_owed()
     }
 
     /// Whether a row with a loose key may exist ([`Rows::loose_mark`]):
@@ -124,10 +122,9 @@ impl<R: Rows> ShieldedReader<R> {
             }
         };
         if self.mode.shared_only() {
+            let answers = shared.maybe_contains_many(keys).await;
             let stands = self.shared_no_stands(shared);
-            return shared
-                .maybe_contains_many(keys)
-                .await
+            return answers
                 .into_iter()
                 .map(|maybe| match to_verdict(maybe) {
                     Verdict::Reject if !stands => Verdict::Unvouched,
