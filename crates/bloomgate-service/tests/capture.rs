@@ -573,6 +573,20 @@ async fn a_dropped_trigger_is_installed_again() {
     w.close().await;
 }
 
+/// A DBA drops the insert trigger `trigger` (SQLite) and another program
+/// inserts `users` row `id`, in one transaction: no check falls between,
+/// and the row is in no outbox entry.
+async fn gap_insert(w: &sqlx::AnyPool, trigger: &str, id: &str) {
+    let mut tx = w.begin().await.unwrap();
+    for sql in [
+        format!("DROP TRIGGER \"{trigger}\""),
+        format!("INSERT INTO users VALUES ('{id}', 'in the gap', 1)"),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
 /// A capture gap: a DBA drops a trigger and another program inserts a row
 /// before it is back (one transaction here, so no check falls between).
 /// The row is in no outbox entry. Once the check installs the trigger
@@ -603,15 +617,7 @@ async fn a_capture_gap_rebuilds_every_instance() {
     assert_eq!(b.state.outbox.counters.rebuilds.load(Relaxed), 0);
     let target = target_of("users");
     let store = a.state.skus.source();
-    let insert_trigger = &target.trigger_names(store.backend())[0];
-    let mut tx = w.begin().await.unwrap();
-    for sql in [
-        format!("DROP TRIGGER \"{insert_trigger}\""),
-        "INSERT INTO users VALUES ('u930001', 'in the gap', 1)".to_owned(),
-    ] {
-        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
-    }
-    tx.commit().await.unwrap();
+    gap_insert(&w, &target.trigger_names(store.backend())[0], "u930001").await;
     assert_eq!(entries(&w, "users", "u930001").await, 0, "unrecorded");
     // The check (each second here), the rebuild entry's poll, a scan of
     // 21 rows, and the margin.
@@ -646,15 +652,12 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     let b = TestServer::start(c, 0).await;
     on_every(&[&a, &b], "/api/users/u950001", 404, BOUND).await;
     let target = target_of("users");
-    let insert_trigger = &target.trigger_names(a.state.skus.source().backend())[0];
-    let mut tx = w.begin().await.unwrap();
-    for sql in [
-        format!("DROP TRIGGER \"{insert_trigger}\""),
-        "INSERT INTO users VALUES ('u950001', 'in the gap', 1)".to_owned(),
-    ] {
-        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
-    }
-    tx.commit().await.unwrap();
+    gap_insert(
+        &w,
+        &target.trigger_names(a.state.skus.source().backend())[0],
+        "u950001",
+    )
+    .await;
     on_every(&[&a, &b], "/api/users/u950001", 200, 4).await;
     // Still found once every fill ended, and an absent key is refused by
     // the shared filter again.
