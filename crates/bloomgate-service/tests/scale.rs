@@ -819,6 +819,25 @@ impl OwnPostgres {
             .stderr(std::process::Stdio::null());
         let child = c.spawn().expect("postgres");
         common::wait_port(port, true).await;
+        // The port opens before the server accepts connections ("the
+        // database system is starting up"): a standby made from it at
+        // once would be refused.
+        let ready = || {
+            std::process::Command::new(Self::bin("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        for _ in 0..300 {
+            if ready() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(
+            ready(),
+            "PostgreSQL on port {port} never accepted connections"
+        );
         Self {
             port,
             child,
