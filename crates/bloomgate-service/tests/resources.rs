@@ -2055,26 +2055,35 @@ async fn a_narrowed_column_set_never_serves_a_wider_cached_row() {
     narrow.stop().await;
 }
 
+/// The epoch `users`'s filter came from or went to, on `s`.
+async fn held(s: &TestServer) -> i64 {
+    counter(&s.stats().await, &["resources", "users", "epochs", "held"])
+}
+
+/// A SQLite `users` table and a config sharing `users`'s rebuilds under
+/// `prefix` in `redis` (cleared first); the directory holds the database.
+async fn epochs_setup(redis: &str, prefix: &str) -> (tempfile::TempDir, String, Config) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    users_table(&url).await;
+    let full_prefix = format!("bgtest:{prefix}:");
+    common::redis_clear(redis, &full_prefix).await;
+    let mut c = common::config(&url, Some(redis), prefix);
+    assert_eq!(c.cache.redis_prefix, full_prefix);
+    c.resources = vec![resource("users", false)];
+    (dir, url, c)
+}
+
 /// After Redis lost bloomgate's state (a flush of its prefix), epoch
 /// numbers start at 1 again: an instance that held a higher one still
 /// adopts the next shared rebuild instead of calling it old.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_rebuild_after_redis_lost_its_epochs_reaches_every_instance() {
-    async fn held(s: &TestServer) -> i64 {
-        counter(&s.stats().await, &["resources", "users", "epochs", "held"])
-    }
     let Some(redis) = common::redis_url().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    users_table(&url).await;
-    let prefix = "epochs-flushed";
-    let full_prefix = format!("bgtest:{prefix}:");
-    common::redis_clear(&redis, &full_prefix).await;
-    let mut c = common::config(&url, Some(&redis), prefix);
-    assert_eq!(c.cache.redis_prefix, full_prefix);
-    c.resources = vec![resource("users", false)];
+    let (_dir, url, c) = epochs_setup(&redis, "epochs-flushed").await;
+    let full_prefix = c.cache.redis_prefix.clone();
     let a = TestServer::start(c.clone(), 0).await;
     ready(&a).await;
     let b = TestServer::start(c, 0).await;
@@ -2125,20 +2134,11 @@ async fn a_shared_rebuild_after_redis_lost_its_epochs_reaches_every_instance() {
 /// rebuild holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_rebuild_numbered_as_the_held_one_after_a_flush_is_adopted() {
-    async fn held(s: &TestServer) -> i64 {
-        counter(&s.stats().await, &["resources", "users", "epochs", "held"])
-    }
     let Some(redis) = common::redis_url().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    users_table(&url).await;
-    let prefix = "epochs-era";
-    let full_prefix = format!("bgtest:{prefix}:");
-    common::redis_clear(&redis, &full_prefix).await;
-    let mut c = common::config(&url, Some(&redis), prefix);
-    c.resources = vec![resource("users", false)];
+    let (_dir, url, c) = epochs_setup(&redis, "epochs-era").await;
+    let full_prefix = c.cache.redis_prefix.clone();
     let a = TestServer::start(c.clone(), 0).await;
     ready(&a).await;
     eventually(5, "A's start-up filter stored as epoch 1", || async {
