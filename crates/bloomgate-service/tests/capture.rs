@@ -681,6 +681,102 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     w.close().await;
 }
 
+/// A fill of the shared filter asked for while another runs is not
+/// absorbed by it: a warm's rebuild starts a slow fill (its scan limited
+/// to 1,000 rows a second over 3,000 rows), a row is written in a capture
+/// gap after that scan passed its place, and the gap's fill is asked for
+/// while the warm's runs. The row is found once every fill and rebuild
+/// ended. Before, the second request returned at once (a fill was
+/// running), the running scan ended without the row, and once the gap's
+/// in-process rebuild ended the shared filter's "no" was a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    // After the gap's row in key order: the scan passes `u000000` first.
+    let rows: Vec<String> = (1..=3_000)
+        .map(|i| format!("('u5{i:05}', 'bulk {i}', {i})"))
+        .collect();
+    exec(&w, &format!("INSERT INTO users VALUES {}", rows.join(", "))).await;
+    let mut c = captured(&url, Some(&redis), "capture-fill-absorbed");
+    common::redis_clear(&redis, &c.cache.redis_prefix).await;
+    c.sql.outbox_gap_ms = 200;
+    c.sql.outbox_retention_secs = 1;
+    c.cache.bloom_scan_rows_per_sec = 1_000;
+    // Sized for the rows: the shared filter's "no" is then exact enough
+    // to tell (overfilled, most keys would answer "maybe").
+    c.resources[0].bloom_expected = 100_000;
+    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
+    let s = TestServer::start(c, 0).await;
+    // Built (3 s at the limit) and vouching.
+    on_every(&[&s], "/api/users/u000000", 404, 15).await;
+    let shared = s.state.resources[0].shared().unwrap().clone();
+    assert!(!shared.fill_owed());
+    // The warm answers once its rebuild ended (3 s at the limit).
+    let warm = {
+        let (base, client) = (s.base.clone(), reqwest::Client::new());
+        tokio::spawn(async move {
+            let r = client
+                .post(format!("{base}/api/users/warm"))
+                .body(r#"{"limit":10,"rebuild_bloom":true}"#)
+                .header("content-type", "application/json")
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        })
+    };
+    eventually(2, "the warm's fill is owed", || async {
+        shared.fill_owed()
+    })
+    .await;
+    // Its scan read its first page before this row was written.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let target = target_of("users");
+    gap_insert(
+        &w,
+        &target.trigger_names(s.state.skus.source().backend())[0],
+        "u000000",
+    )
+    .await;
+    // The check (each second) notices the gap and asks for a fill while
+    // the warm's scan (3 s) still runs.
+    eventually(3, "the gap closed", || async {
+        s.state
+            .skus
+            .source()
+            .capture_state(&target)
+            .await
+            .unwrap()
+            .is_current()
+    })
+    .await;
+    let (code, body) = warm.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    // Every fill and the gap's rebuild ended: the shared filter's "no"
+    // stands again.
+    let gate = s.state.resources[0].gate().clone();
+    eventually(20, "every fill and rebuild ended", || async {
+        !shared.fill_owed() && !gate.rebuild_is_owed()
+    })
+    .await;
+    assert_eq!(status(&s, "/api/users/u000000").await, 200);
+    // And the filter vouches again: an absent key is refused by it.
+    let rejected = |stats: serde_json::Value| {
+        common::counter(&stats, &["resources", "users", "filter", "rejected"])
+    };
+    let before = rejected(s.stats().await);
+    assert_eq!(status(&s, "/api/users/u0000001").await, 404);
+    assert_eq!(rejected(s.stats().await), before + 1);
+    s.stop().await;
+    w.close().await;
+}
+
 /// A start that finds the triggers missing (dropped while no instance
 /// ran, a row inserted meanwhile) installs them and scans: the snapshot,
 /// positioned in the outbox, lacks the row and no entry names it.
@@ -1307,6 +1403,75 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
     exec(&w, "INSERT INTO users VALUES ('u930001', 'later', 1)").await;
     on_every(&[&a], "/api/users/u930001", 200, 2).await;
     a.stop().await;
+    w.close().await;
+}
+
+/// A rebuild request read from the outbox before a restore belongs to the
+/// history the restore undid: its number is given again to the restored
+/// database's next writes. The follower's noted request is brought down
+/// to the restored outbox's end when it notices. Before, it stayed at the
+/// undone number, so every filter shared afterwards (which covers only the
+/// restored numbers) was refused as not covering it, and this instance
+/// scanned instead of adopting, until the new history passed that number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_drops_the_rebuild_requests_of_the_history_it_undid() {
+    use bloomgate_service::gate::ChangeLog;
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-rewound-requests");
+    c.sql.outbox_gap_ms = 200;
+    let a = TestServer::start(c.clone(), 0).await;
+    // B checks the capture each second; A applies what B records.
+    let mut checks = c;
+    checks.sql.outbox_retention_secs = 1;
+    let b = TestServer::start(checks, 0).await;
+    exec(&w, "INSERT INTO users VALUES ('u940001', 'before', 1)").await;
+    on_every(&[&a, &b], "/api/users/u940001", 200, 2).await;
+    let restored_to: i64 = sqlx::query("SELECT MAX(seq) FROM bloomgate_changes")
+        .fetch_one(&w)
+        .await
+        .unwrap()
+        .get(0);
+    let requested = || a.state.outbox.rebuild_requested("users");
+    assert!(requested() <= restored_to);
+    // A gap B closes: its rebuild entry, numbered past `restored_to`.
+    let target = target_of("users");
+    gap_insert(
+        &w,
+        &target.trigger_names(a.state.skus.source().backend())[0],
+        "u940002",
+    )
+    .await;
+    eventually(5, "A applied B's rebuild entry", || async {
+        requested() > restored_to
+    })
+    .await;
+    on_every(&[&a, &b], "/api/users/u940002", 200, 4).await;
+    // The restore to `restored_to`.
+    exec(&w, "DELETE FROM users WHERE id = 'u940002'").await;
+    exec(
+        &w,
+        &format!("DELETE FROM bloomgate_changes WHERE seq > {restored_to}"),
+    )
+    .await;
+    exec(
+        &w,
+        &format!("UPDATE sqlite_sequence SET seq = {restored_to} WHERE name = 'bloomgate_changes'"),
+    )
+    .await;
+    eventually(3, "A noticed the restore", || async {
+        a.state.outbox.counters.rewound.load(Relaxed) >= 1
+    })
+    .await;
+    assert!(
+        requested() <= restored_to,
+        "the request {} was in the undone history (the outbox ends at {restored_to})",
+        requested()
+    );
+    a.stop().await;
+    b.stop().await;
     w.close().await;
 }
 
