@@ -37,7 +37,7 @@ mod watch;
 mod write;
 
 pub use calls::{BatchAnswer, Judged};
-pub use epochs::EpochCounters;
+pub use epochs::{EpochCounters, StartFrom};
 pub use figures::{CallFigures, EpochFigures, ResourceFigures, SqlLoads};
 pub use guarded::Guarded;
 pub use warm::WarmReport;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::feed::doorbell::Replace;
 use crate::http;
+use crate::resource::{Guarded, Resource, StartFrom};
 use crate::state::{AppState, StartError};
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
@@ -241,13 +242,6 @@ pub async fn prepare(
     state
         .metrics
         .spawn_upkeep(Duration::from_secs(5), &state.background);
-    let mut restored = false;
-    // Whether the start-up filter replaces the stored epoch (see below).
-    let mut replace_epoch = if seeded {
-        Replace::Always
-    } else {
-        Replace::IfNone
-    };
     // Where the outbox follower starts: before the scan (or the snapshot's
     // or epoch's own position), so every create after it is followed.
     let outbox = &state.outbox;
@@ -266,162 +260,191 @@ pub async fn prepare(
     } else {
         0
     };
-    // Rebuild requests the start-up filter covers (see `Outbox::max_seq`);
-    // a snapshot or an epoch covers those up to its own position.
+    // Rebuild requests a scanned filter covers (see `Outbox::max_seq`); a
+    // snapshot or an epoch covers those up to its own position.
     let covered_now = if outbox_on {
         outbox.max_seq().await.unwrap_or(0)
     } else {
         0
     };
-    let mut covered = covered_now;
-    // The demo SKU table's filter, where it is served.
-    let skus_on = state.demo && c.bloom_enabled;
-    // A table whose capture triggers this start installed after writes
-    // went unrecorded scans: a positioned filter may lack those rows.
-    let adoptable = |name: &str| {
-        let scans = outbox.scans_at_start(name);
-        if scans {
-            tracing::warn!(resource = %name, "capture triggers installed at start after writes went unrecorded: scanning, no snapshot or epoch adopted");
-        }
-        !scans
-    };
-    let skus_adoptable = skus_on && adoptable(crate::sql::SKU_RESOURCE);
-    // The default resource's snapshot first, as every resource's.
-    if skus_adoptable {
-        if let Some((at, c)) = state.skus.restore().await {
-            restored = true;
-            outbox_from = at;
-            covered = c;
-        }
-    }
-    if let Some(changes) = &state.changes {
-        // No snapshot: another instance's filter in Redis, if one is there
-        // (not after seeding here: the seed is in no filter and no log).
-        if !restored && skus_adoptable && !seeded && !state.skus.is_watched() {
-            match changes.adopt_latest(state.skus.gate()).await {
-                Ok((at, c)) => {
-                    restored = true;
-                    outbox_from = at;
-                    covered = c;
-                }
-                Err(why) => {
-                    // An earlier release's epoch is refused once: the
-                    // filter this instance builds replaces it.
-                    if matches!(why, crate::gate::AdoptError::EarlierRelease(_)) {
-                        replace_epoch = Replace::IfEarlier;
-                    }
-                    tracing::info!(%why, "no filter adopted from Redis; building from SQL");
-                }
-            }
-        }
-        // The doorbell, from the stream's end (read again by the follower
-        // once Redis answers, if it does not now).
-        let from = changes.last_id().await.unwrap_or_else(|e| {
+    // The doorbell's position before any epoch is adopted: one announced
+    // meanwhile is read again by its follower (adopting it twice is
+    // harmless; missing it is not).
+    let doorbell_from = match &state.changes {
+        Some(changes) => Some(changes.last_id().await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "doorbell stream unreadable at start; following from its end once it answers");
             "$".to_string()
-        });
+        })),
+        None => None,
+    };
+    // The demo SKU table's filter, where it is served, then every
+    // configured resource's: each from its snapshot, else a shared epoch,
+    // else a scan. The SKU table seeded here scans: the seed is in no
+    // filter and no outbox entry.
+    let first = Start {
+        outbox,
+        outbox_on,
+        covered_now,
+    };
+    let skus_start = if c.bloom_enabled && state.demo {
+        Some(first.position(&state.skus, !seeded, &mut outbox_from).await)
+    } else {
+        None
+    };
+    let mut starts = Vec::with_capacity(state.resources.len());
+    if c.bloom_enabled {
+        for r in &state.resources {
+            starts.push(first.position(r, true, &mut outbox_from).await);
+        }
+    }
+    if let (Some(changes), Some(from)) = (&state.changes, doorbell_from) {
         let led: std::sync::Weak<crate::resource::Resource<crate::sql::Database>> =
             Arc::downgrade(&state.skus);
         changes.spawn_follower(from, state.skus.gate(), led);
     }
-    if restored {
-        // Not scanned: rows written behind the outbox's back are looked
-        // for in the background, never before readiness.
-        state.skus.gate().verify_rows();
-    }
-    // A resource restored from its snapshot is complete up to the
-    // snapshot's outbox position: the follower starts at or before it, so
-    // every entry after it (one that commits late too) is applied.
-    let mut restored_resources = Vec::with_capacity(state.resources.len());
-    for r in &state.resources {
-        let at = if c.bloom_enabled && outbox_on && adoptable(&r.name) {
-            // Its snapshot, else the newest shared rebuild, else a scan.
-            match r.restore().await {
-                Some((at, c)) => {
-                    outbox.cover(&r.name, c);
-                    Some(at)
-                }
-                // Covered by the adoption.
-                None => r.adopt_latest().await,
-            }
-        } else {
-            None
-        };
-        match at {
-            Some(at) => outbox_from = outbox_from.min(at),
-            // Its scan begins after the rebuild requests read at start
-            // (covered before the follower can read them again).
-            None => outbox.cover(&r.name, covered_now),
-        }
-        restored_resources.push(at.is_some());
-    }
-    // The SKU table's rebuild requests its starting filter holds.
-    outbox.cover(crate::sql::SKU_RESOURCE, covered);
     if outbox_on {
         outbox.spawn_follower(outbox_from, state.skus.gate());
     } else if config.sql.outbox.is_none() {
         follow_once_made(state, Duration::from_millis(config.sql.out_of_step_ms / 3));
     }
-    // Resources build from their sources after the follower's start
+    // Filters build from their sources after the follower's start
     // position is fixed, so every key recorded after it is followed.
-    // They build at start whatever `bloom_build_on_start` says (it holds
-    // back the SKU build only).
-    if c.bloom_enabled {
-        let retry = (
+    // `cache.bloom_build_on_start` holds back the SKU table's build only.
+    let build = Build {
+        retry: (
             Duration::from_millis(c.bloom_retry_min_ms),
             Duration::from_millis(c.bloom_retry_max_ms),
-        );
-        for (r, restored) in state.resources.iter().zip(restored_resources) {
-            // Before the build: see `Resource::start_watch`.
-            r.start_watch().await;
-            let build = r.start(
-                retry,
-                Duration::from_millis(c.bloom_monitor_ms),
-                restored,
-                Duration::from_secs(c.bloom_snapshot_every_secs),
-            );
-            if restored {
-                continue;
-            }
-            // A scan's filter, kept for the next instances to adopt (the
-            // follower's start, fixed before the scan, is its position).
-            let (r, at) = (Arc::clone(r), outbox_from);
-            state.background.spawn(async move {
-                if build.await.is_ok() {
-                    if let Err(why) = r.publish_epoch(at, covered_now, false).await {
-                        tracing::debug!(resource = %r.name, %why, "start-up filter not stored in Redis");
-                    }
-                }
-            });
+        ),
+        monitor_every: Duration::from_millis(c.bloom_monitor_ms),
+        snapshot_every: Duration::from_secs(c.bloom_snapshot_every_secs),
+        outbox_from,
+        covered_now,
+    };
+    for (r, start) in state.resources.iter().zip(starts) {
+        build
+            .start(r, start, true, Replace::IfNone, &state.background)
+            .await;
+    }
+    match skus_start {
+        Some(start) => {
+            // Over a stored epoch only where none is (another instance's
+            // is kept), or where it is an earlier release's; always after
+            // a seed here (an epoch left from before describes other data).
+            let replace = match start {
+                _ if seeded => Replace::Always,
+                StartFrom::Scan { over_earlier: true } => Replace::IfEarlier,
+                _ => Replace::IfNone,
+            };
+            Ok(build
+                .start(
+                    &state.skus,
+                    start,
+                    c.bloom_build_on_start,
+                    replace,
+                    &state.background,
+                )
+                .await)
+        }
+        None => {
+            // Not served: its snapshot saver only.
+            state
+                .skus
+                .spawn_upkeep(None, Duration::from_secs(c.bloom_snapshot_every_secs));
+            Ok(None)
         }
     }
-    state.skus.spawn_upkeep(
-        skus_on.then(|| Duration::from_millis(c.bloom_monitor_ms)),
-        Duration::from_secs(c.bloom_snapshot_every_secs),
-    );
-    if skus_on {
-        // Before the build: see `Resource::start_watch`.
-        state.skus.start_watch().await;
-    }
-    if skus_on && c.bloom_build_on_start && !restored {
-        let gate = Arc::clone(state.skus.gate());
-        let (min, max) = (
-            Duration::from_millis(c.bloom_retry_min_ms),
-            Duration::from_millis(c.bloom_retry_max_ms),
-        );
-        // A watched table's filter holds what its watch admitted, which no
-        // other instance could replay: it is not kept for them.
-        let share = state.changes.clone().filter(|_| !state.skus.is_watched());
-        return Ok(Some(state.background.spawn(async move {
-            Arc::clone(&gate).build_until_ready(min, max).await;
-            // The first instance's build, kept for the next ones to adopt.
-            if let Some(log) = share {
-                log.publish_first(&gate, (outbox_from, covered), replace_epoch)
-                    .await;
+}
+
+/// What every filter's start position is decided with.
+struct Start<'a> {
+    outbox: &'a crate::feed::outbox::Outbox,
+    outbox_on: bool,
+    /// The rebuild requests a scan begun now covers.
+    covered_now: i64,
+}
+
+impl Start<'_> {
+    /// Where `r`'s filter starts ([`Resource::start_from`]); nothing
+    /// positioned without the outbox, after writes went unrecorded (capture
+    /// triggers installed at start after a gap) or unless `may_adopt`.
+    /// Notes the rebuild requests it covers and moves `outbox_from` back
+    /// to its position.
+    async fn position<R: Guarded>(
+        &self,
+        r: &Resource<R>,
+        may_adopt: bool,
+        outbox_from: &mut i64,
+    ) -> StartFrom {
+        let scans = self.outbox.scans_at_start(&r.name);
+        if scans {
+            tracing::warn!(resource = %r.name, "capture triggers installed at start after writes went unrecorded: scanning, no snapshot or epoch adopted");
+        }
+        let start = if self.outbox_on && may_adopt && !scans {
+            r.start_from().await
+        } else {
+            StartFrom::Scan {
+                over_earlier: false,
             }
-        })));
+        };
+        let covered = match start {
+            StartFrom::Positioned { at, covered } => {
+                *outbox_from = (*outbox_from).min(at);
+                covered
+            }
+            // Its scan begins after the rebuild requests read at start
+            // (covered before the follower can read them again).
+            StartFrom::Scan { .. } => self.covered_now,
+        };
+        self.outbox.cover(&r.name, covered);
+        start
     }
-    Ok(None)
+}
+
+/// How every filter's start is run.
+struct Build {
+    retry: (Duration, Duration),
+    monitor_every: Duration,
+    snapshot_every: Duration,
+    /// The outbox follower's start: a scan's filter is positioned there.
+    outbox_from: i64,
+    covered_now: i64,
+}
+
+impl Build {
+    /// Starts `r`'s filter from `start`: its watch (before the build: see
+    /// [`Resource::start_watch`]), its upkeep, and, scanned and `build`, a
+    /// build kept in Redis for the next instances to adopt
+    /// ([`Resource::keep_start_filter`]). Returns that build's task.
+    async fn start<R: Guarded>(
+        &self,
+        r: &Arc<Resource<R>>,
+        start: StartFrom,
+        build: bool,
+        replace: Replace,
+        background: &crate::tasks::Background,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        r.start_watch().await;
+        let positioned = matches!(start, StartFrom::Positioned { .. });
+        if !positioned && !build {
+            r.spawn_upkeep(Some(self.monitor_every), self.snapshot_every);
+            return None;
+        }
+        let built = r.start(
+            self.retry,
+            self.monitor_every,
+            positioned,
+            self.snapshot_every,
+        );
+        if positioned {
+            return None;
+        }
+        let (r, at, covered) = (Arc::clone(r), self.outbox_from, self.covered_now);
+        Some(background.spawn(async move {
+            if built.await.is_ok() {
+                r.keep_start_filter(at, covered, replace).await;
+            }
+        }))
+    }
 }
 
 /// An instance that started without bloomgate's outbox (`sql.outbox`

@@ -16,9 +16,29 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Guarded, Resource};
-use crate::feed::doorbell::EpochError;
+use crate::feed::doorbell::{EpochError, Replace};
 use crate::filter::key_kind;
 use crate::gate::{AdoptError, FilterMeta, How, ReadError, Want};
+
+/// Where a filter starts ([`Resource::start_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// Restored from its snapshot or adopted from a shared epoch: complete
+    /// up to outbox position `at`, holding the rows of the rebuild
+    /// requests up to `covered`.
+    Positioned {
+        /// The outbox position.
+        at: i64,
+        /// The rebuild requests covered.
+        covered: i64,
+    },
+    /// Scanned from the source.
+    Scan {
+        /// The newest shared epoch is an earlier release's: the scanned
+        /// filter replaces it.
+        over_earlier: bool,
+    },
+}
 
 /// A resource's shared-rebuild counters.
 #[derive(Debug, Default)]
@@ -157,12 +177,12 @@ impl<R: Guarded> Resource<R> {
 
     /// Adopts epoch `epoch` (see [`crate::gate::adopt`]), then drops the
     /// cached rows: a warm's rebuild may follow rows gone that no entry
-    /// named (a `TRUNCATE`). Returns the epoch's outbox position and the
-    /// keys replayed.
+    /// named (a `TRUNCATE`). Returns the epoch's outbox position, the
+    /// rebuild requests it covers and the keys replayed.
     ///
     /// # Errors
     /// Why not (the caller scans the source instead).
-    pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, usize), AdoptError> {
+    pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, i64, usize), AdoptError> {
         let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
         let gate = self.gate();
         let era = log.redis_era().await.ok();
@@ -188,36 +208,83 @@ impl<R: Guarded> Resource<R> {
         self.reader.invalidate_all_local();
         self.epochs.adopted.fetch_add(1, Ordering::Relaxed);
         self.hold(era, epoch, meta.outbox);
-        Ok((meta.outbox, replayed))
+        Ok((meta.outbox, meta.covered, replayed))
     }
 
-    /// At start, with no snapshot: adopts the newest epoch, if one was
-    /// stored. Returns its outbox position (the follower starts there or
-    /// before); `None` when the filter must be built from the source (and
-    /// is then stored as a new epoch: see `service::prepare`).
-    pub async fn adopt_latest(&self) -> Option<i64> {
-        let (log, counter) = self.epoch_store()?;
-        let epoch = match log.latest_epoch(counter).await {
-            Ok(Some((epoch, _))) => epoch,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(resource = %self.name, error = %e, "reading the resource's epoch failed; scanning its source");
-                return None;
-            }
-        };
-        match self.adopt_epoch(epoch).await {
-            Ok((at, replayed)) => {
-                tracing::info!(resource = %self.name, epoch, replayed, "resource filter adopted from Redis at start; no scan");
-                Some(at)
+    /// Adopts the newest shared epoch: the doorbell's
+    /// (`{prefix}bloom:epoch`) for the table it leads, this resource's own
+    /// counter's otherwise. Returns its outbox position and the rebuild
+    /// requests it covers.
+    ///
+    /// # Errors
+    /// Why not: [`AdoptError::Gone`] where none is stored or none can be
+    /// (no Redis, no outbox, a watched table).
+    pub async fn adopt_latest(&self) -> Result<(i64, i64), AdoptError> {
+        // An epoch is positioned in the outbox; a watched table's filter
+        // holds rows no outbox entry names.
+        if !self.store.outbox_on() || self.is_watched() {
+            return Err(AdoptError::Gone);
+        }
+        if self.leads_through_doorbell() {
+            let log = self.changes.as_ref().ok_or(AdoptError::Gone)?;
+            return log.adopt_latest(self.gate()).await;
+        }
+        let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
+        let (epoch, _) = log
+            .latest_epoch(counter)
+            .await
+            .map_err(|e| ReadError::Redis(Box::new(e)))?
+            .ok_or(AdoptError::Gone)?;
+        let (at, covered, replayed) = self.adopt_epoch(epoch).await?;
+        tracing::info!(resource = %self.name, epoch, replayed, "filter adopted from Redis at start; no scan");
+        Ok((at, covered))
+    }
+
+    /// At start: where the filter comes from. Its snapshot, else the
+    /// newest shared epoch ([`Resource::adopt_latest`]), else a scan of
+    /// the source. Each refusal is logged with its reason.
+    pub async fn start_from(&self) -> StartFrom {
+        if let Some((at, covered)) = self.restore().await {
+            return StartFrom::Positioned { at, covered };
+        }
+        match self.adopt_latest().await {
+            Ok((at, covered)) => StartFrom::Positioned { at, covered },
+            Err(AdoptError::Gone) => StartFrom::Scan {
+                over_earlier: false,
+            },
+            Err(why @ AdoptError::EarlierRelease(_)) => {
+                tracing::info!(resource = %self.name, %why, "an earlier release's epoch is not adopted; scanning the source (this filter replaces it)");
+                StartFrom::Scan { over_earlier: true }
             }
             Err(why @ (AdoptError::Outbox(_) | AdoptError::Read(_))) => {
-                tracing::warn!(resource = %self.name, epoch, error = %why, "resource epoch not adopted; scanning its source");
-                None
+                tracing::warn!(resource = %self.name, error = %why, "epoch not adopted; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
             }
             Err(why) => {
-                tracing::info!(resource = %self.name, epoch, %why, "resource epoch not adopted; scanning its source");
-                None
+                tracing::info!(resource = %self.name, %why, "epoch not adopted; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
             }
+        }
+    }
+
+    /// After a scan at start that began after outbox position `at` and
+    /// rebuild request `covered`: keeps the filter in Redis for the next
+    /// instances to adopt instead of scanning (not announced: running
+    /// instances keep theirs). The doorbell's epoch as `replace` says, for
+    /// the table it leads; this resource's own counter's otherwise.
+    pub async fn keep_start_filter(&self, at: i64, covered: i64, replace: Replace) {
+        if self.leads_through_doorbell() {
+            if let Some(log) = &self.changes {
+                log.publish_first(self.gate(), (at, covered), replace).await;
+            }
+            return;
+        }
+        if let Err(why) = self.publish_epoch(at, covered, false).await {
+            tracing::debug!(resource = %self.name, %why, "start-up filter not stored in Redis");
         }
     }
 

@@ -202,14 +202,16 @@ impl Doorbell {
         }
     }
 
-    /// At start: adopts the newest epoch instead of scanning SQL (see
-    /// [`crate::gate::adopt`]). Returns the outbox position the epoch is
-    /// complete up to and the rebuild requests it covers.
+    /// At start, for the table it leads (through
+    /// [`crate::resource::Resource::adopt_latest`]): adopts the newest
+    /// epoch instead of scanning SQL (see [`crate::gate::adopt`]). Returns
+    /// the outbox position the epoch is complete up to and the rebuild
+    /// requests it covers.
     ///
     /// # Errors
     /// Why not (the caller scans SQL; after [`AdoptError::EarlierRelease`]
     /// it stores its own filter in place of the epoch).
-    pub async fn adopt_latest(&self, gate: &Gate) -> Result<(i64, i64), AdoptError> {
+    pub(crate) async fn adopt_latest(&self, gate: &Gate) -> Result<(i64, i64), AdoptError> {
         let counter = crate::wire::epoch_counter_key(&self.prefix);
         let (epoch, fields) = self
             .latest_epoch(&counter)
