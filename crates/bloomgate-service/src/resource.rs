@@ -223,7 +223,7 @@ impl Resource<Database> {
 
 impl Resource<SourceRows> {
     /// A resource named `name` over `source`, registered with the outbox
-    /// follower. Its filter is not built yet: see [`Resource::start`].
+    /// follower. Its filter is not built yet: `service::prepare` starts it.
     ///
     /// # Errors
     /// The shared filter of `strict` or `redis` mode could not be opened.
@@ -521,28 +521,6 @@ impl<R: Guarded> Resource<R> {
                 None
             }
         }
-    }
-
-    /// Starts the filter build (retried until it succeeds; not when
-    /// `restored`), its monitor and the snapshot saver. Returns the build
-    /// task. (A SQL table's watch: [`Resource::start_watch`].)
-    pub fn start(
-        self: &Arc<Self>,
-        retry: (Duration, Duration),
-        monitor_every: Duration,
-        restored: bool,
-        snapshot_every: Duration,
-    ) -> tokio::task::JoinHandle<()> {
-        let gate = Arc::clone(self.gate());
-        self.spawn_upkeep(Some(monitor_every), snapshot_every);
-        if restored {
-            // Restored or adopted, not scanned: rows written behind the
-            // outbox's back are looked for in the background.
-            gate.verify_rows();
-            return self.background.spawn(async {});
-        }
-        self.background
-            .spawn(gate.build_until_ready(retry.0, retry.1))
     }
 
     /// Starts the filter's capacity monitor (every `monitor_every`, when

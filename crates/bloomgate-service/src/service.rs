@@ -289,12 +289,16 @@ pub async fn prepare(
     let skus_start = if c.bloom_enabled && state.demo {
         Some(first.position(&state.skus, !seeded, &mut outbox_from).await)
     } else {
+        // Not started: the requests before now are no rebuild's business.
+        outbox.cover(&state.skus.name, covered_now);
         None
     };
     let mut starts = Vec::with_capacity(state.resources.len());
-    if c.bloom_enabled {
-        for r in &state.resources {
+    for r in &state.resources {
+        if c.bloom_enabled {
             starts.push(first.position(r, true, &mut outbox_from).await);
+        } else {
+            outbox.cover(&r.name, covered_now);
         }
     }
     if let (Some(changes), Some(from)) = (&state.changes, doorbell_from) {
@@ -377,7 +381,9 @@ impl Start<'_> {
     ) -> StartFrom {
         let scans = self.outbox.scans_at_start(&r.name);
         if scans {
-            tracing::warn!(resource = %r.name, "capture triggers installed at start after writes went unrecorded: scanning, no snapshot or epoch adopted");
+            // A first install too: no warning (the periodic check warns
+            // when it finds triggers gone at run time).
+            tracing::info!(resource = %r.name, "capture triggers were missing at start (a first install, or dropped since): writes before them are in no outbox entry, so the filter is scanned; no snapshot or epoch is adopted");
         }
         let start = if self.outbox_on && may_adopt && !scans {
             r.start_from().await
@@ -424,25 +430,23 @@ impl Build {
         background: &crate::tasks::Background,
     ) -> Option<tokio::task::JoinHandle<()>> {
         r.start_watch().await;
-        let positioned = matches!(start, StartFrom::Positioned { .. });
-        if !positioned && !build {
-            r.spawn_upkeep(Some(self.monitor_every), self.snapshot_every);
+        r.spawn_upkeep(Some(self.monitor_every), self.snapshot_every);
+        if let StartFrom::Positioned { .. } = start {
+            // Restored or adopted, not scanned: rows written behind the
+            // outbox's back are looked for in the background.
+            r.gate().verify_rows();
             return None;
         }
-        let built = r.start(
-            self.retry,
-            self.monitor_every,
-            positioned,
-            self.snapshot_every,
-        );
-        if positioned {
+        if !build {
             return None;
         }
+        // The build runs in this task: its end (or its panic) is the
+        // task's, and nothing is kept after a shutdown cut it short.
         let (r, at, covered) = (Arc::clone(r), self.outbox_from, self.covered_now);
+        let (min, max) = self.retry;
         Some(background.spawn(async move {
-            if built.await.is_ok() {
-                r.keep_start_filter(at, covered, replace).await;
-            }
+            Arc::clone(r.gate()).build_until_ready(min, max).await;
+            r.keep_start_filter(at, covered, replace).await;
         }))
     }
 }

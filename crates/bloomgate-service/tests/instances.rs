@@ -429,6 +429,51 @@ async fn a_later_instance_adopts_the_stored_filter_unless_sql_grew_behind_the_lo
     }
 }
 
+/// An epoch whose meta expired (no rebuild for the epochs' time to live)
+/// is no epoch: the next instance, which cannot adopt it and scans, stores
+/// its filter in its place, and the one after adopts that. Before, the
+/// counter alone counted as an epoch stored, so no start-up filter was
+/// kept again and every later instance scanned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_epoch_is_replaced_by_the_next_start_up_filter() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "instances-expired");
+    common::redis_clear(&redis, &config.cache.redis_prefix).await;
+    let a = TestServer::start(config.clone(), 2_000).await;
+    assert_eq!(counter(&a.stats().await, &["changes", "epoch"]), 1);
+    a.stop().await;
+    let mut conn = common::redis_conn(&redis).await;
+    let meta = format!("{}bloom:epoch:1:meta", config.cache.redis_prefix);
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(&meta)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1, "{meta} was stored");
+    let b = TestServer::start(config.clone(), 0).await;
+    let s = b.stats().await;
+    assert_eq!(
+        counter(&s, &["bloom", "adopted"]),
+        0,
+        "nothing to adopt: {s}"
+    );
+    assert_eq!(
+        counter(&s, &["changes", "epoch"]),
+        2,
+        "its filter stored: {s}"
+    );
+    let c = TestServer::start(config, 0).await;
+    let s = c.stats().await;
+    assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
+    assert_eq!(counter(&s, &["sql", "id_scans"]), 0, "{s}");
+    for s in [b, c] {
+        s.stop().await;
+    }
+}
+
 /// An instance that seeds an empty database replaces whatever epoch Redis
 /// still holds (it describes other data), so later instances adopt the
 /// filter of this data.

@@ -249,9 +249,12 @@ impl<R: Guarded> Resource<R> {
         }
         match self.adopt_latest().await {
             Ok((at, covered)) => StartFrom::Positioned { at, covered },
-            Err(AdoptError::Gone) => StartFrom::Scan {
-                over_earlier: false,
-            },
+            Err(why @ AdoptError::Gone) => {
+                tracing::debug!(resource = %self.name, %why, "no epoch to adopt; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
+            }
             Err(why @ AdoptError::EarlierRelease(_)) => {
                 tracing::info!(resource = %self.name, %why, "an earlier release's epoch is not adopted; scanning the source (this filter replaces it)");
                 StartFrom::Scan { over_earlier: true }

@@ -175,7 +175,12 @@ impl Doorbell {
         let counter = crate::wire::epoch_counter_key(&self.prefix);
         let store = match replace {
             Replace::Always => true,
-            Replace::IfNone => matches!(self.latest_epoch(&counter).await, Ok(None)),
+            // An epoch whose meta expired is none: nothing adopts it.
+            Replace::IfNone => match self.latest_epoch(&counter).await {
+                Ok(None) => true,
+                Ok(Some((_, fields))) => fields.is_empty(),
+                Err(_) => false,
+            },
             // Only while the newest is still an earlier release's: one
             // stored since (a leader of this release) is kept.
             Replace::IfEarlier => match self.latest_epoch(&counter).await {
