@@ -23,7 +23,9 @@ through nginx (curl, timed), with the gate's peak RSS (VmHWM).
 
 The bare hyper proxy (crates/bloomgate-service/examples/bare_proxy.rs:
 hyper's server and hyper-util's pooled client, nothing else) is a row of
-its own: the floor of a proxy on the crates the gate is built on.
+its own: the floor of a proxy on the crates the gate is built on; it runs
+twice, on one multi-threaded runtime (the service's shape) and with one
+single-threaded runtime per core (`THREADS`, nginx's worker model).
 
 Usage: scripts/gate_bench.py BIN BARE_AXUM BARE_PROXY
 Environment: ROUNDS (5), DURATION (3), STREAM=0 to skip the 1 GiB rows.
@@ -48,8 +50,8 @@ TMP = tempfile.mkdtemp()
 PROCS = []
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT, BARE_PROXY = (
-    18101, 18102, 18103, 18104, 18105, 18106, 18107, 18108)
+UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT, BARE_PROXY, BARE_THREADS = (
+    18101, 18102, 18103, 18104, 18105, 18106, 18107, 18108, 18109)
 
 ABSENT = """
 math.randomseed(7)
@@ -184,6 +186,9 @@ resource = "users"
     start([BARE, f"127.0.0.1:{BARE_PORT}"], os.path.join(TMP, "bare.log"))
     start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_PROXY}", f"http://127.0.0.1:{UP}"],
           os.path.join(TMP, "bare_proxy.log"))
+    # The same, one single-threaded runtime per core (nginx's worker model).
+    start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_THREADS}", f"http://127.0.0.1:{UP}"],
+          os.path.join(TMP, "bare_threads.log"), THREADS=str(os.cpu_count() or 2))
     nginx("proxy", f"""upstream api {{ server 127.0.0.1:{UP}; keepalive 64; }}
   server {{ listen 127.0.0.1:{NGINX};
     location / {{ proxy_pass http://api; proxy_http_version 1.1; proxy_set_header Connection "";
@@ -213,7 +218,7 @@ backend be
 """)
     start(["haproxy", "-f", hcfg], os.path.join(TMP, "haproxy.log"))
     wait(f"http://127.0.0.1:{SVC}/readyz", '"ready":true', 120)
-    for port in (GATE, NGINX, HAPROXY, AUTH, UP, BARE_PROXY):
+    for port in (GATE, NGINX, HAPROXY, AUTH, UP, BARE_PROXY, BARE_THREADS):
         wait(f"http://127.0.0.1:{port}/api/profiles/u1", "ok", 30)
     wait(f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", "not_found", 30)
     script = os.path.join(TMP, "absent.lua")
@@ -224,7 +229,8 @@ backend be
         "nginx proxy_pass": (f"http://127.0.0.1:{NGINX}{present}", None),
         "bloomgate gate": (f"http://127.0.0.1:{GATE}{present}", None),
         "HAProxy": (f"http://127.0.0.1:{HAPROXY}{present}", None),
-        "bare hyper proxy": (f"http://127.0.0.1:{BARE_PROXY}{present}", None),
+        "bare hyper proxy, one multi-threaded runtime": (f"http://127.0.0.1:{BARE_PROXY}{present}", None),
+        "bare hyper proxy, a runtime per core": (f"http://127.0.0.1:{BARE_THREADS}{present}", None),
         "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}{present}", None),
         "upstream straight": (f"http://127.0.0.1:{UP}{present}", None),
     }, "nginx proxy_pass")

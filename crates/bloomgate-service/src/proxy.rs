@@ -33,7 +33,7 @@ pub mod judge;
 pub mod route;
 mod serve;
 
-pub use serve::{serve, Limits};
+pub use serve::{serve_per_core, Limits};
 
 use forward::{own_answer, ProxyBody, Upstream};
 use judge::{Asked, Asker, Judgement, Passed, Route, Routes};

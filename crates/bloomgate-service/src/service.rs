@@ -87,11 +87,12 @@ pub async fn run_with(
         tasks.push(("RESP", bounded(served, signalled(&stopped), grace)));
     }
     if let Some(listener) = others.gate {
-        let proxy = Arc::new(crate::proxy::Proxy::new(
-            &state.gate,
-            Arc::clone(&state.gate_routes),
-            Arc::clone(&state.metrics),
-        ));
+        // One per thread of the gate: each its own upstream pool.
+        let proxy = {
+            let (config, routes) = (state.gate.clone(), Arc::clone(&state.gate_routes));
+            let metrics = Arc::clone(&state.metrics);
+            move || crate::proxy::Proxy::new(&config, Arc::clone(&routes), Arc::clone(&metrics))
+        };
         let max = match state.gate.max_connections {
             0 => http::default_max_connections(&state),
             n => n,
@@ -103,7 +104,14 @@ pub async fn run_with(
             max_headers: state.gate.max_headers,
             write_idle: Duration::from_millis(state.gate.idle_timeout_ms),
         };
-        let served = crate::proxy::serve(listener, proxy, limits, signalled(&stopped));
+        let served = crate::proxy::serve_per_core(
+            listener,
+            state.gate.threads,
+            proxy,
+            limits,
+            signalled(&stopped),
+            grace,
+        );
         tasks.push(("gate", bounded(served, signalled(&stopped), grace)));
     }
     let before_background = async move {

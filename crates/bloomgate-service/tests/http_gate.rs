@@ -180,6 +180,49 @@ async fn absent_keys_never_reach_the_upstream_and_real_ones_always_do() {
     );
 }
 
+/// The threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+/// The gate runs on `gate.threads` threads of its own (`gate{port}-{i}`),
+/// which answer many connections at once, refusing and forwarding as one
+/// gate does, and end with the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_runs_on_threads_of_its_own_and_ends_with_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _writer) = gate_over(&url, &["u1", "u2"], &up, |c| c.gate.threads = 3).await;
+    let name = format!("gate{}-", s.gate.unwrap().port());
+    assert_eq!(threads_named(&name), 3);
+    // Twenty connections at once (a client each: no pooling between them).
+    let answers = futures_util::future::join_all((0..20).map(|i| {
+        let url = gate_url(
+            &s,
+            &format!("/api/profiles/{}", ["u1", "u2", "nobody"][i % 3]),
+        );
+        async move {
+            let r = reqwest::Client::new().get(url).send().await.unwrap();
+            r.status().as_u16()
+        }
+    }))
+    .await;
+    for (i, code) in answers.into_iter().enumerate() {
+        assert_eq!(code, if i % 3 == 2 { 404 } else { 200 }, "request {i}");
+    }
+    assert_eq!(up.seen.at("/api/profiles/nobody"), 0);
+    s.stop().await;
+    eventually(5, "the gate's threads ended", || async {
+        threads_named(&name) == 0
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_that_cannot_vouch_lets_everything_through() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,12 +25,17 @@ pub struct ProxyConfig {
     /// Connecting to the upstream gives up after this long (502),
     /// milliseconds.
     pub connect_timeout_ms: u64,
-    /// Idle keep-alive connections kept to the upstream.
+    /// Idle keep-alive connections kept to the upstream, by each of the
+    /// gate's threads.
     pub pool_max_idle: usize,
     /// An idle upstream connection is closed after this long, seconds.
     pub pool_idle_secs: u64,
     /// Most client connections open at once; 0: as `http.max_connections`.
     pub max_connections: u64,
+    /// Threads serving the gate's client connections (each handed to the
+    /// least busy), each a single-threaded runtime with its own upstream
+    /// pool; 0: one per core.
+    pub threads: usize,
     /// Longest request target (path and query), bytes (414 past it).
     pub max_uri_bytes: usize,
     /// Longest request head (request line and headers), bytes (431 past it).
@@ -52,6 +57,7 @@ impl Default for ProxyConfig {
             pool_max_idle: 256,
             pool_idle_secs: 90,
             max_connections: 0,
+            threads: 0,
             max_uri_bytes: 8 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,

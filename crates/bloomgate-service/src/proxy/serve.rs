@@ -1,5 +1,7 @@
-//! The reverse proxy's listener: connections up to a limit (the rest
-//! wait in the kernel's backlog), each served by hyper's HTTP/1 with the
+//! The reverse proxy's listener: one acceptor handing each connection to
+//! the least busy of a single-threaded runtime per core, each with an
+//! upstream pool of its own ([`serve_per_core`]); connections up to a
+//! limit (the rest wait in the kernel's backlog), each served by hyper's HTTP/1 with the
 //! service's header timeout (an idle keep-alive connection too), a head
 //! size and header count limit, upgrades allowed, and every byte read
 //! also given to the smuggling scan ([`super::framing`]), and every
@@ -10,12 +12,14 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::mpsc;
 
 use super::framing::{Scanned, Scanner};
 use super::Proxy;
@@ -137,20 +141,112 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteIdle<T> {
     }
 }
 
-/// Serves the proxy on `listener` until `signal`, then stops accepting
-/// and lets every connection finish its request in flight.
+/// A connection handed to a worker: the socket, its peer and its place
+/// under the connection limit.
+type Handed = (
+    std::net::TcpStream,
+    std::net::SocketAddr,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+/// One of the gate's threads, as the acceptor sees it.
+struct Worker {
+    connections: mpsc::UnboundedSender<Handed>,
+    /// Its connections open now.
+    open: Arc<AtomicUsize>,
+}
+
+/// Serves the proxy on `threads` threads (0: one per core), each running
+/// a single-threaded runtime with its own upstream pool (a [`Proxy`] of
+/// `proxy`'s making), so a request and its upstream connection are driven
+/// on one thread, with no wake-up crossing to another (nginx's worker
+/// model). This task accepts, under the connection limit, and hands each
+/// connection to the thread with the fewest open (a long keep-alive
+/// connection stays where it landed, so the threads share the load
+/// evenly only if they share the connections). Once `signal` resolves it
+/// stops accepting; each thread lets its connections finish their
+/// requests in flight, and those still open `grace` later go with its
+/// runtime.
 ///
 /// # Errors
-/// None today: accept errors are retried.
-pub async fn serve(
+/// A thread or its runtime could not be started.
+pub async fn serve_per_core(
     listener: tokio::net::TcpListener,
-    proxy: Arc<Proxy>,
+    threads: usize,
+    proxy: impl Fn() -> Proxy + Clone + Send + 'static,
     limits: Limits,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: Duration,
 ) -> std::io::Result<()> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
+    };
+    // `gate8088-0`…: which listener, within the 15 bytes a thread's name
+    // keeps (`top -H`, `ps -L`).
+    let port = listener.local_addr()?.port();
+    let mut workers = Vec::with_capacity(threads);
+    let mut ends = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let open = Arc::new(AtomicUsize::new(0));
+        let (ended, end) = tokio::sync::oneshot::channel::<()>();
+        let (proxy, count) = (proxy.clone(), Arc::clone(&open));
+        std::thread::Builder::new()
+            .name(format!("gate{port}-{i}"))
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(work(rx, Arc::new(proxy()), limits, count, grace)),
+                    Err(e) => tracing::error!(error = %e, "a gate thread's runtime did not start"),
+                }
+                drop(ended);
+            })?;
+        workers.push(Worker {
+            connections: tx,
+            open,
+        });
+        ends.push(end);
+    }
     let permits = crate::http::serve::connection_permits(limits.max_connections);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut signal = std::pin::pin!(signal);
+    while let Some((stream, peer, permit)) =
+        crate::http::serve::next_connection(&listener, &permits, &mut signal).await
+    {
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        let least = workers
+            .iter()
+            .min_by_key(|w| w.open.load(Ordering::Relaxed))
+            .expect("at least one thread");
+        least.open.fetch_add(1, Ordering::Relaxed);
+        if least.connections.send((stream, peer, permit)).is_err() {
+            least.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    drop(listener);
+    // Each thread drains once its channel closes.
+    drop(workers);
+    for end in ends {
+        let _ = end.await;
+    }
+    Ok(())
+}
+
+/// A gate thread: serves the connections handed to it until the acceptor
+/// hangs up, then lets them finish their requests in flight, for `grace`
+/// at most.
+async fn work(
+    mut handed: mpsc::UnboundedReceiver<Handed>,
+    proxy: Arc<Proxy>,
+    limits: Limits,
+    open: Arc<AtomicUsize>,
+    grace: Duration,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -160,9 +256,12 @@ pub async fn serve(
         .max_headers(limits.max_headers);
     let builder = Arc::new(builder);
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some((stream, peer, permit)) =
-        crate::http::serve::next_connection(&listener, &permits, &mut signal).await
-    {
+    while let Some((stream, peer, permit)) = handed.recv().await {
+        // Counted down when the connection ends, however it ends.
+        let gone = Gone(Arc::clone(&open));
+        let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+            continue;
+        };
         let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
         let (scanner, verdicts) = Scanner::new(limits.max_header_bytes, limits.max_headers);
         let proxy = Arc::clone(&proxy);
@@ -175,6 +274,7 @@ pub async fn serve(
             async move { Ok::<_, Infallible>(proxy.handle(req, peer, framing).await) }
         });
         tasks.spawn(async move {
+            let _gone = gone;
             let io = TokioIo::new(WriteIdle::new(
                 Scanned::new(stream, scanner),
                 limits.write_idle,
@@ -184,8 +284,21 @@ pub async fn serve(
         });
         while tasks.try_join_next().is_some() {}
     }
-    drop(listener);
     let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    let drained = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "gate connections still open after the shutdown grace period; closing them"
+        );
+    }
+}
+
+/// Counts a connection out of its thread's open ones when dropped.
+struct Gone(Arc<AtomicUsize>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
