@@ -45,6 +45,9 @@ pub struct Proxy {
     upstream: Upstream,
     metrics: Arc<ServiceMetrics>,
     max_uri: usize,
+    /// The service's runtime, entered while the filter and the Redis
+    /// memory are asked (see [`on_service`]); `None`: the current one.
+    service: Option<tokio::runtime::Handle>,
 }
 
 impl Proxy {
@@ -56,7 +59,16 @@ impl Proxy {
             upstream: Upstream::new(config),
             metrics,
             max_uri: config.max_uri_bytes,
+            service: None,
         }
+    }
+
+    /// Asks the filter and the Redis memory on `service`'s runtime (the
+    /// gate's threads run runtimes of their own).
+    #[must_use]
+    pub fn on_service_runtime(mut self, service: tokio::runtime::Handle) -> Self {
+        self.service = Some(service);
+        self
     }
 
     /// Answers one request: refused by the gate, or the upstream's answer.
@@ -104,7 +116,11 @@ impl Proxy {
             host,
             headers: req.headers(),
         };
-        let judged = self.routes.judge(&asked, Asker::Proxy).await;
+        let judged = on_service(
+            self.service.as_ref(),
+            self.routes.judge(&asked, Asker::Proxy),
+        )
+        .await;
         match judged {
             Judgement::Refuse(route) => {
                 m.record(route.slot, Outcome::Rejected);
@@ -248,7 +264,7 @@ impl Proxy {
                         m.judged(route.slot, not_found);
                     }
                     if let (true, Some(pending)) = (not_found, passed.pending) {
-                        pending.remember(route).await;
+                        on_service(self.service.as_ref(), pending.remember(route)).await;
                     }
                 }
                 let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -297,4 +313,22 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.gate.in_flight(-1);
     }
+}
+
+/// Polls `inner` with `service`'s runtime entered: what it spawns or
+/// registers belongs to the service, not to the gate thread polling it. A
+/// Redis reconnect's driver task and socket, a shared filter's refill
+/// scan and the timers of both would otherwise live on that thread's
+/// runtime: every Redis reply of the service would wait on it, and they
+/// would end when the gate drains.
+async fn on_service<F: std::future::Future>(
+    service: Option<&tokio::runtime::Handle>,
+    inner: F,
+) -> F::Output {
+    let mut inner = std::pin::pin!(inner);
+    std::future::poll_fn(|cx| {
+        let _entered = service.map(tokio::runtime::Handle::enter);
+        inner.as_mut().poll(cx)
+    })
+    .await
 }

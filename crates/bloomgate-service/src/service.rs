@@ -91,7 +91,11 @@ pub async fn run_with(
         let proxy = {
             let (config, routes) = (state.gate.clone(), Arc::clone(&state.gate_routes));
             let metrics = Arc::clone(&state.metrics);
-            move || crate::proxy::Proxy::new(&config, Arc::clone(&routes), Arc::clone(&metrics))
+            let service = tokio::runtime::Handle::current();
+            move || {
+                crate::proxy::Proxy::new(&config, Arc::clone(&routes), Arc::clone(&metrics))
+                    .on_service_runtime(service.clone())
+            }
         };
         let max = match state.gate.max_connections {
             0 => http::default_max_connections(&state),
@@ -112,7 +116,10 @@ pub async fn run_with(
             signalled(&stopped),
             grace,
         );
-        tasks.push(("gate", bounded(served, signalled(&stopped), grace)));
+        // The gate's threads drain within `grace` of their own, counted
+        // from the moment the acceptor hangs up: this bound comes after.
+        let bound = grace + Duration::from_secs(1);
+        tasks.push(("gate", bounded(served, signalled(&stopped), bound)));
     }
     let before_background = async move {
         for (name, task) in tasks {
@@ -127,8 +134,10 @@ pub async fn run_with(
 }
 
 /// Runs `served` until it ends, or until `grace` after `stopped`: past
-/// it the listener is dropped, which aborts its connections (bounded from
-/// the signal, as the HTTP drain is; the listeners drain at once).
+/// it the listener is dropped, which aborts the RESP listener's
+/// connections (bounded from the signal, as the HTTP drain is; the
+/// listeners drain at once). The gate's threads end their connections
+/// at their own bound, within this one.
 fn bounded(
     served: impl Future<Output = std::io::Result<()>> + Send + 'static,
     stopped: impl Future<Output = ()> + Send + 'static,

@@ -199,7 +199,10 @@ async fn the_gate_runs_on_threads_of_its_own_and_ends_with_the_service() {
     let up = Upstream::start().await;
     let (s, _writer) = gate_over(&url, &["u1", "u2"], &up, |c| c.gate.threads = 3).await;
     let name = format!("gate{}-", s.gate.unwrap().port());
-    assert_eq!(threads_named(&name), 3);
+    eventually(5, "the gate's threads started", || async {
+        threads_named(&name) == 3
+    })
+    .await;
     // Twenty connections at once (a client each: no pooling between them).
     let answers = futures_util::future::join_all((0..20).map(|i| {
         let url = gate_url(

@@ -24,11 +24,12 @@ use tokio::sync::mpsc;
 use super::framing::{Scanned, Scanner};
 use super::Proxy;
 
-/// A connection's place under the connection limit, carried in each of
-/// its requests' extensions: an upgraded connection's tunnel holds it
-/// until the tunnel ends (hyper's connection ends at the upgrade).
+/// A connection's place under the connection limit and among its
+/// thread's open connections, carried in each of its requests'
+/// extensions: an upgraded connection's tunnel holds it until the tunnel
+/// ends (hyper's connection ends at the upgrade).
 #[derive(Debug, Clone)]
-pub struct Slot(#[allow(dead_code)] Arc<tokio::sync::OwnedSemaphorePermit>);
+pub struct Slot(#[allow(dead_code)] Arc<(tokio::sync::OwnedSemaphorePermit, Gone)>);
 
 /// How the listener serves.
 #[derive(Debug, Clone, Copy)]
@@ -199,7 +200,11 @@ pub async fn serve_per_core(
                     .enable_all()
                     .build()
                 {
-                    Ok(rt) => rt.block_on(work(rx, Arc::new(proxy()), limits, count, grace)),
+                    Ok(rt) => {
+                        rt.block_on(work(rx, Arc::new(proxy()), limits, count, grace));
+                        // A DNS lookup of the upstream's may still run.
+                        rt.shutdown_timeout(Duration::from_millis(500));
+                    }
                     Err(e) => tracing::error!(error = %e, "a gate thread's runtime did not start"),
                 }
                 drop(ended);
@@ -218,13 +223,26 @@ pub async fn serve_per_core(
         let Ok(stream) = stream.into_std() else {
             continue;
         };
-        let least = workers
-            .iter()
-            .min_by_key(|w| w.open.load(Ordering::Relaxed))
-            .expect("at least one thread");
-        least.open.fetch_add(1, Ordering::Relaxed);
-        if least.connections.send((stream, peer, permit)).is_err() {
-            least.open.fetch_sub(1, Ordering::Relaxed);
+        let mut handed = (stream, peer, permit);
+        loop {
+            let Some((at, least)) = workers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, w)| w.open.load(Ordering::Relaxed))
+            else {
+                return Err(std::io::Error::other("every gate thread ended"));
+            };
+            least.open.fetch_add(1, Ordering::Relaxed);
+            match least.connections.send(handed) {
+                Ok(()) => break,
+                // That thread ended (its runtime failed, or it panicked):
+                // the connection goes to another.
+                Err(mpsc::error::SendError(back)) => {
+                    handed = back;
+                    tracing::error!(thread = at, "a gate thread ended; serving on the others");
+                    workers.swap_remove(at);
+                }
+            }
         }
     }
     drop(listener);
@@ -257,15 +275,15 @@ async fn work(
     let builder = Arc::new(builder);
     let mut tasks = tokio::task::JoinSet::new();
     while let Some((stream, peer, permit)) = handed.recv().await {
-        // Counted down when the connection ends, however it ends.
-        let gone = Gone(Arc::clone(&open));
+        // Counted down when the connection (or its tunnel) ends, however
+        // it ends.
+        let slot = Slot(Arc::new((permit, Gone(Arc::clone(&open)))));
         let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
             continue;
         };
         let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
         let (scanner, verdicts) = Scanner::new(limits.max_header_bytes, limits.max_headers);
         let proxy = Arc::clone(&proxy);
-        let slot = Slot(Arc::new(permit));
         let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             req.extensions_mut().insert(slot.clone());
             // Popped as hyper dispatches the request: its head's verdict.
@@ -274,7 +292,6 @@ async fn work(
             async move { Ok::<_, Infallible>(proxy.handle(req, peer, framing).await) }
         });
         tasks.spawn(async move {
-            let _gone = gone;
             let io = TokioIo::new(WriteIdle::new(
                 Scanned::new(stream, scanner),
                 limits.write_idle,
@@ -295,7 +312,8 @@ async fn work(
 }
 
 /// Counts a connection out of its thread's open ones when dropped.
-struct Gone(Arc<AtomicUsize>);
+#[derive(Debug)]
+pub struct Gone(Arc<AtomicUsize>);
 
 impl Drop for Gone {
     fn drop(&mut self) {
