@@ -576,7 +576,9 @@ async fn a_dropped_trigger_is_installed_again() {
 /// A DBA drops the insert trigger `trigger` (SQLite) and another program
 /// inserts `users` row `id`, in one transaction: no check falls between,
 /// and the row is in no outbox entry.
-async fn gap_insert(w: &sqlx::AnyPool, trigger: &str, id: &str) {
+async fn gap_insert(w: &sqlx::AnyPool, s: &TestServer, id: &str) {
+    let target = target_of("users");
+    let trigger = &target.trigger_names(s.state.skus.source().backend())[0];
     let mut tx = w.begin().await.unwrap();
     for sql in [
         format!("DROP TRIGGER \"{trigger}\""),
@@ -617,7 +619,7 @@ async fn a_capture_gap_rebuilds_every_instance() {
     assert_eq!(b.state.outbox.counters.rebuilds.load(Relaxed), 0);
     let target = target_of("users");
     let store = a.state.skus.source();
-    gap_insert(&w, &target.trigger_names(store.backend())[0], "u930001").await;
+    gap_insert(&w, &a, "u930001").await;
     assert_eq!(entries(&w, "users", "u930001").await, 0, "unrecorded");
     // The check (each second here), the rebuild entry's poll, a scan of
     // 21 rows, and the margin.
@@ -651,13 +653,7 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     let a = TestServer::start(checks, 0).await;
     let b = TestServer::start(c, 0).await;
     on_every(&[&a, &b], "/api/users/u950001", 404, BOUND).await;
-    let target = target_of("users");
-    gap_insert(
-        &w,
-        &target.trigger_names(a.state.skus.source().backend())[0],
-        "u950001",
-    )
-    .await;
+    gap_insert(&w, &a, "u950001").await;
     on_every(&[&a, &b], "/api/users/u950001", 200, 4).await;
     // Still found once every fill ended, and an absent key is refused by
     // the shared filter again.
@@ -738,13 +734,8 @@ async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
     .await;
     // Its scan read its first page before this row was written.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    gap_insert(&w, &s, "u000000").await;
     let target = target_of("users");
-    gap_insert(
-        &w,
-        &target.trigger_names(s.state.skus.source().backend())[0],
-        "u000000",
-    )
-    .await;
     // The check (at the trims, each second or two) notices the gap and
     // asks for a fill while the warm's scan still runs (its rebuild, as
     // long, has not answered yet: else this test proves nothing).
@@ -1354,6 +1345,31 @@ async fn a_captured_sku_table_that_lost_its_trigger_still_shares_creates() {
     w.close().await;
 }
 
+/// The outbox's largest seq (SQLite).
+async fn outbox_end(w: &sqlx::AnyPool) -> i64 {
+    sqlx::query("SELECT MAX(seq) FROM bloomgate_changes")
+        .fetch_one(w)
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The outbox as a restore to `seq` leaves it (SQLite): the entries after
+/// it gone, and the sequence where it was then, so writes after the
+/// restore take those numbers again.
+async fn restore_outbox_to(w: &sqlx::AnyPool, seq: i64) {
+    exec(
+        w,
+        &format!("DELETE FROM bloomgate_changes WHERE seq > {seq}"),
+    )
+    .await;
+    exec(
+        w,
+        &format!("UPDATE sqlite_sequence SET seq = {seq} WHERE name = 'bloomgate_changes'"),
+    )
+    .await;
+}
+
 /// The database restored to an earlier point (a point-in-time restore, a
 /// failover to a lagging replica): the outbox's numbers go back below the
 /// follower's position and new writes take them again. Reading on from the
@@ -1370,11 +1386,7 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
     let a = TestServer::start(captured(&url, None, "capture-rewound"), 0).await;
     exec(&w, "INSERT INTO users VALUES ('u910001', 'before', 1)").await;
     on_every(&[&a], "/api/users/u910001", 200, 2).await;
-    let restored_to: i64 = sqlx::query("SELECT MAX(seq) FROM bloomgate_changes")
-        .fetch_one(&w)
-        .await
-        .unwrap()
-        .get(0);
+    let restored_to = outbox_end(&w).await;
     for id in ["u910002", "u910003", "u910004"] {
         exec(&w, &format!("INSERT INTO users VALUES ('{id}', 'lost', 1)")).await;
     }
@@ -1382,16 +1394,7 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
     // The restore: the rows and entries written after `restored_to` are
     // gone, and the sequence is where it was then.
     exec(&w, "DELETE FROM users WHERE name = 'lost'").await;
-    exec(
-        &w,
-        &format!("DELETE FROM bloomgate_changes WHERE seq > {restored_to}"),
-    )
-    .await;
-    exec(
-        &w,
-        &format!("UPDATE sqlite_sequence SET seq = {restored_to} WHERE name = 'bloomgate_changes'"),
-    )
-    .await;
+    restore_outbox_to(&w, restored_to).await;
     // Writes after the restore take the numbers again.
     let rows: Vec<String> = (1..=5)
         .map(|i| format!("('u92000{i}', 'after the restore', 1)"))
@@ -1432,21 +1435,11 @@ async fn a_restore_drops_the_rebuild_requests_of_the_history_it_undid() {
     let b = TestServer::start(checks, 0).await;
     exec(&w, "INSERT INTO users VALUES ('u940001', 'before', 1)").await;
     on_every(&[&a, &b], "/api/users/u940001", 200, 2).await;
-    let restored_to: i64 = sqlx::query("SELECT MAX(seq) FROM bloomgate_changes")
-        .fetch_one(&w)
-        .await
-        .unwrap()
-        .get(0);
+    let restored_to = outbox_end(&w).await;
     let requested = || a.state.outbox.rebuild_requested("users");
     assert!(requested() <= restored_to);
     // A gap B closes: its rebuild entry, numbered past `restored_to`.
-    let target = target_of("users");
-    gap_insert(
-        &w,
-        &target.trigger_names(a.state.skus.source().backend())[0],
-        "u940002",
-    )
-    .await;
+    gap_insert(&w, &a, "u940002").await;
     eventually(5, "A applied B's rebuild entry", || async {
         requested() > restored_to
     })
@@ -1454,16 +1447,7 @@ async fn a_restore_drops_the_rebuild_requests_of_the_history_it_undid() {
     on_every(&[&a, &b], "/api/users/u940002", 200, 4).await;
     // The restore to `restored_to`.
     exec(&w, "DELETE FROM users WHERE id = 'u940002'").await;
-    exec(
-        &w,
-        &format!("DELETE FROM bloomgate_changes WHERE seq > {restored_to}"),
-    )
-    .await;
-    exec(
-        &w,
-        &format!("UPDATE sqlite_sequence SET seq = {restored_to} WHERE name = 'bloomgate_changes'"),
-    )
-    .await;
+    restore_outbox_to(&w, restored_to).await;
     eventually(3, "A noticed the restore", || async {
         a.state.outbox.counters.rewound.load(Relaxed) >= 1
     })
