@@ -230,6 +230,17 @@ impl AppState {
         };
         let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
+        // The triggers as they are now: a check that finds others made
+        // or enabled again in between owes a rebuild.
+        for c in &captured {
+            if let Ok(crate::sql::CaptureState {
+                fingerprint: Some(f),
+                ..
+            }) = store.capture_state(&c.target).await
+            {
+                outbox.saw_triggers(&c.name, &f);
+            }
+        }
         outbox.set_captured(
             captured.into_iter().map(|c| c.target).collect(),
             capture_gaps,

@@ -22,6 +22,20 @@ pub mod kind {
     pub const RING: &str = "n";
 }
 
+/// The key prefix of a rebuild entry (`kind::REBUILD`) asked for once a
+/// table's capture triggers fire again: `capture:{fingerprint}` names
+/// those triggers (`CaptureState::fingerprint`), so an instance that
+/// finds them replaced after reading it does not ask again. Other
+/// rebuild entries have an empty key; older releases read the kind alone.
+pub const CAPTURE_REQUEST: &str = "capture:";
+
+/// The key of a rebuild entry asked for once `fingerprint`'s triggers
+/// fire ([`CAPTURE_REQUEST`]; empty without one).
+#[must_use]
+pub fn capture_request_key(fingerprint: Option<&str>) -> String {
+    fingerprint.map_or_else(String::new, |f| format!("{CAPTURE_REQUEST}{f}"))
+}
+
 /// The namespace of SKU values: `{prefix}sku:{id}`.
 pub const SKU_NAMESPACE: &str = "sku:";
 

@@ -630,6 +630,121 @@ async fn a_capture_gap_rebuilds_every_instance() {
     w.close().await;
 }
 
+/// A gap that opens and closes between two checks: a DBA drops a trigger
+/// (or disables it), another program inserts a row, and the trigger is
+/// back before any check could find it missing. Only its identity in the
+/// catalogue changed. A, which checks each second, notices, rebuilds and
+/// asks once; B, which never checks, rebuilds on the request. Before,
+/// both answered 404 for the row until some unrelated rebuild.
+async fn replaced_between_checks(url: &str, label: &str) {
+    let w = sql_pool(url).await;
+    users_table(&w).await;
+    let mut c = captured(url, None, label);
+    c.sql.outbox_gap_ms = 200;
+    let mut checks = c.clone();
+    checks.sql.outbox_retention_secs = 1;
+    let a = TestServer::start(checks, 0).await;
+    let b = TestServer::start(c, 0).await;
+    let target = target_of("users");
+    let store = a.state.skus.source();
+    let postgres = store.backend() == bloomgate_service::sql::Backend::Postgres;
+    let trigger = target.trigger_names(store.backend())[0].clone();
+    let outbox = store.outbox_for_triggers().await.unwrap();
+    // PostgreSQL: the function and the trigger; MySQL: the insert trigger.
+    let create: Vec<String> = if postgres {
+        store.capture_ddl(&target, &outbox)
+    } else {
+        store.capture_ddl(&target, &outbox)[..1].to_vec()
+    };
+    let drop = if postgres {
+        format!("DROP TRIGGER \"{trigger}\" ON users")
+    } else {
+        format!("DROP TRIGGER `{trigger}`")
+    };
+    // B rebuilds once per request (A trims the outbox each second, so
+    // the requests are counted where they are applied).
+    let rebuilt = || b.state.outbox.counters.rebuilds.load(Relaxed);
+    let asked = rebuilt();
+    let mut ids = Vec::new();
+    for attempt in 0..5 {
+        let id = format!("u94{attempt:04}");
+        on_every(&[&a, &b], &format!("/api/users/{id}"), 404, BOUND).await;
+        let lost = a.state.outbox.counters.capture_lost.load(Relaxed);
+        let insert = format!("INSERT INTO users VALUES ('{id}', 'in the gap', 1)");
+        let made = if postgres {
+            // DDL is transactional here: no check can see the gap.
+            let mut tx = w.begin().await.unwrap();
+            sqlx::query(&drop).execute(&mut *tx).await.unwrap();
+            sqlx::query(&insert).execute(&mut *tx).await.unwrap();
+            for s in &create {
+                sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
+            }
+            tx.commit().await.unwrap();
+            true
+        } else {
+            exec(&w, &drop).await;
+            exec(&w, &insert).await;
+            // `CREATED` counts hundredths of a second.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            sqlx::raw_sql(&create[0]).execute(&w).await.is_ok()
+        };
+        ids.push(id);
+        assert_eq!(entries(&w, "users", ids.last().unwrap()).await, 0);
+        // A check that fell between found it missing (the known path):
+        // try again, so this test exercises the gap no check saw.
+        if made && a.state.outbox.counters.capture_lost.load(Relaxed) == lost {
+            break;
+        }
+        assert!(attempt < 4, "every attempt had a check fall in its gap");
+    }
+    let id = ids.last().unwrap().clone();
+    assert!(store.capture_state(&target).await.unwrap().is_current());
+    // The check (each second), the request's poll, a scan of 21 rows,
+    // and the margin.
+    on_every(&[&a, &b], &format!("/api/users/{id}"), 200, 4).await;
+    assert_eq!(rebuilt(), asked + 1, "asked once");
+    if postgres {
+        // Disabled and enabled again in one transaction: the trigger's
+        // row in the catalogue changed.
+        let mut tx = w.begin().await.unwrap();
+        for sql in [
+            "ALTER TABLE users DISABLE TRIGGER ALL".to_owned(),
+            "INSERT INTO users VALUES ('u950001', 'while disabled', 1)".to_owned(),
+            format!("ALTER TABLE users ENABLE ALWAYS TRIGGER \"{trigger}\""),
+        ] {
+            sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        assert_eq!(entries(&w, "users", "u950001").await, 0);
+        on_every(&[&a, &b], "/api/users/u950001", 200, 4).await;
+        assert_eq!(rebuilt(), asked + 2, "asked once more");
+    }
+    // Later checks find the same triggers: no more requests.
+    let rebuilds = rebuilt();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(rebuilt(), rebuilds);
+    on_every(&[&a, &b], "/api/users/u960001", 404, BOUND).await;
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_replaced_between_two_checks_mariadb() {
+    let Some(url) = common::mysql_database("capture_replaced").await else {
+        return;
+    };
+    replaced_between_checks(&url, "capture-replaced-mariadb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_replaced_between_two_checks_postgres() {
+    let Some(url) = common::postgres_database("capture_replaced").await else {
+        return;
+    };
+    replaced_between_checks(&url, "capture-replaced-postgres").await;
+}
+
 /// The same gap in `redis` mode, where the shared filter alone answers:
 /// it is filled again from the source once the triggers fire again (the
 /// other instance too applies the rebuild entry), and its "no" is not a

@@ -169,6 +169,15 @@ struct CaptureWatch {
     announce: std::collections::BTreeSet<String>,
     /// Resources that scan at this start (see `Outbox::scans_at_start`).
     scan_at_start: std::collections::BTreeSet<String>,
+    /// Each resource's triggers as last found current
+    /// (`CaptureState::fingerprint`): another one at the next check means
+    /// they were made again or enabled again in between, so writes may
+    /// have gone unrecorded though no check found them missing.
+    seen: std::collections::BTreeMap<String, String>,
+    /// The triggers the latest rebuild request read or recorded for each
+    /// resource names (its key `capture:{fingerprint}`): triggers found
+    /// replaced by that one are already being rebuilt for.
+    announced: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -298,6 +307,33 @@ impl Outbox {
     #[must_use]
     pub fn scans_at_start(&self, resource: &str) -> bool {
         lock(&self.captured).scan_at_start.contains(resource)
+    }
+
+    /// `resource`'s triggers as found current at start
+    /// (`CaptureState::fingerprint`): the checks compare with it.
+    pub fn saw_triggers(&self, resource: &str, fingerprint: &str) {
+        lock(&self.captured)
+            .seen
+            .insert(resource.to_owned(), fingerprint.to_owned());
+    }
+
+    /// Notes `fingerprint` as `resource`'s triggers now; whether they
+    /// were others at the last look and no rebuild request names these
+    /// yet (whoever made them again asks for one; an instance that reads
+    /// it rebuilds, so a second request is not owed).
+    pub(super) fn triggers_replaced(&self, resource: &str, fingerprint: &str) -> bool {
+        let mut c = lock(&self.captured);
+        let before = c.seen.insert(resource.to_owned(), fingerprint.to_owned());
+        before.is_some_and(|b| b != fingerprint)
+            && c.announced.get(resource).map(String::as_str) != Some(fingerprint)
+    }
+
+    /// A rebuild request for `resource` named triggers `fingerprint`.
+    pub(super) fn announced_for(&self, resource: &str, fingerprint: &str) {
+        let mut c = lock(&self.captured);
+        c.announced
+            .insert(resource.to_owned(), fingerprint.to_owned());
+        c.seen.insert(resource.to_owned(), fingerprint.to_owned());
     }
 
     /// Whether `resource`'s capture triggers were last found not firing,

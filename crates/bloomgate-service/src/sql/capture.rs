@@ -78,6 +78,12 @@ pub struct CaptureState {
     pub others: Vec<String>,
     /// How many current triggers there should be.
     pub wanted: usize,
+    /// Where every current trigger fires: a tag of their identities in
+    /// the catalogue ([`Database::capture_state`]), which changes when
+    /// one is dropped and made again or disabled and enabled again.
+    /// `None` on SQLite, whose catalogue keeps no such identity, and
+    /// while they are not all current.
+    pub fingerprint: Option<String>,
 }
 
 impl CaptureState {
@@ -328,15 +334,22 @@ impl Database {
 
     /// The `bloomgate_` triggers on `table`, each with whether it fires
     /// for ordinary sessions (PostgreSQL: enabled, `O` or `A`, on the table
-    /// and on every partition of its partition tree; elsewhere always).
-    async fn our_triggers(&self, table: &str) -> Result<Vec<(String, bool)>, StoreError> {
+    /// and on every partition of its partition tree; elsewhere always) and
+    /// its identity in the catalogue: on PostgreSQL each `pg_trigger`
+    /// row's `oid` (new when it is made again, a partition's clone
+    /// included) and `xmin` (new when the row is updated: `ENABLE` and
+    /// `DISABLE`, a rename); on MySQL and MariaDB its `CREATED` time (to
+    /// the hundredth of a second; they have no disabled triggers); on
+    /// SQLite nothing.
+    async fn our_triggers(&self, table: &str) -> Result<Vec<(String, bool, String)>, StoreError> {
         let sql = match self.backend {
             Backend::Sqlite => format!(
-                "SELECT name, 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
+                "SELECT name, 1, '' FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
                 self.ph(1)
             ),
             Backend::MySql => format!(
-                "SELECT CAST(TRIGGER_NAME AS CHAR), CAST(1 AS SIGNED) FROM information_schema.TRIGGERS \
+                "SELECT CAST(TRIGGER_NAME AS CHAR), CAST(1 AS SIGNED), \
+                   CAST(COALESCE(CAST(CREATED AS CHAR), '') AS CHAR) FROM information_schema.TRIGGERS \
                  WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = {}",
                 self.ph(1)
             ),
@@ -347,7 +360,9 @@ impl Database {
                    UNION SELECT relid FROM pg_catalog.pg_partition_tree(to_regclass({p}))) \
                  SELECT CAST(t.tgname AS TEXT), \
                    CAST(CASE WHEN bool_and(t.tgenabled IN ('O', 'A')) \
-                     AND count(*) = (SELECT count(*) FROM rels) THEN 1 ELSE 0 END AS BIGINT) \
+                     AND count(*) = (SELECT count(*) FROM rels) THEN 1 ELSE 0 END AS BIGINT), \
+                   CAST(string_agg(CAST(t.oid AS TEXT) || ':' || CAST(t.xmin AS TEXT), ',' \
+                     ORDER BY t.oid) AS TEXT) \
                  FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) \
                  GROUP BY t.tgname",
                 p = self.ph(1)
@@ -367,8 +382,9 @@ impl Database {
         for r in rows {
             let name: String = r.try_get(0).map_err(err("capture check"))?;
             let fires: i64 = r.try_get(1).map_err(err("capture check"))?;
+            let identity: String = r.try_get(2).map_err(err("capture check"))?;
             if is_ours(&name) {
-                names.push((name, fires == 1));
+                names.push((name, fires == 1, identity));
             }
         }
         Ok(names)
@@ -388,10 +404,13 @@ impl Database {
             stale_fires: false,
             others: Vec::new(),
             wanted: wanted.len(),
+            fingerprint: None,
         };
-        for (name, fires) in self.our_triggers(&t.table).await? {
+        let mut identities = Vec::new();
+        for (name, fires, identity) in self.our_triggers(&t.table).await? {
             if wanted.contains(&name) {
                 if fires {
+                    identities.push(format!("{name}={identity}"));
                     state.current.push(name);
                 } else {
                     state.disabled.push(name);
@@ -402,6 +421,11 @@ impl Database {
             } else {
                 state.others.push(name);
             }
+        }
+        if state.is_current() && self.backend != Backend::Sqlite {
+            identities.sort();
+            let parts: Vec<&str> = identities.iter().map(String::as_str).collect();
+            state.fingerprint = Some(tag(&parts));
         }
         Ok(state)
     }
@@ -536,7 +560,7 @@ impl Database {
             .our_triggers(&t.table)
             .await?
             .into_iter()
-            .map(|(n, _)| n)
+            .map(|(n, _, _)| n)
             .collect();
         for name in &names {
             self.run_ddl(&self.capture_drop_ddl(&t.table, name)).await?;

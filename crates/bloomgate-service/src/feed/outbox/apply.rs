@@ -142,6 +142,9 @@ impl Outbox {
             return;
         }
         if e.kind == kind::REBUILD {
+            if let Some(fingerprint) = e.key.strip_prefix(crate::wire::CAPTURE_REQUEST) {
+                self.announced_for(&e.resource, fingerprint);
+            }
             if own || e.seq <= self.rebuilds_covered(&e.resource) {
                 return;
             }

@@ -150,7 +150,16 @@ impl Outbox {
             self.counters
                 .capture_lost
                 .fetch_add(u64::from(!current), Ordering::Relaxed);
-            let gap = state.has_gap() || self.capture_is_lost(&t.resource);
+            // Made again or enabled again since the last check, with no
+            // check in between: writes may have gone unrecorded as well.
+            let replaced = state
+                .fingerprint
+                .as_deref()
+                .is_some_and(|f| self.triggers_replaced(&t.resource, f));
+            if replaced {
+                tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers were made or enabled again since the last check");
+            }
+            let gap = state.has_gap() || replaced || self.capture_is_lost(&t.resource);
             let ok = current
                 || {
                     tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers missing or changed; installing them again");
@@ -201,15 +210,27 @@ impl Outbox {
     /// answer). Each is recorded after its triggers fire again, so a
     /// rebuild that applies it scans every row of the gap.
     pub async fn announce_gaps(&self) {
-        let owed: Vec<String> = lock(&self.captured).announce.iter().cloned().collect();
+        let (owed, targets) = {
+            let c = lock(&self.captured);
+            let owed: Vec<String> = c.announce.iter().cloned().collect();
+            (owed, c.targets.clone())
+        };
         for name in owed {
-            match self
-                .store
-                .record_many(&name, &[String::new()], kind::REBUILD)
-                .await
-            {
+            // The triggers that fire now: whoever finds them replaced
+            // after reading this request does not ask again.
+            let mut fingerprint = None;
+            if let Some(t) = targets.iter().find(|t| t.resource == name) {
+                if let Ok(state) = self.store.capture_state(t).await {
+                    fingerprint = state.fingerprint;
+                }
+            }
+            let key = crate::wire::capture_request_key(fingerprint.as_deref());
+            match self.store.record_many(&name, &[key], kind::REBUILD).await {
                 Ok(()) => {
                     lock(&self.captured).announce.remove(&name);
+                    if let Some(f) = &fingerprint {
+                        self.announced_for(&name, f);
+                    }
                     // At or past the entry just recorded: no filter whose
                     // scan began before it is adopted here.
                     if let Ok(seq) = self.max_seq().await {
