@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use bloomgate_service::feed::capture::Captured;
-use bloomgate_service::sql::{CaptureTarget, Database};
+use bloomgate_service::sql::Database;
 
 /// What to do with the triggers.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -55,39 +55,15 @@ fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result
         }
         return Ok(all);
     };
-    if name == bloomgate_service::sql::SKU_RESOURCE {
-        return Ok(vec![Captured {
-            key: "cache.capture".into(),
-            name: name.clone(),
-            target: CaptureTarget {
-                resource: name.clone(),
-                table: "skus".into(),
-                key: "id".into(),
-            },
-        }]);
+    if let Some(c) = bloomgate_service::feed::capture::named(config, name) {
+        return Ok(vec![c]);
     }
-    let Some((i, rc)) = config
-        .resources
-        .iter()
-        .enumerate()
-        .find(|(_, r)| &r.name == name)
-    else {
-        let known: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
-        bail!(
-            "no resource {name:?} in the configuration (resources: skus{}{})",
-            if known.is_empty() { "" } else { ", " },
-            known.join(", ")
-        );
-    };
-    Ok(vec![Captured {
-        key: bloomgate_service::config::resources::ResourceConfig::key_of(i, "capture"),
-        name: rc.name.clone(),
-        target: CaptureTarget {
-            resource: rc.name.clone(),
-            table: rc.table.clone(),
-            key: rc.key.clone(),
-        },
-    }])
+    let known: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
+    bail!(
+        "no resource {name:?} in the configuration (resources: skus{}{})",
+        if known.is_empty() { "" } else { ", " },
+        known.join(", ")
+    );
 }
 
 /// Runs `bloomgate capture`.

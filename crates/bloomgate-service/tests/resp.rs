@@ -217,7 +217,7 @@ async fn the_bf_commands_answer_from_the_filter() {
         "{got}"
     );
     assert!(
-        lines[6].starts_with("-ERR 'x' cannot be a key of skus"),
+        lines[6] == "-ERR 'x' cannot be a key of skus (its keys are positive 64-bit integers)",
         "{got}"
     );
     assert!(lines[7].starts_with("-ERR no filter named 'nope'"), "{got}");

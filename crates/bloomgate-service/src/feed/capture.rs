@@ -10,49 +10,67 @@
 //! install them, the start stops with an error naming the config key and
 //! what to run, before the database is touched.
 
-use crate::config::{Capture, Config, ConfigError};
-use crate::sql::{Backend, CaptureTarget, Database, StoreError, SKU_RESOURCE};
+use crate::config::resources::ResourceConfig;
+use crate::config::{Config, ConfigError};
+use crate::sql::{Backend, CaptureTarget, Database, StoreError};
 
 /// One captured table with the config key that asked for it.
 #[derive(Debug, Clone)]
 pub struct Captured {
     /// `cache.capture` or `resources[i].capture`.
     pub key: String,
-    /// The resource's name (`skus` for the SKU table).
+    /// The resource's name.
     pub name: String,
     /// The table's triggers.
     pub target: CaptureTarget,
+    /// Whether bloomgate's migrations make the table (it may not exist
+    /// before the first start).
+    pub made_by_migrations: bool,
 }
 
-/// Every table the configuration captures, the SKU table first.
-#[must_use]
-pub fn targets(config: &Config) -> Vec<Captured> {
-    let mut out = Vec::new();
-    if config.cache.capture == Capture::Triggers && config.demo() {
-        out.push(Captured {
-            key: "cache.capture".into(),
-            name: SKU_RESOURCE.into(),
+impl Captured {
+    fn of(key: String, rc: &ResourceConfig, made_by_migrations: bool) -> Self {
+        Self {
+            key,
+            name: rc.name.clone(),
             target: CaptureTarget {
-                resource: SKU_RESOURCE.into(),
-                table: "skus".into(),
-                key: "id".into(),
+                resource: rc.name.clone(),
+                table: rc.table.clone(),
+                key: rc.key.clone(),
             },
-        });
-    }
-    for (i, rc) in config.resources.iter().enumerate() {
-        if rc.capture == Capture::Triggers {
-            out.push(Captured {
-                key: crate::config::resources::ResourceConfig::key_of(i, "capture"),
-                name: rc.name.clone(),
-                target: CaptureTarget {
-                    resource: rc.name.clone(),
-                    table: rc.table.clone(),
-                    key: rc.key.clone(),
-                },
-            });
+            made_by_migrations,
         }
     }
-    out
+}
+
+/// Every table the configuration captures, the demo SKU table first.
+#[must_use]
+pub fn targets(config: &Config) -> Vec<Captured> {
+    config
+        .captured_tables()
+        .into_iter()
+        .map(|c| Captured::of(c.key, &c.table, c.made_by_migrations))
+        .collect()
+}
+
+/// The table of resource `name` (the demo SKU table's too), whether or
+/// not the configuration captures it (`bloomgate capture --resource`).
+#[must_use]
+pub fn named(config: &Config, name: &str) -> Option<Captured> {
+    let demo = ResourceConfig::skus(&config.cache);
+    if demo.name == name {
+        return Some(Captured::of("cache.capture".into(), &demo, true));
+    }
+    let (i, rc) = config
+        .resources
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.name == name)?;
+    Some(Captured::of(
+        ResourceConfig::key_of(i, "capture"),
+        rc,
+        false,
+    ))
 }
 
 /// The refusal when `c`'s triggers are missing and cannot be made here.
@@ -71,9 +89,9 @@ fn refusal(c: &Captured, backend: Backend, why: &str) -> ConfigError {
 }
 
 /// Before the migrations: each table whose triggers are not current must
-/// be one this connection may create triggers on. (The SKU table before
-/// its first migration does not exist yet: its triggers are then checked
-/// by [`install_missing`] only.)
+/// be one this connection may create triggers on. (A table bloomgate's
+/// migrations make does not exist before the first of them: its triggers
+/// are then checked by [`install_missing`] only.)
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the key; [`StoreError`] when the
@@ -90,8 +108,8 @@ pub async fn check_before_migrate(
         match may {
             Ok(true) => {}
             Ok(false) => return Ok(Err(refusal(c, store.backend(), "no privilege"))),
-            // The SKU table before its first migration.
-            Err(_) if c.name == SKU_RESOURCE => {}
+            // Not made yet by the migrations.
+            Err(_) if c.made_by_migrations => {}
             Err(e) => return Err(e),
         }
     }

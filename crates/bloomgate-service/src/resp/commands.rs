@@ -173,17 +173,28 @@ fn key_of<K: FromRaw>(raw: &[u8], ty: crate::key::KeyType, fold: Fold) -> Option
 /// How a raw item becomes a resource's key.
 trait FromRaw: Sized {
     fn from_raw(raw: &str, ty: crate::key::KeyType, fold: Fold) -> Option<Self>;
+    /// What a key of type `ty` may be, for the refusal's message.
+    fn described(ty: crate::key::KeyType) -> &'static str;
 }
 
 impl FromRaw for i64 {
     fn from_raw(raw: &str, _: crate::key::KeyType, _: Fold) -> Option<Self> {
         raw.parse::<i64>().ok().filter(|&id| id > 0)
     }
+    fn described(_: crate::key::KeyType) -> &'static str {
+        "positive 64-bit integers"
+    }
 }
 
 impl FromRaw for Key {
     fn from_raw(raw: &str, ty: crate::key::KeyType, fold: Fold) -> Option<Self> {
         fold.parse(ty, raw).ok()
+    }
+    fn described(ty: crate::key::KeyType) -> &'static str {
+        match ty {
+            crate::key::KeyType::Int => "64-bit integers",
+            crate::key::KeyType::Text => "text of 1 to 255 bytes without control characters",
+        }
     }
 }
 
@@ -269,12 +280,7 @@ where
                 "ERR '{}' cannot be a key of {} (its keys are {})",
                 String::from_utf8_lossy(&raw[..raw.len().min(64)]),
                 r.name,
-                match ty {
-                    _ if r.name.as_ref() == crate::sql::SKU_RESOURCE => "positive 64-bit integers",
-                    crate::key::KeyType::Int => "64-bit integers",
-                    crate::key::KeyType::Text =>
-                        "text of 1 to 255 bytes without control characters",
-                }
+                R::Key::described(ty)
             ));
         };
         keys.push(k);
