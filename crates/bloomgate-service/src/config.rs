@@ -136,18 +136,6 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// A table the configuration captures ([`Config::captured_tables`]).
-#[derive(Debug, Clone)]
-pub struct CapturedTable {
-    /// `cache.capture` or `resources[i].capture`.
-    pub key: String,
-    /// The table's resource.
-    pub table: resources::ResourceConfig,
-    /// Whether bloomgate's own migrations make the table (the demo SKU
-    /// table: it does not exist before the first start).
-    pub made_by_migrations: bool,
-}
-
 impl Config {
     /// Whether the demo SKU table is served: `demo` when set, else only
     /// when no `[[resources]]` and no `[gate]` are configured. Off, bloomgate creates,
@@ -157,29 +145,6 @@ impl Config {
     pub fn demo(&self) -> bool {
         self.demo
             .unwrap_or(self.resources.is_empty() && !self.gate.is_set())
-    }
-
-    /// Every table captured by triggers, the demo SKU table first (when
-    /// served), each with the key that asks for it.
-    #[must_use]
-    pub fn captured_tables(&self) -> Vec<CapturedTable> {
-        let demo =
-            (self.cache.capture == Capture::Triggers && self.demo()).then(|| CapturedTable {
-                key: "cache.capture".into(),
-                table: resources::ResourceConfig::skus(&self.cache),
-                made_by_migrations: true,
-            });
-        let configured = self
-            .resources
-            .iter()
-            .enumerate()
-            .filter(|(_, rc)| rc.capture == Capture::Triggers)
-            .map(|(i, rc)| CapturedTable {
-                key: resources::ResourceConfig::key_of(i, "capture"),
-                table: rc.clone(),
-                made_by_migrations: false,
-            });
-        demo.into_iter().chain(configured).collect()
     }
 
     /// The configured features that need bloomgate's outbox (its tables

@@ -299,6 +299,44 @@ pub fn validate_all(resources: &[ResourceConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A table the configuration captures ([`super::Config::captured_tables`]).
+#[derive(Debug, Clone)]
+pub struct CapturedTable {
+    /// `cache.capture` or `resources[i].capture`.
+    pub key: String,
+    /// The table's resource.
+    pub table: ResourceConfig,
+    /// Whether bloomgate's own migrations make the table (the demo SKU
+    /// table: it does not exist before the first start).
+    pub made_by_migrations: bool,
+}
+
+impl super::Config {
+    /// Every table captured by triggers, the demo SKU table first (when
+    /// served), each with the key that asks for it.
+    #[must_use]
+    pub fn captured_tables(&self) -> Vec<CapturedTable> {
+        let demo = (self.cache.capture == super::Capture::Triggers && self.demo()).then(|| {
+            CapturedTable {
+                key: "cache.capture".into(),
+                table: ResourceConfig::skus(&self.cache),
+                made_by_migrations: true,
+            }
+        });
+        let configured = self
+            .resources
+            .iter()
+            .enumerate()
+            .filter(|(_, rc)| rc.capture == super::Capture::Triggers)
+            .map(|(i, rc)| CapturedTable {
+                key: ResourceConfig::key_of(i, "capture"),
+                table: rc.clone(),
+                made_by_migrations: false,
+            });
+        demo.into_iter().chain(configured).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
