@@ -165,8 +165,10 @@ struct CaptureWatch {
     /// again: their filters do not vouch until they are back and rebuilt.
     lost: std::collections::BTreeSet<String>,
     /// Resources whose triggers were installed again after writes went
-    /// unrecorded: a rebuild entry asking every instance is still owed.
-    announce: std::collections::BTreeSet<String>,
+    /// unrecorded: a rebuild entry asking every instance is still owed,
+    /// naming the triggers this instance's own rebuild was owed for (their
+    /// fingerprint, when read).
+    announce: std::collections::BTreeMap<String, Option<String>>,
     /// Resources that scan at this start (see `Outbox::scans_at_start`).
     scan_at_start: std::collections::BTreeSet<String>,
     /// Each resource's triggers as last found current
@@ -297,7 +299,11 @@ impl Outbox {
     pub fn set_captured(&self, targets: Vec<crate::sql::CaptureTarget>, gaps: Vec<String>) {
         let mut c = lock(&self.captured);
         c.targets = targets;
-        c.announce.extend(gaps.iter().cloned());
+        // Owed for the triggers found at start (`saw_triggers`).
+        for g in &gaps {
+            let seen = c.seen.get(g).cloned();
+            c.announce.insert(g.clone(), seen);
+        }
         c.scan_at_start.extend(gaps);
     }
 
@@ -328,12 +334,14 @@ impl Outbox {
             && c.announced.get(resource).map(String::as_str) != Some(fingerprint)
     }
 
-    /// A rebuild request for `resource` named triggers `fingerprint`.
+    /// A rebuild request for `resource` named triggers `fingerprint`
+    /// (`seen` is left alone: only this instance's own checks set it, so
+    /// two instances that tagged the same triggers differently cost one
+    /// request more, never one at every check).
     pub(super) fn announced_for(&self, resource: &str, fingerprint: &str) {
-        let mut c = lock(&self.captured);
-        c.announced
+        lock(&self.captured)
+            .announced
             .insert(resource.to_owned(), fingerprint.to_owned());
-        c.seen.insert(resource.to_owned(), fingerprint.to_owned());
     }
 
     /// Whether `resource`'s capture triggers were last found not firing,

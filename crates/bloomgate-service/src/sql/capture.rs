@@ -119,6 +119,18 @@ fn tag(parts: &[&str]) -> String {
     crate::wire::short_tag(parts)
 }
 
+/// FNV-1a, 64 bits: a tag of the current triggers' identities (a
+/// collision would hide one replacement, so wider than [`tag`]).
+fn fingerprint(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
 impl CaptureTarget {
     /// The prefix of every trigger (and PostgreSQL function) of this
     /// version and definition.
@@ -338,7 +350,8 @@ impl Database {
     /// its identity in the catalogue: on PostgreSQL each `pg_trigger`
     /// row's `oid` (new when it is made again, a partition's clone
     /// included) and `xmin` (new when the row is updated: `ENABLE` and
-    /// `DISABLE`, a rename); on MySQL and MariaDB its `CREATED` time (to
+    /// `DISABLE`, a rename), and the same of its function's `pg_proc` row
+    /// (`CREATE OR REPLACE FUNCTION`, an owner change); on MySQL and MariaDB its `CREATED` time (to
     /// the hundredth of a second; they have no disabled triggers); on
     /// SQLite nothing.
     async fn our_triggers(&self, table: &str) -> Result<Vec<(String, bool, String)>, StoreError> {
@@ -361,9 +374,11 @@ impl Database {
                  SELECT CAST(t.tgname AS TEXT), \
                    CAST(CASE WHEN bool_and(t.tgenabled IN ('O', 'A')) \
                      AND count(*) = (SELECT count(*) FROM rels) THEN 1 ELSE 0 END AS BIGINT), \
-                   CAST(string_agg(CAST(t.oid AS TEXT) || ':' || CAST(t.xmin AS TEXT), ',' \
+                   CAST(string_agg(CAST(t.oid AS TEXT) || ':' || CAST(t.xmin AS TEXT) \
+                     || ':' || CAST(p.oid AS TEXT) || ':' || CAST(p.xmin AS TEXT), ',' \
                      ORDER BY t.oid) AS TEXT) \
-                 FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) \
+                 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
+                 WHERE t.tgrelid IN (SELECT relid FROM rels) \
                  GROUP BY t.tgname",
                 p = self.ph(1)
             ),
@@ -425,7 +440,7 @@ impl Database {
         if state.is_current() && self.backend != Backend::Sqlite {
             identities.sort();
             let parts: Vec<&str> = identities.iter().map(String::as_str).collect();
-            state.fingerprint = Some(tag(&parts));
+            state.fingerprint = Some(fingerprint(&parts));
         }
         Ok(state)
     }

@@ -172,6 +172,17 @@ impl Outbox {
                     }
                 };
             if ok && gap {
+                // The triggers this rebuild is owed for: the ones checked,
+                // or those just installed. If others replace them before
+                // the next check, it finds them changed again.
+                let fingerprint = if current {
+                    state.fingerprint.clone()
+                } else {
+                    match self.store.capture_state(&t).await {
+                        Ok(now) => now.fingerprint,
+                        Err(_) => None,
+                    }
+                };
                 tracing::warn!(table = %t.table, resource = %t.resource, "capture triggers fire again after writes went unrecorded: rebuilding the filter on every instance");
                 // Untrusted before it stops being lost, so it never
                 // vouches in between.
@@ -184,7 +195,13 @@ impl Outbox {
                 if let Ok(seq) = self.max_seq().await {
                     self.note_rebuild_requested(&t.resource, seq + 1);
                 }
-                lock(&self.captured).announce.insert(t.resource.clone());
+                {
+                    let mut c = lock(&self.captured);
+                    if let Some(f) = &fingerprint {
+                        c.seen.insert(t.resource.clone(), f.clone());
+                    }
+                    c.announce.insert(t.resource.clone(), fingerprint);
+                }
             }
             {
                 let mut c = lock(&self.captured);
@@ -210,24 +227,24 @@ impl Outbox {
     /// answer). Each is recorded after its triggers fire again, so a
     /// rebuild that applies it scans every row of the gap.
     pub async fn announce_gaps(&self) {
-        let (owed, targets) = {
-            let c = lock(&self.captured);
-            let owed: Vec<String> = c.announce.iter().cloned().collect();
-            (owed, c.targets.clone())
-        };
-        for name in owed {
-            // The triggers that fire now: whoever finds them replaced
-            // after reading this request does not ask again.
-            let mut fingerprint = None;
-            if let Some(t) = targets.iter().find(|t| t.resource == name) {
-                if let Ok(state) = self.store.capture_state(t).await {
-                    fingerprint = state.fingerprint;
-                }
-            }
+        let owed: Vec<(String, Option<String>)> = lock(&self.captured)
+            .announce
+            .iter()
+            .map(|(name, f)| (name.clone(), f.clone()))
+            .collect();
+        for (name, fingerprint) in owed {
+            // Named for the triggers this instance rebuilt for: whoever
+            // finds those installed after reading it does not ask again.
             let key = crate::wire::capture_request_key(fingerprint.as_deref());
             match self.store.record_many(&name, &[key], kind::REBUILD).await {
                 Ok(()) => {
-                    lock(&self.captured).announce.remove(&name);
+                    {
+                        // Unless a later check owes another one meanwhile.
+                        let mut c = lock(&self.captured);
+                        if c.announce.get(&name) == Some(&fingerprint) {
+                            c.announce.remove(&name);
+                        }
+                    }
                     if let Some(f) = &fingerprint {
                         self.announced_for(&name, f);
                     }
