@@ -214,7 +214,7 @@ impl AppState {
         }
         // Without the outbox's own (a SELECT-only user), the server's.
         store.note_server_identity().await;
-        let capture_gaps = crate::feed::capture::install_missing(&store, &captured).await?;
+        let mut capture_gaps = crate::feed::capture::install_missing(&store, &captured).await?;
         // The SKU table exists now (with the demo): its watch column is
         // checked as a configured table's is.
         let sku_table = match &config.cache.watch_column {
@@ -231,14 +231,34 @@ impl AppState {
         let outbox = crate::feed::outbox::Outbox::new(store.clone(), &config.sql)
             .with_background(background.clone());
         // The triggers as they are now: a check that finds others made
-        // or enabled again in between owes a rebuild.
+        // or enabled again in between owes a rebuild, and so does a start
+        // that finds others than the fleet last saw (replaced while no
+        // instance ran: a positioned filter may lack the rows of the gap).
         for c in &captured {
-            if let Ok(crate::sql::CaptureState {
+            let Ok(crate::sql::CaptureState {
                 fingerprint: Some(f),
                 ..
             }) = store.capture_state(&c.target).await
-            {
-                outbox.saw_triggers(&c.name, &f);
+            else {
+                continue;
+            };
+            outbox.saw_triggers(&c.name, &f);
+            match store.capture_seen(&c.target).await {
+                Ok(Some(seen)) if seen != f => {
+                    tracing::warn!(table = %c.target.table, resource = %c.name, "the capture triggers were replaced while no instance ran: scanning the table, and asking every instance to rebuild");
+                    if !capture_gaps.contains(&c.name) {
+                        capture_gaps.push(c.name.clone());
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    if let Err(e) = store.note_capture_seen(&c.target, &f).await {
+                        tracing::debug!(error = %e, "the capture triggers' fingerprint was not noted");
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the capture triggers' fingerprint was not read")
+                }
             }
         }
         outbox.set_captured(

@@ -947,6 +947,74 @@ async fn a_start_after_a_capture_gap_scans_instead_of_restoring() {
     w.close().await;
 }
 
+/// Triggers replaced while no instance ran (dropped and made again around
+/// another program's insert, one transaction, PostgreSQL): they are there
+/// and current at the next start, but not the ones the fleet last saw, so
+/// the start scans instead of restoring its snapshot (which lacks the row).
+/// Before, the snapshot was restored and the row answered 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_replaced_while_no_instance_ran_postgres() {
+    let Some(url) = common::postgres_database("capture_replaced_stopped").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, None, "capture-replaced-stopped");
+    c.resources[0].bloom_snapshot_path = Some(dir.path().join("users.bgf"));
+    let restores = |stats: &serde_json::Value| {
+        common::counter(
+            stats,
+            &["resources", "users", "filter", "snapshot_restores"],
+        )
+    };
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    a.stop().await;
+    // Restored when nothing happened in between (a snapshot the first
+    // start stored before its own rebuild request may be refused once:
+    // the next stop stores another).
+    let mut a = TestServer::start(c.clone(), 0).await;
+    for _ in 0..2 {
+        if restores(&a.stats().await) == 1 {
+            break;
+        }
+        a.stop().await;
+        a = TestServer::start(c.clone(), 0).await;
+    }
+    assert_eq!(restores(&a.stats().await), 1);
+    let target = target_of("users");
+    let store = a.state.skus.source();
+    let create = store.capture_ddl(&target, &store.outbox_for_triggers().await.unwrap());
+    let trigger = target.trigger_names(store.backend())[0].clone();
+    a.stop().await;
+    let mut tx = w.begin().await.unwrap();
+    sqlx::query(&format!("DROP TRIGGER \"{trigger}\" ON users"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u940001', 'in the gap', 1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    for s in &create {
+        sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(entries(&w, "users", "u940001").await, 0);
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(restores(&a.stats().await), 0, "scanned");
+    assert_eq!(status(&a, "/api/users/u940001").await, 200);
+    assert_eq!(status(&a, "/api/users/u940002").await, 404);
+    a.stop().await;
+    // The start noted the new triggers: the next one restores again.
+    let a = TestServer::start(c, 0).await;
+    assert_eq!(restores(&a.stats().await), 1);
+    assert_eq!(status(&a, "/api/users/u940001").await, 200);
+    a.stop().await;
+    w.close().await;
+}
+
 /// Tables whose name starts with `bloomgate` in `url`'s database.
 async fn bloomgate_tables(pool: &sqlx::AnyPool, postgres: bool) -> i64 {
     let q = if postgres {

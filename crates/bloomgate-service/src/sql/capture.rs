@@ -134,7 +134,7 @@ fn fingerprint(parts: &[&str]) -> String {
 impl CaptureTarget {
     /// The prefix of every trigger (and PostgreSQL function) of this
     /// version and definition.
-    fn stem(&self) -> String {
+    pub(super) fn stem(&self) -> String {
         format!(
             "bloomgate_v{CAPTURE_VERSION}_{}",
             tag(&[&self.resource, &self.table, &self.key])

@@ -234,6 +234,84 @@ impl Database {
         Ok(row.is_none())
     }
 
+    /// The fingerprint of `t`'s triggers (`CaptureState::fingerprint`)
+    /// an instance last saw current, kept beside the outbox so that a
+    /// start can tell triggers replaced while no instance ran; `None`
+    /// before any was noted (or from an earlier release's outbox).
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub async fn capture_seen(
+        &self,
+        t: &super::CaptureTarget,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT value FROM bloomgate_outbox_state WHERE name = {}",
+            self.ph(1)
+        ))
+        .bind(seen_name(t))
+        .fetch_optional(&self.pool)
+        .within(&self.bg_limit, "capture check")
+        .await
+        .map_err(err("capture check"))?;
+        row.map(|r| r.try_get::<i64, _>(0).map(|v| format!("{:016x}", v as u64)))
+            .transpose()
+            .map_err(err("capture check"))
+    }
+
+    /// Notes `fingerprint` as the triggers of `t` last seen current (see
+    /// [`Database::capture_seen`]); every instance that sees them notes
+    /// the same value.
+    ///
+    /// # Errors
+    /// [`StoreError`]; a fingerprint that is not one is ignored.
+    pub async fn note_capture_seen(
+        &self,
+        t: &super::CaptureTarget,
+        fingerprint: &str,
+    ) -> Result<(), StoreError> {
+        let Ok(value) = u64::from_str_radix(fingerprint, 16) else {
+            return Ok(());
+        };
+        let value = value as i64;
+        let name = seen_name(t);
+        let updated = sqlx::query(&format!(
+            "UPDATE bloomgate_outbox_state SET value = {} WHERE name = {}",
+            self.ph(1),
+            self.ph(2)
+        ))
+        .bind(value)
+        .bind(name.clone())
+        .execute(&self.pool)
+        .within(&self.bg_limit, "capture check")
+        .await
+        .map_err(err("capture check"))?
+        .rows_affected();
+        if updated > 0 {
+            return Ok(());
+        }
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO bloomgate_outbox_state (name, value) VALUES ({}, {})",
+            self.ph(1),
+            self.ph(2)
+        ))
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .within(&self.bg_limit, "capture check")
+        .await;
+        match inserted {
+            Ok(_) => Ok(()),
+            // Another instance inserted it meanwhile: the same value, or
+            // one its next check notes again.
+            Err(e) if self.capture_seen(t).await.is_ok_and(|v| v.is_some()) => {
+                tracing::debug!(error = %e, "capture fingerprint noted by another instance");
+                Ok(())
+            }
+            Err(e) => Err(err("capture check")(e)),
+        }
+    }
+
     /// The largest seq older than `age_ms` (0 if none) and the smallest
     /// seq held (0 if none), in one statement.
     pub(crate) async fn outbox_trim_bounds(&self, age_ms: i64) -> Result<(i64, i64), StoreError> {
@@ -330,4 +408,10 @@ impl Doorbell {
             .map(|n| n.is_some())
             .map_err(err("outbox listen"))
     }
+}
+
+/// The outbox-state row of `t`'s last seen triggers: `seen:` and their
+/// stem (version and definition tag), within the column's 64 characters.
+fn seen_name(t: &super::CaptureTarget) -> String {
+    format!("seen:{}", t.stem())
 }

@@ -227,11 +227,15 @@ impl Outbox {
     /// answer). Each is recorded after its triggers fire again, so a
     /// rebuild that applies it scans every row of the gap.
     pub async fn announce_gaps(&self) {
-        let owed: Vec<(String, Option<String>)> = lock(&self.captured)
-            .announce
-            .iter()
-            .map(|(name, f)| (name.clone(), f.clone()))
-            .collect();
+        let (owed, targets): (Vec<(String, Option<String>)>, _) = {
+            let c = lock(&self.captured);
+            let owed = c
+                .announce
+                .iter()
+                .map(|(name, f)| (name.clone(), f.clone()))
+                .collect();
+            (owed, c.targets.clone())
+        };
         for (name, fingerprint) in owed {
             // Named for the triggers this instance rebuilt for: whoever
             // finds those installed after reading it does not ask again.
@@ -247,6 +251,13 @@ impl Outbox {
                     }
                     if let Some(f) = &fingerprint {
                         self.announced_for(&name, f);
+                        // Asked for: a start that finds these triggers
+                        // owes nothing more.
+                        if let Some(t) = targets.iter().find(|t| t.resource == name) {
+                            if let Err(e) = self.store.note_capture_seen(t, f).await {
+                                tracing::debug!(error = %e, "the capture triggers' fingerprint was not noted");
+                            }
+                        }
                     }
                     // At or past the entry just recorded: no filter whose
                     // scan began before it is adopted here.
