@@ -903,6 +903,41 @@ async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
     w.close().await;
 }
 
+/// Snapshot restores of the `users` filter so far.
+fn restores(stats: &serde_json::Value) -> i64 {
+    common::counter(
+        stats,
+        &["resources", "users", "filter", "snapshot_restores"],
+    )
+}
+
+/// `captured` with a snapshot of `users` in `dir`.
+fn snapshotted(url: &str, dir: &tempfile::TempDir, label: &str) -> Config {
+    let mut c = captured(url, None, label);
+    c.resources[0].bloom_snapshot_path = Some(dir.path().join("users.bgf"));
+    c
+}
+
+/// Starts, stops, and starts again until the start restores the
+/// snapshot, as it does when nothing happened in between (one the first
+/// start stored before its own rebuild request may be refused once: the
+/// next stop stores another); returns that instance.
+async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    a.stop().await;
+    let mut a = TestServer::start(c.clone(), 0).await;
+    for _ in 0..2 {
+        if restores(&a.stats().await) == 1 {
+            break;
+        }
+        a.stop().await;
+        a = TestServer::start(c.clone(), 0).await;
+    }
+    assert_eq!(restores(&a.stats().await), 1);
+    a
+}
+
 /// A start that finds the triggers missing (dropped while no instance
 /// ran, a row inserted meanwhile) installs them and scans: the snapshot,
 /// positioned in the outbox, lacks the row and no entry names it.
@@ -913,21 +948,8 @@ async fn a_start_after_a_capture_gap_scans_instead_of_restoring() {
     let url = common::sqlite_url(&dir);
     let w = sql_pool(&url).await;
     users_table(&w).await;
-    let mut c = captured(&url, None, "capture-gap-start");
-    c.resources[0].bloom_snapshot_path = Some(dir.path().join("users.bgf"));
-    let restores = |stats: &serde_json::Value| {
-        common::counter(
-            stats,
-            &["resources", "users", "filter", "snapshot_restores"],
-        )
-    };
-    let a = TestServer::start(c.clone(), 0).await;
-    assert_eq!(status(&a, "/api/users/u000001").await, 200);
-    a.stop().await;
-    // Restored when nothing happened in between.
-    let a = TestServer::start(c.clone(), 0).await;
-    assert_eq!(restores(&a.stats().await), 1);
-    a.stop().await;
+    let c = snapshotted(&url, &dir, "capture-gap-start");
+    restored_after_a_quiet_restart(&c).await.stop().await;
     let target = target_of("users");
     let store = bloomgate_service::sql::Database::connect_unmigrated(
         &url,
@@ -960,29 +982,8 @@ async fn triggers_replaced_while_no_instance_ran_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let w = sql_pool(&url).await;
     users_table(&w).await;
-    let mut c = captured(&url, None, "capture-replaced-stopped");
-    c.resources[0].bloom_snapshot_path = Some(dir.path().join("users.bgf"));
-    let restores = |stats: &serde_json::Value| {
-        common::counter(
-            stats,
-            &["resources", "users", "filter", "snapshot_restores"],
-        )
-    };
-    let a = TestServer::start(c.clone(), 0).await;
-    assert_eq!(status(&a, "/api/users/u000001").await, 200);
-    a.stop().await;
-    // Restored when nothing happened in between (a snapshot the first
-    // start stored before its own rebuild request may be refused once:
-    // the next stop stores another).
-    let mut a = TestServer::start(c.clone(), 0).await;
-    for _ in 0..2 {
-        if restores(&a.stats().await) == 1 {
-            break;
-        }
-        a.stop().await;
-        a = TestServer::start(c.clone(), 0).await;
-    }
-    assert_eq!(restores(&a.stats().await), 1);
+    let c = snapshotted(&url, &dir, "capture-replaced-stopped");
+    let a = restored_after_a_quiet_restart(&c).await;
     let target = target_of("users");
     let store = a.state.skus.source();
     let create = store.capture_ddl(&target, &store.outbox_for_triggers().await.unwrap());
