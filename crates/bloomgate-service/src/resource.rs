@@ -481,6 +481,16 @@ impl<R: Guarded> Resource<R> {
         }
     }
 
+    /// At a start that scans after a capture gap: the shared filter, which
+    /// outlives the fleet, is filled again unless this start made it.
+    pub(crate) fn fill_shared_after_a_gap(&self) {
+        if let crate::resource::reader::Mode::Redis(shared) = self.reader.mode() {
+            if !shared.created_here {
+                shared.fill_in_background();
+            }
+        }
+    }
+
     /// The table whose rebuilds the doorbell leads, watched or not (the
     /// default resource, which keeps no epoch counter of its own).
     fn is_led_by_doorbell(&self) -> bool {

@@ -400,7 +400,11 @@ impl Start<'_> {
         if scans {
             // A first install too: no warning (the periodic check warns
             // when it finds triggers gone at run time).
-            tracing::info!(resource = %r.name, "capture triggers were missing at start (a first install, or dropped since): writes before them are in no outbox entry, so the filter is scanned; no snapshot or epoch is adopted");
+            tracing::info!(resource = %r.name, "capture triggers were missing or replaced at start (a first install, or changed since): writes before them may be in no outbox entry, so the filter is scanned; no snapshot or epoch is adopted");
+            // A shared filter outlives the fleet: it may lack those rows
+            // too, and this instance's own rebuild request does not reach
+            // it (its "no" waits for the fill).
+            r.fill_shared_after_a_gap();
         }
         let start = if self.outbox_on && may_adopt && !scans {
             r.start_from().await

@@ -235,30 +235,49 @@ impl AppState {
         // that finds others than the fleet last saw (replaced while no
         // instance ran: a positioned filter may lack the rows of the gap).
         for c in &captured {
-            let Ok(crate::sql::CaptureState {
-                fingerprint: Some(f),
-                ..
-            }) = store.capture_state(&c.target).await
-            else {
-                continue;
+            let gap = |gaps: &mut Vec<String>, why: &str| {
+                tracing::warn!(table = %c.target.table, resource = %c.name, "{why}: scanning the table, and asking every instance to rebuild");
+                if !gaps.contains(&c.name) {
+                    gaps.push(c.name.clone());
+                }
+            };
+            let f = match store.capture_state(&c.target).await {
+                Ok(crate::sql::CaptureState {
+                    fingerprint: Some(f),
+                    ..
+                }) => f,
+                // SQLite, or triggers that are not all current (found by
+                // the install above).
+                Ok(_) => continue,
+                Err(_) => {
+                    gap(
+                        &mut capture_gaps,
+                        "the capture triggers could not be read at start",
+                    );
+                    continue;
+                }
             };
             outbox.saw_triggers(&c.name, &f);
             match store.capture_seen(&c.target).await {
                 Ok(Some(seen)) if seen != f => {
-                    tracing::warn!(table = %c.target.table, resource = %c.name, "the capture triggers were replaced while no instance ran: scanning the table, and asking every instance to rebuild");
-                    if !capture_gaps.contains(&c.name) {
-                        capture_gaps.push(c.name.clone());
-                    }
+                    gap(
+                        &mut capture_gaps,
+                        "the capture triggers were replaced while no instance ran",
+                    );
                 }
                 Ok(Some(_)) => {}
+                // A first start: noted now, unless a rebuild request is
+                // owed (noted once it is recorded).
+                Ok(None) if capture_gaps.contains(&c.name) => {}
                 Ok(None) => {
                     if let Err(e) = store.note_capture_seen(&c.target, &f).await {
-                        tracing::debug!(error = %e, "the capture triggers' fingerprint was not noted");
+                        tracing::warn!(error = %e, "the capture triggers' identity was not kept: a start that cannot compare with it scans");
                     }
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "the capture triggers' fingerprint was not read")
-                }
+                Err(_) => gap(
+                    &mut capture_gaps,
+                    "the capture triggers last seen could not be read at start",
+                ),
             }
         }
         outbox.set_captured(

@@ -667,6 +667,11 @@ async fn replaced_between_checks(url: &str, label: &str) {
         on_every(&[&a, &b], &format!("/api/users/{id}"), 404, BOUND).await;
         let lost = a.state.outbox.counters.capture_lost.load(Relaxed);
         let insert = format!("INSERT INTO users VALUES ('{id}', 'in the gap', 1)");
+        if !postgres && attempt > 0 {
+            // `CREATED` counts hundredths of a second: the trigger made
+            // again must not share the last one's.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
         let made = if postgres {
             // DDL is transactional here: no check can see the gap.
             let mut tx = w.begin().await.unwrap();
@@ -736,7 +741,7 @@ async fn replaced_between_checks(url: &str, label: &str) {
     // Later checks find the same triggers: no more requests (B rebuilds
     // once per request it reads; a request recorded slowly may be
     // recorded twice, so the count starts once that has settled).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let rebuilds = b.state.outbox.counters.rebuilds.load(Relaxed);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(b.state.outbox.counters.rebuilds.load(Relaxed), rebuilds);
@@ -919,9 +924,9 @@ fn snapshotted(url: &str, dir: &tempfile::TempDir, label: &str) -> Config {
 }
 
 /// Starts, stops, and starts again until the start restores the
-/// snapshot, as it does when nothing happened in between (one the first
-/// start stored before its own rebuild request may be refused once: the
-/// next stop stores another); returns that instance.
+/// snapshot, as it does when nothing happened in between (in one run of
+/// eight the first snapshot was not restored, for a reason not yet
+/// found: the next stop stores another); returns that instance.
 async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
     let a = TestServer::start(c.clone(), 0).await;
     assert_eq!(status(&a, "/api/users/u000001").await, 200);
@@ -1013,6 +1018,41 @@ async fn triggers_replaced_while_no_instance_ran_postgres() {
     assert_eq!(restores(&a.stats().await), 1);
     assert_eq!(status(&a, "/api/users/u940001").await, 200);
     a.stop().await;
+    w.close().await;
+}
+
+/// A start after a capture gap in `redis` mode: the shared filter outlives
+/// the instance, so the start fills it again (the start's own rebuild
+/// request does not reach it). Before, it lacked the row written while
+/// the trigger was gone, and answered 404 for it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_after_a_capture_gap_fills_the_shared_filter_again() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    let mut c = captured(&url, Some(&redis), "capture-gap-start-redis");
+    let prefix = c.cache.redis_prefix.clone();
+    common::redis_clear(&redis, &prefix).await;
+    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    assert_eq!(status(&a, "/api/users/u940001").await, 404);
+    let target = target_of("users");
+    let trigger = target.trigger_names(a.state.skus.source().backend())[0].clone();
+    a.stop().await;
+    exec(&w, &format!("DROP TRIGGER \"{trigger}\"")).await;
+    exec(&w, "INSERT INTO users VALUES ('u940001', 'in the gap', 1)").await;
+    let a = TestServer::start(c, 0).await;
+    let shared = a.state.resources[0].shared().unwrap().clone();
+    eventually(5, "the fill ended", || async { !shared.fill_owed() }).await;
+    assert_eq!(status(&a, "/api/users/u940001").await, 200);
+    assert_eq!(status(&a, "/api/users/u949999").await, 404);
+    a.stop().await;
+    common::redis_clear(&redis, &prefix).await;
     w.close().await;
 }
 

@@ -189,6 +189,9 @@ pub struct SharedFilter {
     pub counters: Arc<SharedCounters>,
     /// The instance's shutdown signal (ends a refill).
     background: crate::tasks::Background,
+    /// Made (and filled) by this instance's start: it holds every row
+    /// written before its fill's scan.
+    pub(crate) created_here: bool,
 }
 
 impl std::fmt::Debug for SharedFilter {
@@ -357,6 +360,7 @@ impl SharedFilter {
             pending: Arc::default(),
             counters: Arc::default(),
             background: crate::tasks::Background::new(),
+            created_here: created,
         };
         if created {
             shared.fill().await;

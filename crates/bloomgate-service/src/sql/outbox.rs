@@ -302,8 +302,9 @@ impl Database {
         .await;
         match inserted {
             Ok(_) => Ok(()),
-            // Another instance inserted it meanwhile: the same value, or
-            // one its next check notes again.
+            // Another instance inserted it meanwhile (the same triggers'
+            // value, or, if they changed in between, one the next start
+            // finds different: a scan more, never one less).
             Err(e) if self.capture_seen(t).await.is_ok_and(|v| v.is_some()) => {
                 tracing::debug!(error = %e, "capture fingerprint noted by another instance");
                 Ok(())

@@ -255,7 +255,7 @@ impl Outbox {
                         // owes nothing more.
                         if let Some(t) = targets.iter().find(|t| t.resource == name) {
                             if let Err(e) = self.store.note_capture_seen(t, f).await {
-                                tracing::debug!(error = %e, "the capture triggers' fingerprint was not noted");
+                                tracing::warn!(resource = %name, error = %e, "the capture triggers' identity was not kept: the next start scans");
                             }
                         }
                     }
