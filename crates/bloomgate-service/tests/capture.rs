@@ -767,6 +767,14 @@ async fn triggers_replaced_between_two_checks_postgres() {
     replaced_between_checks(&url, "capture-replaced-postgres").await;
 }
 
+/// `captured` in `redis` mode for `users`, its Redis prefix cleared.
+async fn shared_mode(url: &str, redis: &str, label: &str) -> Config {
+    let mut c = captured(url, Some(redis), label);
+    common::redis_clear(redis, &c.cache.redis_prefix).await;
+    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
+    c
+}
+
 /// The same gap in `redis` mode, where the shared filter alone answers:
 /// it is filled again from the source once the triggers fire again (the
 /// other instance too applies the rebuild entry), and its "no" is not a
@@ -781,10 +789,8 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     let url = common::sqlite_url(&dir);
     let w = sql_pool(&url).await;
     users_table(&w).await;
-    let mut c = captured(&url, Some(&redis), "capture-gap-redis");
-    common::redis_clear(&redis, &c.cache.redis_prefix).await;
+    let mut c = shared_mode(&url, &redis, "capture-gap-redis").await;
     c.sql.outbox_gap_ms = 200;
-    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
     let mut checks = c.clone();
     checks.sql.outbox_retention_secs = 1;
     let a = TestServer::start(checks, 0).await;
@@ -836,15 +842,13 @@ async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
         .map(|i| format!("('u5{i:05}', 'bulk {i}', {i})"))
         .collect();
     exec(&w, &format!("INSERT INTO users VALUES {}", rows.join(", "))).await;
-    let mut c = captured(&url, Some(&redis), "capture-fill-absorbed");
-    common::redis_clear(&redis, &c.cache.redis_prefix).await;
+    let mut c = shared_mode(&url, &redis, "capture-fill-absorbed").await;
     c.sql.outbox_gap_ms = 200;
     c.sql.outbox_retention_secs = 1;
     c.cache.bloom_scan_rows_per_sec = 400;
     // Sized for the rows: the shared filter's "no" is then exact enough
     // to tell (overfilled, most keys would answer "maybe").
     c.resources[0].bloom_expected = 100_000;
-    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
     let s = TestServer::start(c, 0).await;
     // Built (8 s at the limit) and vouching.
     on_every(&[&s], "/api/users/u000000", 404, 30).await;
@@ -1034,10 +1038,8 @@ async fn a_start_after_a_capture_gap_fills_the_shared_filter_again() {
     let url = common::sqlite_url(&dir);
     let w = sql_pool(&url).await;
     users_table(&w).await;
-    let mut c = captured(&url, Some(&redis), "capture-gap-start-redis");
+    let c = shared_mode(&url, &redis, "capture-gap-start-redis").await;
     let prefix = c.cache.redis_prefix.clone();
-    common::redis_clear(&redis, &prefix).await;
-    c.resources[0].bloom_mode = Some(bloomgate_service::config::BloomMode::Redis);
     let a = TestServer::start(c.clone(), 0).await;
     assert_eq!(status(&a, "/api/users/u000001").await, 200);
     assert_eq!(status(&a, "/api/users/u940001").await, 404);
