@@ -246,7 +246,7 @@ impl AppState {
                     fingerprint: Some(f),
                     ..
                 }) => f,
-                // SQLite, or triggers that are not all current (found by
+                // Triggers that are not all current (found by
                 // the install above).
                 Ok(_) => continue,
                 Err(_) => {

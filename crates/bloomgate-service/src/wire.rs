@@ -25,15 +25,28 @@ pub mod kind {
 /// The key prefix of a rebuild entry (`kind::REBUILD`) asked for once a
 /// table's capture triggers fire again: `capture:{fingerprint}` names
 /// those triggers (`CaptureState::fingerprint`), so an instance that
-/// finds them replaced after reading it does not ask again. Other
-/// rebuild entries have an empty key; older releases read the kind alone.
+/// finds them replaced after reading it does not ask again. Older
+/// releases read the kind alone.
 pub const CAPTURE_REQUEST: &str = "capture:";
 
+/// The key prefix of every other rebuild entry: `request:{16 hex}`, new
+/// for each request. An entry whose insert was slow is recorded again
+/// (`Database::record_many`), and both copies carry one key, so a
+/// follower that read one acts on the other no more. Older releases
+/// wrote an empty key, which is acted on each time.
+pub const REBUILD_REQUEST: &str = "request:";
+
 /// The key of a rebuild entry asked for once `fingerprint`'s triggers
-/// fire ([`CAPTURE_REQUEST`]; empty without one).
+/// fire ([`CAPTURE_REQUEST`]; a [`rebuild_request_key`] without one).
 #[must_use]
 pub fn capture_request_key(fingerprint: Option<&str>) -> String {
-    fingerprint.map_or_else(String::new, |f| format!("{CAPTURE_REQUEST}{f}"))
+    fingerprint.map_or_else(rebuild_request_key, |f| format!("{CAPTURE_REQUEST}{f}"))
+}
+
+/// A new key for a rebuild entry ([`REBUILD_REQUEST`]).
+#[must_use]
+pub fn rebuild_request_key() -> String {
+    format!("{REBUILD_REQUEST}{:016x}", fastrand::u64(..))
 }
 
 /// The namespace of SKU values: `{prefix}sku:{id}`.

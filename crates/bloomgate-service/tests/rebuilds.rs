@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -310,4 +311,64 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     assert_eq!(gate.stats().last_rebuild_error, None);
     raw.close().await;
     server.stop().await;
+}
+
+/// A rebuild request whose insert was slow is recorded a second time (a
+/// follower may have given its number up as a gap), and the other
+/// instances act on it once. A records every request twice here (half of
+/// `sql.outbox_gap_ms` rounds to no time at all); B reads both copies and
+/// rebuilds once. Before, each copy was a fleet-wide rebuild of its own:
+/// minutes of scanning per instance on a large table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_request_recorded_twice_rebuilds_each_instance_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::sqlite_url(&dir);
+    let w = common::sql_pool(&db).await;
+    common::users_table(&w, &["u000001", "u000002"]).await;
+    let mut c = common::config(&db, None, "rebuild-twice");
+    c.resources.push(common::users_resource("users"));
+    let mut slow = c.clone();
+    slow.sql.outbox_gap_ms = 1;
+    let a = TestServer::start(slow, 0).await;
+    let b = TestServer::start(c, 0).await;
+    for s in [&a, &b] {
+        eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    }
+    let requests = || async {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT item_key FROM bloomgate_changes WHERE resource = 'users' AND kind = 'r' ORDER BY seq",
+        )
+        .fetch_all(&w)
+        .await
+        .unwrap();
+        rows.into_iter().map(|r| r.0).collect::<Vec<_>>()
+    };
+    let before = requests().await.len();
+    let rebuilds = b.state.outbox.counters.rebuilds.load(Relaxed);
+    let (status, body) = a
+        .send(Method::POST, "/api/users/warm", Some(WARM_AND_REBUILD))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually(5, "the request recorded twice", || async {
+        requests().await.len() == before + 2
+    })
+    .await;
+    let keys = requests().await;
+    let (first, copy) = (&keys[before], &keys[before + 1]);
+    assert_eq!(first, copy, "one request, two entries");
+    assert!(!first.is_empty(), "the request carries its own key");
+    // B read both copies (the next poll, 100 ms without a doorbell).
+    let polls = b.state.outbox.counters.polls.load(Relaxed);
+    eventually(3, "B polled past both", || async {
+        b.state.outbox.counters.polls.load(Relaxed) > polls + 2
+    })
+    .await;
+    assert_eq!(
+        b.state.outbox.counters.rebuilds.load(Relaxed),
+        rebuilds + 1,
+        "B acted on the request once"
+    );
+    a.stop().await;
+    b.stop().await;
+    w.close().await;
 }

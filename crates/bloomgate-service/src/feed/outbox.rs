@@ -203,7 +203,17 @@ struct Follow {
     /// The entry at `cursor` as read: every read starts at it again, to
     /// notice the outbox going back (see `follow`'s `rewound`).
     at_cursor: Option<Entry>,
+    /// The keys of the rebuild entries read lately, `(resource, key)`, at
+    /// most [`REQUESTS_KEPT`]: a copy of one (recorded again after a slow
+    /// insert, or a second instance asking for the same triggers) is not
+    /// acted on again.
+    requests_read: std::collections::VecDeque<(String, String)>,
 }
+
+/// Rebuild-entry keys remembered (see `Follow::requests_read`): copies
+/// follow within `sql.outbox_gap_ms`, or while SQL is down, and requests
+/// are rare.
+const REQUESTS_KEPT: usize = 256;
 
 impl Follow {
     /// Gives up `from..=to` as gaps: watched as late (see [`late`]).
@@ -422,6 +432,24 @@ impl Outbox {
             .get(resource)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Whether a rebuild entry of `resource` keyed `key` is the first read
+    /// here (noted now). Empty keys (older releases) are always first.
+    fn first_request(&self, resource: &str, key: &str) -> bool {
+        if key.is_empty() {
+            return true;
+        }
+        let mut f = lock(&self.follow);
+        let read = &mut f.requests_read;
+        if read.iter().any(|(r, k)| r == resource && k == key) {
+            return false;
+        }
+        if read.len() == REQUESTS_KEPT {
+            read.pop_front();
+        }
+        read.push_back((resource.to_owned(), key.to_owned()));
+        true
     }
 
     /// Notes that a rebuild of `resource` was asked for at `seq`: a

@@ -225,7 +225,11 @@ impl<R: Guarded> Resource<R> {
         }
         let recorded = self
             .store
-            .record_many(&self.name, &[String::new()], crate::wire::kind::REBUILD)
+            .record_many(
+                &self.name,
+                &[crate::wire::rebuild_request_key()],
+                crate::wire::kind::REBUILD,
+            )
             .await;
         match recorded {
             Ok(()) => {

@@ -80,9 +80,8 @@ pub struct CaptureState {
     pub wanted: usize,
     /// Where every current trigger fires: a tag of their identities in
     /// the catalogue ([`Database::capture_state`]), which changes when
-    /// one is dropped and made again or disabled and enabled again.
-    /// `None` on SQLite, whose catalogue keeps no such identity, and
-    /// while they are not all current.
+    /// one is dropped and made again or disabled and enabled again (on
+    /// SQLite any DDL). `None` while they are not all current.
     pub fingerprint: Option<String>,
 }
 
@@ -352,12 +351,13 @@ impl Database {
     /// included) and `xmin` (new when the row is updated: `ENABLE` and
     /// `DISABLE`, a rename), and the same of its function's `pg_proc` row
     /// (`CREATE OR REPLACE FUNCTION`, an owner change); on MySQL and MariaDB its `CREATED` time (to
-    /// the hundredth of a second; they have no disabled triggers); on
-    /// SQLite nothing.
+    /// the hundredth of a second; no disabled triggers); on SQLite the
+    /// schema's version (any DDL moves it: it costs a rebuild).
     async fn our_triggers(&self, table: &str) -> Result<Vec<(String, bool, String)>, StoreError> {
         let sql = match self.backend {
             Backend::Sqlite => format!(
-                "SELECT name, 1, '' FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
+                "SELECT name, 1, (SELECT CAST(schema_version AS TEXT) FROM pragma_schema_version) \
+                 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = {}",
                 self.ph(1)
             ),
             Backend::MySql => format!(
@@ -437,7 +437,7 @@ impl Database {
                 state.others.push(name);
             }
         }
-        if state.is_current() && self.backend != Backend::Sqlite {
+        if state.is_current() {
             identities.sort();
             let parts: Vec<&str> = identities.iter().map(String::as_str).collect();
             state.fingerprint = Some(fingerprint(&parts));

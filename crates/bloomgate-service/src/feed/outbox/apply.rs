@@ -145,7 +145,13 @@ impl Outbox {
             if let Some(fingerprint) = e.key.strip_prefix(crate::wire::CAPTURE_REQUEST) {
                 self.announced_for(&e.resource, fingerprint);
             }
+            // Noted even when covered: a copy read later is covered too.
+            let first = self.first_request(&e.resource, &e.key);
             if own || e.seq <= self.rebuilds_covered(&e.resource) {
+                return;
+            }
+            if !first {
+                tracing::debug!(seq = e.seq, resource = %e.resource, key = %e.key, "change outbox: a rebuild request read before; not acted on again");
                 return;
             }
             tracing::info!(

@@ -75,7 +75,11 @@ impl Outbox {
         if lock(&self.follow).late.growth_owed {
             for (name, _) in self.tables() {
                 self.store
-                    .record_many(&name, &[String::new()], crate::wire::kind::REBUILD)
+                    .record_many(
+                        &name,
+                        &[crate::wire::rebuild_request_key()],
+                        crate::wire::kind::REBUILD,
+                    )
                     .await?;
             }
             lock(&self.follow).late.growth_owed = false;
