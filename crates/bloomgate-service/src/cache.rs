@@ -35,7 +35,7 @@ pub use guard::BreakerState;
 use guard::{deliver_owed, BreakerWatch, Doubling, Guard, Owed};
 pub use l1::L1;
 pub use lease::{Lease, LEASE_MS, LEASE_PREFIX};
-use lease::{FILL_IF_LEASED, LEASE_IF_EMPTY, LOOKUP_OR_LEASE};
+use lease::{FILL_IF_LEASED, LEASE_IF_EMPTY, LEASE_IF_HOLDS, LOOKUP_OR_LEASE};
 
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
@@ -543,6 +543,26 @@ impl RedisTier {
         let mut conn = self.conn.clone();
         self.guarded(redis::cmd("GET").arg(key).query_async(&mut conn))
             .await
+    }
+
+    /// Leases an id's key only while it still holds `held` (no change of
+    /// the id was applied since it was read); `None` otherwise.
+    ///
+    /// # Errors
+    /// [`CacheError`] (counted).
+    pub async fn lease_if_holds(
+        &self,
+        id: impl std::fmt::Display,
+        held: &[u8],
+    ) -> Result<Option<Lease>, CacheError> {
+        let (key, new) = (self.key(id), Lease::new());
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(LEASE_IF_HOLDS).arg(1).arg(&key).arg(held);
+        cmd.arg(&new.token).arg(LEASE_MS);
+        let took: i64 = self
+            .guarded(cmd.query_async(&mut self.conn.clone()))
+            .await?;
+        Ok((took == 1 && !self.guard.owed.contains(&key)).then_some(new))
     }
 
     /// The raw value under an id's key (for inspection and tests).

@@ -900,6 +900,18 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         assert_eq!(v["error"], "not_found", "the gate's refusal ({i}): {body}");
     }
     assert_eq!(up.seen.at(gone), 4, "answered without the upstream");
+    // Both Hosts' 404s are kept, on both instances: clients that
+    // alternate between two names are not all forwarded. Before, each
+    // request of the other Host took the memory over.
+    for s in [&b, &a] {
+        let r = s
+            .client
+            .get(gate_url(s, gone))
+            .header("host", "evil.example");
+        assert_eq!(r.send().await.unwrap().status(), 404);
+        assert_eq!(get(s, gone).await.0, 404);
+    }
+    assert_eq!(up.seen.at(gone), 4, "one Host's 404 dropped the other's");
     // The auth-request check answers from the memory too.
     let r = b
         .client

@@ -163,6 +163,17 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
         2,
         "two refused fills"
     );
+    // A key is taken over only while it holds what was read: a change's
+    // DEL (or another value) in between refuses the lease.
+    let held = tier.raw(4).await.unwrap().unwrap();
+    assert_eq!(tier.lease_if_holds(4, b"other").await.unwrap(), None);
+    assert_eq!(tier.raw(4).await.unwrap().as_deref(), Some(&*held));
+    let taken = tier.lease_if_holds(4, held.as_bytes()).await.unwrap();
+    let taken = taken.expect("leased while it holds what was read");
+    assert!(tier.fill(4, &taken, Some(&sku)).await.unwrap());
+    tier.invalidate(4).await.unwrap();
+    assert_eq!(tier.lease_if_holds(4, held.as_bytes()).await.unwrap(), None);
+    assert_eq!(tier.raw(4).await.unwrap(), None, "nothing set after a DEL");
     server.stop().await;
 }
 

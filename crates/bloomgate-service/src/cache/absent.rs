@@ -19,10 +19,15 @@
 //! after an instance applied that create, and one stored before is
 //! deleted by each instance as it applies it.
 //!
-//! A memory is the answer to one request: the key's canonical path, no
-//! query, no credentials (the gate stores no other), asked of one `Host`.
-//! It answers later requests for the same `Host` only: a virtual host
-//! the upstream does not serve must not refuse the key for the others.
+//! A memory is the answer to requests for the key's canonical path, no
+//! query, no credentials (the gate stores no other), each asked of one
+//! `Host`. It answers later requests for those `Host`s only: a virtual
+//! host the upstream does not serve must not refuse the key for the
+//! others. A request of another `Host` that the upstream answers 404
+//! adds its `Host` (at most [`MAX_HOSTS`], the oldest go), so clients
+//! that alternate between two names of one API are both answered; the
+//! memory then counts its age from its oldest `Host`'s request, so no
+//! 404 is kept past the route's `cache_not_found_secs`.
 //!
 //! A create nobody applied (every instance was down when it committed,
 //! and each started past it) deletes nothing, so a memory in Redis
@@ -53,6 +58,9 @@ use crate::sync::lock;
 
 /// Shards of the change counters.
 const SHARDS: usize = 64;
+
+/// `Host`s one memory answers at most.
+pub const MAX_HOSTS: usize = 8;
 
 /// How far the fleet's clocks may disagree: a memory in Redis is trusted
 /// only when forwarded this long after the instance's last loss of track.
@@ -96,21 +104,59 @@ pub struct Ticket {
     at: i64,
     /// The wall-clock time it was forwarded at (ms).
     t: u64,
+    /// Other `Host`s the key's memory answered when this request was
+    /// forwarded, and when the oldest of them was forwarded: kept with
+    /// its 404.
+    others: Vec<Box<str>>,
+    oldest: u64,
 }
 
 /// A memory in Redis: where the change feed was when its request was
 /// forwarded, when (ms since the Unix epoch), and the `Host` it was asked
-/// of (JSON `{"at":…,"host":…,"t":…}`).
+/// of (JSON `{"at":…,"host":…,"t":…}`), with the other `Host`s it
+/// answers (`"hosts":[…]`, absent when none; the previous release reads
+/// `host` alone; the oldest first). With other `Host`s, `at` and `t` are
+/// the oldest request's.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Stamp {
     at: i64,
     host: Box<str>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    hosts: Vec<Box<str>>,
     t: u64,
 }
 
-/// A memory in process: the `Host` it was asked of.
-fn held(host: &str) -> Entry<Box<str>> {
-    Entry::Found(super::Cached::new(host.into()))
+impl Stamp {
+    fn answers(&self, host: &str) -> bool {
+        *self.host == *host || self.hosts.iter().any(|h| **h == *host)
+    }
+
+    /// Every `Host`, the oldest first (`host` asked last).
+    fn all(&self) -> impl Iterator<Item = &str> {
+        self.hosts
+            .iter()
+            .map(|h| &**h)
+            .chain(std::iter::once(&*self.host))
+    }
+}
+
+/// A memory in process: when its oldest request was forwarded (ms), then
+/// the `Host`s it answers, the oldest first, space-separated (a `Host`
+/// it keys on has no space: see the gate's `plain_host`).
+fn held<'a>(t: u64, hosts: impl Iterator<Item = &'a str>) -> Entry<Box<str>> {
+    let mut s = t.to_string();
+    for h in hosts {
+        s.push(' ');
+        s.push_str(h);
+    }
+    Entry::Found(super::Cached::new(s.into()))
+}
+
+/// [`held`]'s time and `Host`s.
+fn holding(held: &str) -> (u64, impl Iterator<Item = &str>) {
+    let mut parts = held.split(' ');
+    let t = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
+    (t, parts)
 }
 
 /// Counters of one memory.
@@ -214,6 +260,13 @@ where
         &self.inner.counters
     }
 
+    /// Whether a memory whose oldest request was forwarded at `t` is
+    /// still within the route's time.
+    fn fresh(&self, t: u64, now: u64) -> bool {
+        let ttl = u64::try_from(self.inner.ttl.as_millis()).unwrap_or(u64::MAX);
+        t.saturating_add(ttl) > now
+    }
+
     /// Whether the upstream's 404 for `key`, asked of `host`, is
     /// remembered. `lease`: take Redis's lease on a miss, for a request
     /// about to be forwarded (the auth-request check never sees the
@@ -222,24 +275,41 @@ where
         // The counter first: a change applied after this point stops the
         // store, whatever the lookups below find.
         let changes = *lock(self.shard(key));
-        if let Some(Entry::Found(c)) = self.inner.l1.get(key) {
-            if *c.row == *host {
-                return self.recalled();
-            }
-        }
+        let now = now_ms();
         let mut ticket = Ticket {
             changes,
             lease: None,
             at: self.inner.positions.as_ref().map_or(0, |p| p.watermark()),
-            t: now_ms(),
+            t: now,
+            others: Vec::new(),
+            oldest: now,
         };
+        if let Some(Entry::Found(c)) = self.inner.l1.get(key) {
+            let (t, mut hosts) = holding(&c.row);
+            if self.fresh(t, now) {
+                if hosts.any(|h| h == host) {
+                    return self.recalled();
+                }
+                // Another `Host`'s, kept with this request's 404 when no
+                // Redis is shared (no change of the key was applied here
+                // since it was stored, and one applied from now on stops
+                // that store). With Redis, only what Redis still holds is
+                // kept: another instance's change deleted it there.
+                if self.inner.redis.is_none() {
+                    ticket.others = holding(&c.row).1.map(Into::into).collect();
+                    ticket.oldest = t;
+                }
+            }
+        }
         let Some(redis) = &self.inner.redis else {
             return Recall::Unknown(ticket);
         };
         let stamp = if lease {
             // The script alone, in one round trip: most keys asked hold
             // nothing (every real key the filter lets through).
-            let looked = redis.lookup_with(key, false, |raw| serde_json::from_slice::<Stamp>(&raw));
+            let looked = redis.lookup_with(key, false, |raw| {
+                serde_json::from_slice::<Stamp>(&raw).map(|s| (s, raw))
+            });
             match looked.await {
                 Ok(RedisLookup::Hit(at)) => Some(Some(at)),
                 // Not this format.
@@ -255,7 +325,7 @@ where
             // Redis is still owed.
             match redis.peek(key).await {
                 Ok(Some(v)) if !v.starts_with(super::LEASE_PREFIX.as_bytes()) => {
-                    Some(serde_json::from_slice::<Stamp>(&v).ok())
+                    Some(serde_json::from_slice::<Stamp>(&v).ok().map(|s| (s, v)))
                 }
                 _ => None,
             }
@@ -263,10 +333,22 @@ where
         let Some(stamp) = stamp else {
             return Recall::Unknown(ticket);
         };
-        if stamp.as_ref().is_some_and(|s| *s.host != *host) {
-            // Another host's 404 (Redis keeps one a key): a forwarded
-            // request takes the key over, so its own 404 may be stored.
-            if lease && redis.invalidate(key).await.is_ok() {
+        if let Some((s, raw)) = stamp.as_ref().filter(|(s, _)| !s.answers(host)) {
+            // Other hosts' 404 (Redis keeps one memory a key): a forwarded
+            // request takes the key over, so its own 404 may be stored,
+            // with theirs while this instance may trust them and Redis
+            // still holds them as read (a change deletes them).
+            if !lease {
+                return Recall::Unknown(ticket);
+            }
+            if let Ok(Some(l)) = redis.lease_if_holds(key, raw).await {
+                ticket.lease = Some(l);
+                if self.trusted(s).is_ok() && self.fresh(s.t, now) {
+                    ticket.others = s.all().map(Into::into).collect();
+                    ticket.oldest = s.t;
+                    ticket.at = ticket.at.min(s.at);
+                }
+            } else if redis.invalidate(key).await.is_ok() {
                 let looked =
                     redis.lookup_with(key, false, |raw| serde_json::from_slice::<Stamp>(&raw));
                 if let Ok(RedisLookup::Miss(l)) = looked.await {
@@ -275,7 +357,15 @@ where
             }
             return Recall::Unknown(ticket);
         }
-        match stamp.as_ref().map_or(Err(true), |s| self.trusted(s)) {
+        let trusted = |s: &Stamp| {
+            if self.fresh(s.t, now) {
+                self.trusted(s)
+            } else {
+                Err(true)
+            }
+        };
+        let stamp = stamp.map(|(s, _)| s);
+        match stamp.as_ref().map_or(Err(true), trusted) {
             Ok(()) => {}
             Err(stale) => {
                 if stale {
@@ -293,7 +383,9 @@ where
         if *shard != changes {
             return Recall::Unknown(ticket);
         }
-        self.inner.l1.insert(key.clone(), held(host));
+        if let Some(s) = &stamp {
+            self.inner.l1.insert(key.clone(), held(s.t, s.all()));
+        }
         drop(shard);
         self.recalled()
     }
@@ -309,11 +401,18 @@ where
     /// lease was taken).
     pub async fn remember(&self, key: &K, host: &str, ticket: Ticket) {
         let mut stored = true;
+        // The newest others, this `Host` not among them.
+        let mut others = ticket.others;
+        others.retain(|h| **h != *host);
+        let drop_oldest = others.len().saturating_sub(MAX_HOSTS - 1);
+        others.drain(..drop_oldest);
+        let t = ticket.oldest.min(ticket.t);
         if let (Some(redis), Some(lease)) = (&self.inner.redis, &ticket.lease) {
             let stamp = Stamp {
                 at: ticket.at,
                 host: host.into(),
-                t: ticket.t,
+                hosts: others.clone(),
+                t,
             };
             match redis.fill(key, lease, Some(&stamp)).await {
                 Ok(true) => {}
@@ -326,7 +425,8 @@ where
         let shard = lock(self.shard(key));
         stored &= *shard == ticket.changes;
         if stored {
-            self.inner.l1.insert(key.clone(), held(host));
+            let all = others.iter().map(|h| &**h).chain(std::iter::once(host));
+            self.inner.l1.insert(key.clone(), held(t, all));
         }
         drop(shard);
         let c = &self.inner.counters;
@@ -378,114 +478,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn memory() -> AbsentMemory<String> {
-        AbsentMemory::new(100, Duration::from_secs(60), None, None)
-    }
-
-    #[tokio::test]
-    async fn a_404_is_recalled_until_its_key_changes() {
-        let m = memory();
-        let k = "u1".to_owned();
-        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
-            panic!("remembered before any 404");
-        };
-        m.remember(&k, "h", t).await;
-        assert!(matches!(m.recall(&k, "h", true).await, Recall::Absent));
-        m.forget_local(&k);
-        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
-        assert_eq!(m.counters().remembered.load(Ordering::Relaxed), 1);
-        assert_eq!(m.counters().recalled.load(Ordering::Relaxed), 1);
-    }
-
-    #[tokio::test]
-    async fn a_404_answers_only_the_host_it_was_asked_of() {
-        let m = memory();
-        let k = "u1".to_owned();
-        let Recall::Unknown(t) = m.recall(&k, "evil.example", true).await else {
-            panic!("remembered before any 404");
-        };
-        m.remember(&k, "evil.example", t).await;
-        assert!(matches!(
-            m.recall(&k, "evil.example", true).await,
-            Recall::Absent
-        ));
-        assert!(
-            matches!(m.recall(&k, "api.example", true).await, Recall::Unknown(_)),
-            "a 404 of another virtual host refused the key here"
-        );
-    }
-
-    #[derive(Debug)]
-    struct At(i64, i64);
-
-    impl Positions for At {
-        fn watermark(&self) -> i64 {
-            self.1
-        }
-        fn since(&self) -> i64 {
-            self.0
-        }
-    }
-
-    #[test]
-    fn a_stamp_is_trusted_from_where_the_instance_follows_to_where_it_is() {
-        let m: AbsentMemory<String> =
-            AbsentMemory::new(10, Duration::from_secs(1), None, Some(Arc::new(At(10, 20))));
-        let later = now_ms() + CLOCK_MARGIN_MS + 10;
-        let at = |at: i64| Stamp {
-            at,
-            host: "h".into(),
-            t: later,
-        };
-        assert_eq!(
-            m.trusted(&at(9)),
-            Err(true),
-            "made before this instance followed"
-        );
-        assert!(m.trusted(&at(10)).is_ok() && m.trusted(&at(20)).is_ok());
-        assert_eq!(
-            m.trusted(&at(21)),
-            Err(false),
-            "made past where this instance is"
-        );
-        // Forwarded before the instance started, or lost track since.
-        let early = Stamp {
-            at: 15,
-            host: "h".into(),
-            t: now_ms().saturating_sub(5_000),
-        };
-        assert_eq!(m.trusted(&early), Err(true), "forwarded before the start");
-        let fresh = Stamp { t: later, ..early };
-        assert!(m.trusted(&fresh).is_ok());
-        m.inner.lost_track.store(later, Ordering::Release);
-        assert_eq!(
-            m.trusted(&fresh),
-            Err(true),
-            "forwarded before the instance lost track"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_404_asked_for_before_a_change_is_not_stored_after_it() {
-        let m = memory();
-        let k = "u1".to_owned();
-        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
-            panic!("remembered before any 404");
-        };
-        // The create is applied while the request is at the upstream.
-        m.forget_local(&k);
-        m.remember(&k, "h", t).await;
-        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
-        assert_eq!(m.counters().refused.load(Ordering::Relaxed), 1);
-        // And so for every key after a forget of them all.
-        let Recall::Unknown(t) = m.recall(&k, "h", true).await else {
-            unreachable!()
-        };
-        m.forget_all_local();
-        m.remember(&k, "h", t).await;
-        assert!(matches!(m.recall(&k, "h", true).await, Recall::Unknown(_)));
-    }
-}
+mod tests;

@@ -46,3 +46,13 @@ return 0
 pub(super) const LEASE_IF_EMPTY: &str = r"
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 ";
+
+/// Set a lease on a key only while it still holds `ARGV[1]`: whatever
+/// that value said stays true, since every change of the key deletes it.
+pub(super) const LEASE_IF_HOLDS: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
