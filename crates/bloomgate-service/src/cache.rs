@@ -545,8 +545,9 @@ impl RedisTier {
             .await
     }
 
-    /// Leases an id's key only while it still holds `held` (no change of
-    /// the id was applied since it was read); `None` otherwise.
+    /// Leases an id's key only while it still holds `held` (no `DEL` landed
+    /// since it was read: a change whose `DEL` is still owed does not stop
+    /// it, its instance's own `forget_local` does); `None` otherwise.
     ///
     /// # Errors
     /// [`CacheError`] (counted).

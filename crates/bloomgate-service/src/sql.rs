@@ -504,8 +504,13 @@ impl Database {
                 .await
                 .map_err(err("seed"))?;
             if res.rows_affected() > 0 {
-                self.record_in(&mut tx, SKU_RESOURCE, "", kind::REBUILD)
-                    .await?;
+                self.record_in(
+                    &mut tx,
+                    SKU_RESOURCE,
+                    &crate::wire::rebuild_request_key(),
+                    kind::REBUILD,
+                )
+                .await?;
             }
             tx.commit()
                 .within(&self.limit, "commit")

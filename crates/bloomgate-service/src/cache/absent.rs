@@ -180,7 +180,8 @@ pub struct AbsentMemory<K> {
 
 #[derive(Debug)]
 struct Inner<K> {
-    /// Each key's memory, holding the `Host` it was asked of.
+    /// Each key's memory: when its oldest request was forwarded and the
+    /// `Host`s it answers ([`held`]).
     l1: L1<K, Box<str>>,
     shards: Box<[Mutex<u64>]>,
     redis: Option<RedisTier>,
@@ -335,9 +336,10 @@ where
         };
         if let Some((s, raw)) = stamp.as_ref().filter(|(s, _)| !s.answers(host)) {
             // Other hosts' 404 (Redis keeps one memory a key): a forwarded
-            // request takes the key over, so its own 404 may be stored,
-            // with theirs while this instance may trust them and Redis
-            // still holds them as read (a change deletes them).
+            // request leases the key, so its own 404 may be stored, with
+            // theirs while this instance may trust them and Redis still
+            // holds them as read (a change's DEL takes them away); else it
+            // deletes them and leases afresh.
             if !lease {
                 return Recall::Unknown(ticket);
             }

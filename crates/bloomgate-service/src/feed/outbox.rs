@@ -210,9 +210,9 @@ struct Follow {
     requests_read: std::collections::VecDeque<(String, String)>,
 }
 
-/// Rebuild-entry keys remembered (see `Follow::requests_read`): copies
-/// follow within `sql.outbox_gap_ms`, or while SQL is down, and requests
-/// are rare.
+/// Rebuild-entry keys remembered (see `Follow::requests_read`): requests
+/// are rare, and a copy read after its key was forgotten costs one more
+/// rebuild, nothing else.
 const REQUESTS_KEPT: usize = 256;
 
 impl Follow {

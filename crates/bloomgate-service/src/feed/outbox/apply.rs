@@ -145,9 +145,16 @@ impl Outbox {
             if let Some(fingerprint) = e.key.strip_prefix(crate::wire::CAPTURE_REQUEST) {
                 self.announced_for(&e.resource, fingerprint);
             }
-            // Noted even when covered: a copy read later is covered too.
+            // Noted even when covered: a copy read later asks for the rows
+            // of the same request, which the covering scan holds.
             let first = self.first_request(&e.resource, &e.key);
-            if own || e.seq <= self.rebuilds_covered(&e.resource) {
+            if own {
+                return;
+            }
+            // Acted on or not, no filter scanned before it is adopted
+            // here (a copy too: its scan may have begun before the copy).
+            self.note_rebuild_requested(&e.resource, e.seq);
+            if e.seq <= self.rebuilds_covered(&e.resource) {
                 return;
             }
             if !first {
@@ -159,7 +166,6 @@ impl Outbox {
                 resource = %e.resource,
                 "change outbox: rows were written that no entry names; rebuilding the filter"
             );
-            self.note_rebuild_requested(&e.resource, e.seq);
             // Its scan starts after this request, so after the entry
             // committed: once it succeeds, the filter holds those rows.
             let (outbox, name, seq) = (self.clone(), e.resource.clone(), e.seq);
