@@ -156,8 +156,7 @@ async fn insert_costs(label: &str, url: &str, writes: usize) {
     let c = config(url, None, &format!("capture-cost-{label}"));
     let store = bloomgate_service::sql::Database::connect(url)
         .await
-        .unwrap()
-        .with_sku_capture(true);
+        .unwrap();
     for t in bloomgate_service::feed::capture::targets(&c) {
         store.install_capture(&t.target, true).await.unwrap();
     }

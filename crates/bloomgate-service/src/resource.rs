@@ -153,6 +153,9 @@ pub struct Resource<R: Guarded = SourceRows> {
     outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
     rebuild_after_deletes: u64,
+    /// Its capture triggers fire (last found so by a check): its own
+    /// deletes are then counted as their entries are applied, not twice.
+    deletes_captured: std::sync::atomic::AtomicBool,
     store: Database,
     changes: Option<crate::feed::doorbell::Doorbell>,
     background: crate::tasks::Background,
@@ -209,6 +212,10 @@ impl Resource<Database> {
             shared,
         )
         .await?;
+        r.deletes_captured.store(
+            c.capture == crate::config::Capture::Triggers,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if c.watch_column.is_some() {
             r.set_watch_every(Duration::from_millis(c.watch_every_ms));
             // Rows its watch admits are in no outbox entry: it keeps its
@@ -394,6 +401,7 @@ impl<R: Guarded> Resource<R> {
                 .rebuild_after_deletes
                 .unwrap_or(c.bloom_rebuild_after_deletes)
                 .max(1),
+            deletes_captured: std::sync::atomic::AtomicBool::new(false),
             persist,
             name: Arc::from(name),
             reader,

@@ -120,8 +120,6 @@ pub struct Database {
     pub after_row: Arc<crate::pause::PausePoint>,
     /// The instance's shutdown signal: tracks late entries recorded again.
     background: crate::tasks::Background,
-    /// `cache.capture`: triggers record SKU writes.
-    pub(crate) sku_captured: Arc<std::sync::atomic::AtomicBool>,
     /// This database's identity, read after the migrations.
     identity: Arc<std::sync::OnceLock<String>>,
     /// `sql.outbox` resolved off: nothing is recorded ([`OutboxOff`]).
@@ -154,13 +152,6 @@ impl Database {
     #[must_use]
     pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
         self.background = bg;
-        self
-    }
-
-    /// Whether triggers record SKU writes; set before cloning the store.
-    #[must_use]
-    pub fn with_sku_capture(mut self, captured: bool) -> Self {
-        self.sku_captured = Arc::new(captured.into());
         self
     }
 
@@ -232,7 +223,6 @@ impl Database {
             before_commit: Arc::default(),
             after_row: Arc::default(),
             background: crate::tasks::Background::new(),
-            sku_captured: Arc::default(),
             identity: Arc::default(),
             outbox_off: Arc::default(),
             scan_replica: false,

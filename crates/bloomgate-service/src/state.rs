@@ -145,8 +145,7 @@ impl AppState {
         let store = Database::connect_unmigrated(&config.database_url, &config.sql)
             .await
             .map_err(|e| StartError::connect("database_url", e.source, Some(&config.database_url)))?
-            .with_background(background.clone())
-            .with_sku_capture(config.cache.capture == crate::config::Capture::Triggers);
+            .with_background(background.clone());
         let store = match &config.scan_database_url {
             Some(url) => store.with_scan_replica(url, &config.sql)?,
             None => store,

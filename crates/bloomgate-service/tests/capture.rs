@@ -204,6 +204,21 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
         "{label}: create, update, delete, twice each"
     );
     on_every(&[&b], "/api/seckill/778", 404, BOUND).await;
+    // The delete counts once toward a rebuild on each instance: through
+    // the trigger's entry, and not again by the writer (its triggers
+    // fire, as the last check found).
+    for s in both {
+        let skus = s.state.skus.gate();
+        eventually(BOUND, "the trigger's delete applied", || async {
+            skus.stats().deleted_since_build >= 1
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for s in both {
+        let deleted = s.state.skus.gate().stats().deleted_since_build;
+        assert_eq!(deleted, 1, "{label}: the SKU delete counted once");
+    }
     a.stop().await;
     b.stop().await;
     w.close().await;

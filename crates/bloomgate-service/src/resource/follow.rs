@@ -117,6 +117,11 @@ impl<R: Guarded> Follower for Resource<R> {
         }
     }
 
+    fn capture_checked(&self, firing: bool) {
+        self.deletes_captured
+            .store(firing, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn built(self: Arc<Self>, epoch: u64) {
         if self.leads_through_doorbell() {
             // Its epochs are announced on the doorbell, not here.

@@ -105,9 +105,7 @@ impl Resource<Database> {
         // The gate's worker runs it; nobody waits for the answer.
         // Captured: the trigger's entry counts it, on every instance.
         if !self
-            .reader
-            .store
-            .sku_captured
+            .deletes_captured
             .load(std::sync::atomic::Ordering::Relaxed)
             && self.reader.gate.note_delete(self.rebuild_after_deletes)
         {

@@ -188,16 +188,6 @@ fn is_ours(name: &str) -> bool {
 }
 
 impl Database {
-    /// What the periodic capture check found for `resource`'s triggers:
-    /// while the SKU table's are missing, its own writes record their
-    /// entries themselves (other tables' writes are their programs').
-    pub(crate) fn note_capture(&self, resource: &str, ok: bool) {
-        if resource == SKU_RESOURCE {
-            self.sku_captured
-                .store(ok, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
     /// The statements that install `t`'s triggers (what `bloomgate
     /// capture show` prints). `outbox` is the outbox table as the
     /// triggers name it (schema-qualified on PostgreSQL).

@@ -39,6 +39,11 @@ pub trait Follower: Send + Sync {
     /// Deletes the table's capture triggers recorded (toward a rebuild).
     fn captured_deletes(self: Arc<Self>, n: u64);
 
+    /// What a capture check found: the table's triggers fire (or fire
+    /// again), or not. While they fire, the table's own deletes are
+    /// counted through their entries. Nothing by default.
+    fn capture_checked(&self, _firing: bool) {}
+
     /// Another instance announced a shared rebuild's epoch.
     fn built(self: Arc<Self>, epoch: u64);
 

@@ -217,7 +217,9 @@ impl Outbox {
                     table.set_in_step(false);
                 }
             }
-            self.store.note_capture(&t.resource, ok);
+            if let Some(table) = self.table(&t.resource) {
+                table.capture_checked(ok);
+            }
         }
         self.announce_gaps().await;
     }
