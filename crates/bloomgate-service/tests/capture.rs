@@ -206,7 +206,9 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     on_every(&[&b], "/api/seckill/778", 404, BOUND).await;
     // The delete counts once toward a rebuild on each instance: through
     // the trigger's entry, and not again by the writer (its triggers
-    // fire, as the last check found).
+    // fire: so the configuration says until a check finds otherwise).
+    // The writer's own count would come before its answer; the wait
+    // lets the entry's reach A too.
     for s in both {
         let skus = s.state.skus.gate();
         eventually(BOUND, "the trigger's delete applied", || async {
@@ -214,7 +216,7 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
         })
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_secs(BOUND)).await;
     for s in both {
         let deleted = s.state.skus.gate().stats().deleted_since_build;
         assert_eq!(deleted, 1, "{label}: the SKU delete counted once");

@@ -40,8 +40,9 @@ pub trait Follower: Send + Sync {
     fn captured_deletes(self: Arc<Self>, n: u64);
 
     /// What a capture check found: the table's triggers fire (or fire
-    /// again), or not. While they fire, the table's own deletes are
-    /// counted through their entries. Nothing by default.
+    /// again), or not. While they fire, a table that writes its own rows
+    /// (the SKU table) counts its deletes through their entries. Nothing
+    /// by default.
     fn capture_checked(&self, _firing: bool) {}
 
     /// Another instance announced a shared rebuild's epoch.

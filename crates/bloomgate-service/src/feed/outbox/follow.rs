@@ -128,9 +128,10 @@ impl Outbox {
     /// dropped or disabled them, or another version replaced them):
     /// missing ones are installed again where this connection may. Where
     /// it may not, an error is logged every check, the table's filter
-    /// stops vouching (writes by other programs go unrecorded), and the
-    /// SKU table's own writes record their entries themselves again (in
-    /// their transaction). Once they fire again after such a gap, whoever
+    /// stops vouching (writes by other programs go unrecorded), and each
+    /// table hears whether its triggers fire (`capture_checked`: the SKU
+    /// table's writer then counts its own deletes toward a rebuild, which
+    /// no trigger entry counts). Once they fire again after such a gap, whoever
     /// installed them, the filter is rebuilt here and every other
     /// instance is asked to rebuild it (an outbox entry): rows written in
     /// the gap are in no entry.
