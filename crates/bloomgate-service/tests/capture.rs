@@ -38,6 +38,16 @@ async fn users_table(pool: &sqlx::AnyPool) {
     .await;
 }
 
+/// A SQLite file (kept while the directory lives) holding `users`, its
+/// URL and a plain connection to it, as another program would write.
+async fn sqlite_users() -> (tempfile::TempDir, String, sqlx::AnyPool) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = sql_pool(&url).await;
+    users_table(&w).await;
+    (dir, url, w)
+}
+
 /// The SKUs and `users`, both captured by triggers.
 fn captured(url: &str, redis: Option<&str>, prefix: &str) -> Config {
     let mut c = common::config(url, redis, prefix);
@@ -564,10 +574,7 @@ async fn a_bulk_insert_of_100000_rows_reaches_every_instance() {
 /// another program's insert is captured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_trigger_is_installed_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let mut c = captured(&url, None, "capture-dropped");
     c.sql.outbox_gap_ms = 200;
     c.sql.outbox_retention_secs = 1;
@@ -614,10 +621,7 @@ async fn gap_insert(w: &sqlx::AnyPool, s: &TestServer, id: &str) {
 /// Before, both answered 404 for it until some unrelated rebuild.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capture_gap_rebuilds_every_instance() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let mut c = captured(&url, None, "capture-gap");
     c.sql.outbox_gap_ms = 200;
     let mut checks = c.clone();
@@ -812,10 +816,7 @@ async fn a_capture_gap_reaches_the_shared_filter_in_redis_mode() {
     let Some(redis) = common::redis_url().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let mut c = shared_mode(&url, &redis, "capture-gap-redis").await;
     c.sql.outbox_gap_ms = 200;
     let mut checks = c.clone();
@@ -860,10 +861,7 @@ async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
     let Some(redis) = common::redis_url().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     // After the gap's row in key order: the scan passes `u000000` first.
     let rows: Vec<String> = (1..=3_000)
         .map(|i| format!("('u5{i:05}', 'bulk {i}', {i})"))
@@ -980,10 +978,7 @@ async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
 /// Before, the snapshot was restored and the row answered 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_after_a_capture_gap_scans_instead_of_restoring() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (dir, url, w) = sqlite_users().await;
     let c = snapshotted(&url, &dir, "capture-gap-start");
     restored_after_a_quiet_restart(&c).await.stop().await;
     let target = target_of("users");
@@ -1061,10 +1056,7 @@ async fn a_start_after_a_capture_gap_fills_the_shared_filter_again() {
     let Some(redis) = common::redis_url().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let c = shared_mode(&url, &redis, "capture-gap-start-redis").await;
     let prefix = c.cache.redis_prefix.clone();
     let a = TestServer::start(c.clone(), 0).await;
@@ -1535,10 +1527,7 @@ async fn a_partitioned_postgres_table_and_a_disabled_trigger() {
 /// dropped at start (`drop_older`), never by the periodic check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let a = TestServer::start(captured(&url, None, "capture-fight"), 0).await;
     let store = a.state.skus.source();
     let mine = target_of("users");
@@ -1594,10 +1583,7 @@ async fn two_definitions_do_not_fight_and_older_versions_go_at_start() {
 /// answered 404 there until the check before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_captured_sku_table_that_lost_its_trigger_still_shares_creates() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let a = TestServer::start(captured(&url, None, "capture-sku-lost"), 20).await;
     let b = TestServer::start(captured(&url, None, "capture-sku-lost"), 0).await;
     let target = target_of("skus");
@@ -1649,10 +1635,7 @@ async fn restore_outbox_to(w: &sqlx::AnyPool, seq: i64) {
 /// outbox's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let a = TestServer::start(captured(&url, None, "capture-rewound"), 0).await;
     exec(&w, "INSERT INTO users VALUES ('u910001', 'before', 1)").await;
     on_every(&[&a], "/api/users/u910001", 200, 2).await;
@@ -1692,10 +1675,7 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_drops_the_rebuild_requests_of_the_history_it_undid() {
     use bloomgate_service::gate::ChangeLog;
-    let dir = tempfile::tempdir().unwrap();
-    let url = common::sqlite_url(&dir);
-    let w = sql_pool(&url).await;
-    users_table(&w).await;
+    let (_dir, url, w) = sqlite_users().await;
     let mut c = captured(&url, None, "capture-rewound-requests");
     c.sql.outbox_gap_ms = 200;
     let a = TestServer::start(c.clone(), 0).await;
