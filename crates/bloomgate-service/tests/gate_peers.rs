@@ -57,17 +57,29 @@ async fn setup(config: &str) -> (TestServer, Upstream, String, u16, tempfile::Te
     let url = common::sqlite_url(&dir);
     let up = Upstream::start().await;
     let writer = common::sql_pool(&url).await;
-    common::users_table(&writer, &["u1"]).await;
+    common::users_table(&writer, &["u1", "gone"]).await;
     let mut c = common::config(&url, None, "gate-peers");
     c.demo = Some(false);
     let mut users = common::users_resource("users");
     users.capture = Capture::Triggers;
     c.resources.push(users);
-    c.gate
-        .routes
-        .push(toml::from_str("path = \"/api/profiles/{key}\"\nresource = \"users\"\n").unwrap());
+    // The gate too, whose forwarded 404s the check answers from.
+    c.gate.listen = Some("127.0.0.1:0".parse().unwrap());
+    c.gate.upstream = up.url();
+    c.gate.routes.push(
+        toml::from_str(
+            "path = \"/api/profiles/{key}\"\nresource = \"users\"\ncache_not_found_secs = 60\n",
+        )
+        .unwrap(),
+    );
     let s = TestServer::start(c, 0).await;
     eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    // Deleted after the build: still a "maybe", and the API's 404.
+    sqlx::query("DELETE FROM users WHERE id = 'gone'")
+        .execute(&writer)
+        .await
+        .unwrap();
+    up.seen.set_missing("/api/profiles/gone", true);
     let front = common::free_port();
     let text = config
         .replace(DOC_BLOOMGATE, s.base.trim_start_matches("http://"))
@@ -155,6 +167,23 @@ async fn nginx_auth_request_with_the_documented_config() {
     let _front = Front(child);
     common::wait_port(front, true).await;
     judged_through(front, &up).await;
+    // A 404 the API gave the gate for a Host is answered by the check for
+    // that Host (the documented config passes the client's on), without
+    // the API; another Host's request still reaches it. Before, the
+    // subrequest named the upstream block, and every one was forwarded.
+    let gone = "/api/profiles/gone";
+    let ask = |url: String, host: &'static str| async move {
+        let r = reqwest::Client::new().get(url).header("host", host);
+        r.send().await.unwrap().status().as_u16()
+    };
+    let gate = format!("http://{}{gone}", s.gate.unwrap());
+    assert_eq!(ask(gate, "api.test").await, 404);
+    assert_eq!(up.seen.at(gone), 1, "the gate forwarded it once");
+    let via_nginx = format!("http://127.0.0.1:{front}{gone}");
+    assert_eq!(ask(via_nginx.clone(), "api.test").await, 404);
+    assert_eq!(up.seen.at(gone), 1, "answered from the gate's memory");
+    assert_eq!(ask(via_nginx, "other.test").await, 404);
+    assert_eq!(up.seen.at(gone), 2, "another Host's request forwarded");
     // bloomgate gone: nginx lets requests through (fail open).
     s.stop().await;
     let r = reqwest::get(format!("http://127.0.0.1:{front}/api/profiles/nobody"))
