@@ -90,8 +90,9 @@ pub async fn check<'a>(
             Answer::Refuse(&route.refusal)
         }
     };
-    // The original request's host: a forward-auth proxy names it, nginx's
-    // subrequest carries the original `Host`.
+    // The original request's host: a forward-auth proxy names it; nginx's
+    // subrequest carries the original `Host` where the config says so
+    // (docs/gate/nginx.conf does: else it names the upstream block).
     let host = match (header("x-forwarded-host"), header("host")) {
         (Ok(Some(h)), _) | (Ok(None), Ok(Some(h))) => h,
         (Err(why), _) | (_, Err(why)) => return Answer::BadRequest(why),
