@@ -37,7 +37,7 @@ mod watch;
 mod write;
 
 pub use calls::{BatchAnswer, Judged};
-pub use epochs::{EpochCounters, StartFrom};
+pub use epochs::{EpochCounters, EpochError, Replace, StartFrom};
 pub use figures::{CallFigures, EpochFigures, ResourceFigures, SqlLoads};
 pub use guarded::Guarded;
 pub use warm::WarmReport;
@@ -143,12 +143,14 @@ pub struct Resource<R: Guarded = SourceRows> {
     pub counters: CallCounters,
     /// The filter's snapshot, when one is configured.
     pub persist: Option<crate::share::snapshot::Persist>,
-    /// Its shared rebuilds (a resource's own; the default resource's are
-    /// led through the doorbell: [`crate::feed::doorbell::Doorbell`]).
+    /// Its shared rebuilds.
     pub epochs: EpochCounters,
-    /// The key of its epoch counter in Redis (with Redis; not the default
-    /// resource's).
-    epoch_counter: Option<String>,
+    /// Where its epochs live in Redis (with Redis).
+    epoch_keys: Option<epochs::EpochKeys>,
+    /// Its announced epochs also go on the doorbell stream, in the form
+    /// the previous release led the default resource's rebuilds with (a
+    /// mixed fleet adopts them both ways).
+    announces_on_doorbell: bool,
     /// The outbox (replays after a snapshot or an epoch).
     outbox: crate::feed::outbox::Outbox,
     /// Deletes after which the filter is rebuilt.
@@ -170,8 +172,8 @@ pub struct Resource<R: Guarded = SourceRows> {
 
 impl Resource<Database> {
     /// The SKU table as the default resource `skus`, with the `[cache]`
-    /// settings: its Redis keys and shared filter under the bare prefix,
-    /// as seed 000 has them; its shared rebuilds led through the doorbell.
+    /// settings: its Redis keys, shared filter and epochs under the bare
+    /// prefix, as seed 000 and the previous release have them.
     ///
     /// `table`: the SKU table as a configured one, for
     /// `cache.watch_column`'s watch.
@@ -198,7 +200,7 @@ impl Resource<Database> {
         let place = Place {
             cache_namespace: None,
             filter_prefix: c.redis_prefix.clone(),
-            epoch_counter: None,
+            announces_on_doorbell: true,
         };
         let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
@@ -217,12 +219,9 @@ impl Resource<Database> {
             std::sync::atomic::Ordering::Relaxed,
         );
         if c.watch_column.is_some() {
-            r.set_watch_every(Duration::from_millis(c.watch_every_ms));
             // Rows its watch admits are in no outbox entry: it keeps its
             // own rebuilds, as a watched resource does.
-            if let Some(log) = &shared.changes {
-                log.keep_own_builds();
-            }
+            r.set_watch_every(Duration::from_millis(c.watch_every_ms));
         }
         Ok(r)
     }
@@ -281,11 +280,8 @@ impl Resource<SourceRows> {
                     .as_ref()
                     .map_or_else(|| "s".into(), SqlTable::value_identity),
             )),
-            epoch_counter: shared
-                .changes
-                .as_ref()
-                .map(|_| crate::wire::epoch_counter_key(&filter_prefix)),
             filter_prefix,
+            announces_on_doorbell: false,
         };
         let rows = SourceRows(source);
         let gate = Gate::new(gate_config(c, options), rows.key_scan()).with_name(name);
@@ -299,8 +295,9 @@ struct Place {
     cache_namespace: Option<String>,
     /// Its shared filter's prefix.
     filter_prefix: String,
-    /// Its epoch counter (`None`: it shares no rebuilds of its own).
-    epoch_counter: Option<String>,
+    /// Its epochs are announced on the doorbell too, in the previous
+    /// release's form (the default resource).
+    announces_on_doorbell: bool,
 }
 
 fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> GateConfig {
@@ -395,7 +392,11 @@ impl<R: Guarded> Resource<R> {
         let r = Arc::new(Self {
             epochs: EpochCounters::default(),
             identity,
-            epoch_counter: place.epoch_counter.clone(),
+            epoch_keys: shared
+                .changes
+                .as_ref()
+                .map(|_| epochs::EpochKeys::under(&place.filter_prefix)),
+            announces_on_doorbell: place.announces_on_doorbell,
             outbox: shared.outbox.clone(),
             rebuild_after_deletes: options
                 .rebuild_after_deletes
@@ -471,13 +472,6 @@ impl<R: Guarded> Resource<R> {
         ));
     }
 
-    /// Whether its shared rebuilds are led through the doorbell (the
-    /// default resource's: one leader scans, the others adopt its epoch)
-    /// rather than announced in the outbox (every other resource's).
-    fn leads_through_doorbell(&self) -> bool {
-        self.is_led_by_doorbell() && !self.is_watched()
-    }
-
     /// In `redis` mode, where the shared filter alone answers: merges
     /// every key of the source into it again (rows were written that no
     /// entry names, so it lacks them as the in-process filter does); its
@@ -497,12 +491,6 @@ impl<R: Guarded> Resource<R> {
                 shared.fill_in_background();
             }
         }
-    }
-
-    /// The table whose rebuilds the doorbell leads, watched or not (the
-    /// default resource, which keeps no epoch counter of its own).
-    fn is_led_by_doorbell(&self) -> bool {
-        &*self.name == crate::sql::SKU_RESOURCE && self.epoch_counter.is_none()
     }
 
     /// The filter.

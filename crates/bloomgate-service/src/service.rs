@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::feed::doorbell::Replace;
 use crate::http;
+use crate::resource::Replace;
 use crate::resource::{Guarded, Resource, StartFrom};
 use crate::state::{AppState, StartError};
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::cache::BreakerState;
 use crate::gate::{GateStats, RebuildRecord};
 use crate::paths::SECKILL_ROUTE;
-use crate::resource::{EpochFigures, ResourceFigures, SqlLoads};
+use crate::resource::{ResourceFigures, SqlLoads};
 use crate::state::AppState;
 
 pub mod ready;
@@ -252,17 +252,20 @@ pub async fn json(state: &AppState) -> Value {
         "changes",
         state.changes.as_ref().map_or(Value::Null, |l| {
             let c = &l.counters;
+            // The default resource's shared rebuilds, under the names the
+            // stream's section has always given them.
+            let e = &state.skus.epochs;
             json!({
                 "published": c.published.load(Ordering::Relaxed),
                 "publish_failures": c.publish_failures.load(Ordering::Relaxed),
                 "applied": c.applied.load(Ordering::Relaxed),
                 "gaps": c.gaps.load(Ordering::Relaxed),
-                "rebuilds_requested": c.rebuilds_requested.load(Ordering::Relaxed),
-                "rebuilds_led": c.rebuilds_led.load(Ordering::Relaxed),
-                "rebuilds_adopted": c.rebuilds_adopted.load(Ordering::Relaxed),
-                "rebuilds_joined": c.rebuilds_joined.load(Ordering::Relaxed),
-                "adopt_failures": c.adopt_failures.load(Ordering::Relaxed),
-                "epoch": l.epoch(),
+                "rebuilds_requested": e.requested.load(Ordering::Relaxed),
+                "rebuilds_led": e.led.load(Ordering::Relaxed),
+                "rebuilds_adopted": e.followed.load(Ordering::Relaxed),
+                "rebuilds_joined": e.joined.load(Ordering::Relaxed),
+                "adopt_failures": e.adopt_failures.load(Ordering::Relaxed),
+                "epoch": e.held.load(Ordering::Relaxed),
             })
         }),
     );
@@ -360,8 +363,7 @@ fn gate(state: &AppState, resources: &[(String, ResourceFigures)]) -> Value {
 
 /// The SKU table as the default resource `skus`: [`crate::resource::Resource::stats_with`] (the
 /// same figures as the flat keys seed 000 prints, under the names every
-/// resource uses), with its SQL counters and its shared rebuilds, which
-/// the doorbell leads.
+/// resource uses), with its SQL counters.
 fn skus(state: &AppState, bloom: GateStats) -> ResourceFigures {
     let sql = &state.skus.source().counters;
     let mut v = state.skus.stats_with(bloom);
@@ -373,15 +375,6 @@ fn skus(state: &AppState, bloom: GateStats) -> ResourceFigures {
         batch_loads: None,
         missing: Some(sql.missing.load(Ordering::Relaxed)),
     });
-    if let Some(log) = &state.changes {
-        let c = &log.counters;
-        v.epochs = EpochFigures {
-            published: c.epochs_stored.load(Ordering::Relaxed),
-            adopted: c.rebuilds_adopted.load(Ordering::Relaxed),
-            adopt_failures: c.adopt_failures.load(Ordering::Relaxed),
-            held: log.epoch(),
-        };
-    }
     v
 }
 

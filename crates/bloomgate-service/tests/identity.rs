@@ -308,3 +308,167 @@ async fn the_servers_identity_tells_databases_apart() {
         assert_ne!(identity(b).await, first, "{a} and {b}");
     }
 }
+
+/// A mixed fleet during a rolling upgrade, on one Redis prefix. The
+/// previous release led the SKU table's rebuilds through the doorbell: it
+/// stored an epoch under `{prefix}bloom:epoch` and announced it on the
+/// stream (`{kind: b, epoch, outbox, covered, capacity}`), and asked for a
+/// rebuild from SQL with `{kind: b}` alone. This release adopts such an
+/// epoch, rebuilds on such a request, and announces its own epochs on the
+/// stream too, in that form and marked `recorded`, so an instance of the
+/// previous release adopts them while this release's act on the outbox
+/// entry once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_fleet_adopts_each_others_epochs() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "identity-mixed");
+    let prefix = config.cache.redis_prefix.clone();
+    common::redis_clear(&redis, &prefix).await;
+    let a = TestServer::start(config.clone(), 2_000).await;
+    let b = TestServer::start(config, 0).await;
+    let rebuilds = |s: &serde_json::Value| counter(s, &["bloom", "rebuilds"]);
+    let before = [rebuilds(&a.stats().await), rebuilds(&b.stats().await)];
+    let counter_key = bloomgate_service::wire::epoch_counter_key(&prefix);
+    let stream = bloomgate_service::wire::changes_key(&prefix);
+    let mut conn = common::redis_conn(&redis).await;
+    let meta = |n: u64| bloomgate_service::wire::epoch_meta_key(&counter_key, n);
+    let seg = |n: u64, i: usize| bloomgate_service::wire::epoch_segment_key(&counter_key, n, i);
+
+    // An instance of the previous release leads: epoch 2, a copy of the
+    // start-up epoch (the one meta format), announced on the stream alone.
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(meta(1))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let segments: usize = fields
+        .iter()
+        .find(|(k, _)| k == "segments")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let n: u64 = redis::cmd("INCR")
+        .arg(&counter_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    for i in 0..segments {
+        let bytes: Vec<u8> = redis::cmd("GET")
+            .arg(seg(1, i))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let () = redis::cmd("SET")
+            .arg(seg(2, i))
+            .arg(bytes)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let mut hset = redis::cmd("HSET");
+    hset.arg(meta(2));
+    for (k, v) in &fields {
+        hset.arg(k).arg(v);
+    }
+    let () = hset.query_async(&mut conn).await.unwrap();
+    let old_entry = |extra: &[(&str, String)]| {
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(&stream).arg("*").arg("kind").arg("b");
+        for (k, v) in extra {
+            xadd.arg(*k).arg(v);
+        }
+        xadd.arg("from").arg("previous-release");
+        xadd
+    };
+    let get = |k: &str| fields.iter().find(|(f, _)| f == k).unwrap().1.clone();
+    let _: String = old_entry(&[
+        ("epoch", "2".into()),
+        ("outbox", get("outbox")),
+        ("covered", get("covered")),
+        ("capacity", get("capacity")),
+    ])
+    .query_async(&mut conn)
+    .await
+    .unwrap();
+    for (s, was) in [(&a, before[0]), (&b, before[1])] {
+        eventually(10, "the previous release's epoch adopted", || async {
+            counter(&s.stats().await, &["changes", "epoch"]) == 2
+        })
+        .await;
+        let st = s.stats().await;
+        assert_eq!(counter(&st, &["changes", "rebuilds_adopted"]), 1, "{st}");
+        assert_eq!(rebuilds(&st), was, "no scan: {st}");
+    }
+
+    // Its rebuild request alone: each instance rebuilds from SQL.
+    let _: String = old_entry(&[]).query_async(&mut conn).await.unwrap();
+    for s in [&a, &b] {
+        eventually(
+            10,
+            "the previous release's rebuild request acted on",
+            || async { counter(&s.stats().await, &["bloom", "rebuilds"]) == 1 },
+        )
+        .await;
+    }
+
+    // This release leads: its epoch is announced in the outbox and on the
+    // stream in the previous release's form.
+    let (status, body) = a
+        .send(
+            reqwest::Method::POST,
+            "/api/cache/warm",
+            Some(r#"{"limit":10,"rebuild_bloom":true}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let epoch = body["epoch"].as_u64().expect("shared as an epoch");
+    assert_eq!(epoch, 3, "{body}");
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let announced: Vec<_> = entries
+        .ids
+        .iter()
+        .filter(|e| e.get::<String>("kind").as_deref() == Some("b"))
+        .filter(|e| e.get::<u64>("epoch") == Some(epoch))
+        .collect();
+    assert_eq!(announced.len(), 1, "one announcement on the stream");
+    for field in ["outbox", "covered", "capacity", "from", "recorded"] {
+        assert!(announced[0].get::<String>(field).is_some(), "{field}");
+    }
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(meta(epoch))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for field in [
+        "segments", "bytes", "outbox", "covered", "capacity", "fpp", "layout", "identity",
+    ] {
+        assert!(fields.contains_key(field), "{field} in {fields:?}");
+    }
+    eventually(10, "B adopts this release's epoch", || async {
+        counter(&b.stats().await, &["changes", "epoch"]) == 3
+    })
+    .await;
+    // Once: from the outbox entry, not again from the stream's.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let st = b.stats().await;
+    assert_eq!(counter(&st, &["changes", "rebuilds_adopted"]), 2, "{st}");
+    assert_eq!(counter(&st, &["changes", "rebuilds_requested"]), 3, "{st}");
+    assert_eq!(rebuilds(&st), before[1] + 1, "adopted, not scanned: {st}");
+    for id in (1..=2_000).step_by(13) {
+        assert_eq!(b.get(&format!("/api/seckill/{id}")).await.0, 200, "id {id}");
+    }
+    for s in [a, b] {
+        s.stop().await;
+    }
+}

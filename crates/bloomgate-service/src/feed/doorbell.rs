@@ -10,25 +10,13 @@
 //! doorbell is healthy and every `sql.outbox_poll_ms` while it is not,
 //! and after an outage the follower rings once, so nothing is rebuilt.
 //!
-//! Shared rebuilds: an operator's warm with `rebuild_bloom` scans SQL once
-//! for every instance. The instance it reaches takes the lock
-//! `{prefix}bloom:rebuild:lock` (`SET NX PX`), notes the outbox watermark,
-//! rebuilds, writes its filter (the library's snapshot format,
-//! checksummed) under a fresh epoch number (`INCR {prefix}bloom:epoch`),
-//! in strings of at most `cache.bloom_segment_bytes` each
-//! (`{prefix}bloom:epoch:{n}:seg:{i}`, spread over a cluster's nodes)
-//! named by `{prefix}bloom:epoch:{n}:meta`, deletes the previous epoch's keys and
-//! appends `{kind: b, epoch, outbox, covered, capacity}`. Every other
-//! instance's follower loads that epoch, verifies it, adds the ids
-//! created since the watermark from the outbox and swaps it in: no SQL
-//! scan. A warm that reaches another instance while the lock is held
-//! waits for that epoch instead of starting a second rebuild. Whatever
-//! fails (no lock, a segment gone, a checksum that does not verify, a
-//! lost announcement) falls back to each instance rebuilding from SQL, or
-//! keeping its own filter, which the outbox keeps complete. An instance
-//! whose SKU table is watched (`cache.watch_column`) keeps its own
-//! rebuilds (`keep_own_builds`): it answers an announced epoch with a
-//! rebuild from SQL, since its watch admitted rows no replay could add.
+//! Epochs (shared rebuilds, [`crate::resource::Resource`]'s) are stored
+//! in Redis through the doorbell's connection ([`epochs`]) and announced
+//! in the outbox. The default resource's are also announced here in the
+//! previous release's form (`{kind: b, epoch, …, recorded: 1}`), and an
+//! entry of that release (`{kind: b, epoch}` unmarked, or `{kind: b}`
+//! alone, a request to rebuild from SQL) is handed to the table it led
+//! ([`Led`]): in a mixed fleet, each release adopts the other's epochs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -36,25 +24,33 @@ use std::time::Duration;
 
 use bloomgate_redis::Conn;
 use redis::streams::{StreamRangeReply, StreamReadReply};
-use tokio::sync::watch;
 
 use crate::redis_link::{query_each, RedisTarget};
 use crate::wire::kind;
 
 use crate::gate::Gate;
+use crate::source::BoxFuture;
 
-/// The table whose rebuilds the doorbell leads (the SKU table), as its
-/// follower acts on it beside the gate: the resource implements it, so
-/// the feed needs nothing of the read path.
+/// The table the previous release led through the doorbell (the default
+/// resource), as the follower hands it what that release's entries and
+/// this release's create rings name: the resource implements it, so the
+/// feed needs nothing of the read path.
 pub trait Led: Send + Sync {
-    /// Drops every row this instance caches in process.
-    fn forget_all_local(&self);
     /// Another instance created `id`: into the filter, out of L1.
     fn created(&self, id: i64);
+    /// An instance of the previous release announced a shared rebuild on
+    /// the stream: its epoch `epoch`, or, without one, a request to
+    /// rebuild from SQL.
+    fn built_by_earlier_release(self: Arc<Self>, epoch: Option<u64>) -> BoxFuture<'static, ()>;
 }
 
+/// The field that marks an announcement this release also recorded in the
+/// outbox (its followers act on that entry; the previous release's ignore
+/// fields they do not know).
+const RECORDED: &str = "recorded";
+
 mod epochs;
-pub use epochs::{EpochError, Replace};
+pub use epochs::REBUILD_LOCK_MS;
 mod follow;
 
 /// Counters of the doorbell stream.
@@ -70,20 +66,6 @@ pub struct DoorbellCounters {
     /// lost with a Redis restart) and went on from the end, ringing the
     /// outbox follower: nothing is lost, the outbox holds every write.
     pub gaps: AtomicU64,
-    /// Rebuilds other instances asked this one for (an operator's warm).
-    pub rebuilds_requested: AtomicU64,
-    /// Shared rebuilds this instance led (scanned SQL and published).
-    pub rebuilds_led: AtomicU64,
-    /// Other instances' rebuilds adopted here (no SQL scan).
-    pub rebuilds_adopted: AtomicU64,
-    /// Warms with `rebuild_bloom` that found another instance's shared
-    /// rebuild running and waited for its epoch instead of scanning.
-    pub rebuilds_joined: AtomicU64,
-    /// Epochs that could not be adopted (a local rebuild ran instead).
-    pub adopt_failures: AtomicU64,
-    /// Epochs this instance stored: the start-up filter kept for the next
-    /// instances, and every rebuild it led.
-    pub epochs_stored: AtomicU64,
 }
 
 /// The doorbell stream shared by the instances. Cheap to clone.
@@ -98,16 +80,11 @@ pub struct Doorbell {
     /// An epoch's filter is stored in strings of at most this many bytes.
     segment_bytes: u64,
     instance: String,
-    /// The newest epoch this instance built or adopted.
-    epoch: Arc<watch::Sender<u64>>,
     /// The change outbox in SQL: replays read it, and every entry here
     /// rings its follower.
     outbox: crate::feed::outbox::Outbox,
     /// Counters, shared by clones.
     pub counters: Arc<DoorbellCounters>,
-    /// The SKU table is watched here: another instance's epoch lacks the
-    /// rows this instance's watch admitted, so it rebuilds instead.
-    own_builds: Arc<std::sync::atomic::AtomicBool>,
     /// The instance's shutdown signal.
     background: crate::tasks::Background,
 }
@@ -146,24 +123,10 @@ impl Doorbell {
             timeout,
             segment_bytes: segment_bytes.max(1),
             instance: format!("{:016x}", fastrand::u64(..)),
-            epoch: Arc::new(watch::channel(0).0),
             outbox,
             counters: Arc::default(),
-            own_builds: Arc::default(),
             background: crate::tasks::Background::new(),
         })
-    }
-
-    /// The SKU table keeps its own rebuilds here (it is watched): another
-    /// instance's announced epoch is answered by a rebuild from SQL.
-    pub fn keep_own_builds(&self) {
-        self.own_builds.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether [`Doorbell::keep_own_builds`] was called.
-    #[must_use]
-    pub fn keeps_own_builds(&self) -> bool {
-        self.own_builds.load(Ordering::Relaxed)
     }
 
     /// Ends the follower at `bg`'s signal.
@@ -227,22 +190,6 @@ impl Doorbell {
             self.counters
                 .publish_failures
                 .fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Asks every other instance to rebuild its filter from SQL (an
-    /// operator's warm with `rebuild_bloom` reached one instance behind the
-    /// load balancer). Best effort: a failure is logged.
-    pub async fn publish_rebuild(&self) {
-        if self.append(&[("kind", kind::BUILT.into())]).await.is_ok() {
-            self.counters.published.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.counters
-                .publish_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "doorbell: the rebuild request for the other instances was not appended"
-            );
         }
     }
 

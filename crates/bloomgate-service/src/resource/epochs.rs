@@ -6,19 +6,86 @@
 //! with `rebuild_bloom` announces its epoch with an outbox entry (kind
 //! `b`); an instance that starts with no snapshot adopts the newest.
 //!
+//! A warm's rebuild is led: the instance it reaches takes the resource's
+//! rebuild lock (`SET NX PX`) and scans; a warm that reaches another
+//! instance meanwhile waits for that epoch instead of scanning again.
+//!
 //! A resource with a `watch_column` keeps its own builds: rows its watch
 //! admitted are in no outbox entry, so an epoch's replay could not add them.
-//! The default resource `skus` stores and announces none here: its epochs
-//! are led through the doorbell ([`crate::feed::doorbell::Doorbell`],
-//! `{prefix}bloom:epoch`), as seed 000's instances share them.
+//!
+//! The default resource's keys keep the names the previous release led
+//! through the doorbell (`{prefix}bloom:epoch`, `{prefix}bloom:rebuild:lock`),
+//! and its announcements are also appended to the doorbell stream in that
+//! release's form: in a mixed fleet each release adopts the other's epochs
+//! (see ARCHITECTURE.md, "A mixed fleet").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Guarded, Resource};
-use crate::feed::doorbell::{EpochError, Replace};
 use crate::filter::key_kind;
 use crate::gate::{AdoptError, FilterMeta, How, ReadError, Want};
+
+/// Why a filter was not stored (or announced) as an epoch.
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    /// The resource does not share its rebuilds (no Redis, a watch
+    /// column, or the outbox off).
+    #[error("this resource does not share its rebuilds")]
+    NotShared,
+    /// No filter is published yet.
+    #[error("no filter published")]
+    NoFilter,
+    /// This database's identity is not known yet.
+    #[error("this database has no identity yet")]
+    NoIdentity,
+    /// The filter could not be encoded.
+    #[error(transparent)]
+    Codec(#[from] crate::filter::CodecError),
+    /// Redis failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The announcement could not be recorded in the outbox.
+    #[error("recording the epoch in the outbox: {0}")]
+    Outbox(#[from] crate::sql::StoreError),
+}
+
+/// When a start-up filter is stored as the epoch
+/// ([`Resource::keep_start_filter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// Only where Redis holds no epoch.
+    IfNone,
+    /// Also over an earlier release's epoch, which this one refused.
+    IfEarlier,
+    /// Always: this instance seeded the database, and an epoch left from
+    /// before describes other data.
+    Always,
+}
+
+/// Where a resource's epochs live in Redis.
+#[derive(Debug, Clone)]
+pub(super) struct EpochKeys {
+    /// The epoch counter (`INCR`); meta and segments are named after it.
+    pub(super) counter: String,
+    /// The shared-rebuild lock.
+    pub(super) lock: String,
+}
+
+impl EpochKeys {
+    /// The keys under a resource's filter prefix.
+    pub(super) fn under(prefix: &str) -> Self {
+        Self {
+            counter: crate::wire::epoch_counter_key(prefix),
+            lock: crate::wire::rebuild_lock_key(prefix),
+        }
+    }
+}
+
+/// How long a warm that found another instance's rebuild running waits
+/// for its epoch at most (the lock's own lifetime).
+const JOIN_WAIT: Duration = Duration::from_millis(crate::feed::doorbell::REBUILD_LOCK_MS);
 
 /// Where a filter starts ([`Resource::start_from`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +128,25 @@ pub struct EpochCounters {
     held_at: std::sync::atomic::AtomicI64,
     /// A rebuild after deletes is on its way (one at a time).
     rebuild_pending: AtomicBool,
+    /// Shared rebuilds this instance led (took the lock, scanned, stored).
+    pub led: AtomicU64,
+    /// Warms that found another instance's shared rebuild running and
+    /// waited for its epoch instead of scanning.
+    pub joined: AtomicU64,
+    /// Other instances' announced epochs read here.
+    pub requested: AtomicU64,
+    /// Announced epochs adopted (`adopted` counts those at start too).
+    pub followed: AtomicU64,
+    /// Counts every epoch held and every announced one that could not be
+    /// adopted: a joined warm waits for it to move.
+    settled: tokio::sync::watch::Sender<u64>,
+}
+
+impl EpochCounters {
+    /// Wakes the warms waiting for an epoch.
+    pub(super) fn settle(&self) {
+        self.settled.send_modify(|n| *n += 1);
+    }
 }
 
 impl<R: Guarded> Resource<R> {
@@ -72,7 +158,38 @@ impl<R: Guarded> Resource<R> {
         if self.is_watched() || !self.store.outbox_on() {
             return None;
         }
-        Some((self.changes.as_ref()?, self.epoch_counter.as_deref()?))
+        let keys = self.epoch_keys.as_ref()?;
+        Some((self.changes.as_ref()?, keys.counter.as_str()))
+    }
+
+    /// Tries to take the shared-rebuild lock: `Some(true)` when this
+    /// instance now leads the rebuild every instance will adopt,
+    /// `Some(false)` when another instance holds it, `None` when it cannot
+    /// be asked (Redis did not answer, or the resource shares none).
+    pub(super) async fn try_lead(&self) -> Option<bool> {
+        let (log, _) = self.epoch_store()?;
+        log.try_lock(&self.epoch_keys.as_ref()?.lock).await
+    }
+
+    /// Releases the shared-rebuild lock if this instance holds it.
+    pub(super) async fn release_lead(&self) {
+        if let (Some((log, _)), Some(keys)) = (self.epoch_store(), &self.epoch_keys) {
+            log.unlock(&keys.lock).await;
+        }
+    }
+
+    /// What a joined warm waits from: the settle count now.
+    pub(super) fn settled(&self) -> u64 {
+        *self.epochs.settled.borrow()
+    }
+
+    /// Waits until an epoch is held or refused after `seen` (bounded by
+    /// the lock's lifetime); returns the epoch held then.
+    pub(super) async fn wait_settled_after(&self, seen: u64) -> u64 {
+        let mut rx = self.epochs.settled.subscribe();
+        let moved = rx.wait_for(|&n| n > seen);
+        drop(tokio::time::timeout(JOIN_WAIT, moved).await);
+        self.epochs.held.load(Ordering::Relaxed)
     }
 
     /// Stores the published filter as a new epoch, complete up to outbox
@@ -115,7 +232,11 @@ impl<R: Guarded> Resource<R> {
             self.store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
                 .await?;
-            log.ring().await;
+            if self.announces_on_doorbell {
+                log.announce_for_earlier_release(epoch, &meta).await;
+            } else {
+                log.ring().await;
+            }
         }
         self.epochs.published.fetch_add(1, Ordering::Relaxed);
         Ok(epoch)
@@ -138,6 +259,8 @@ impl<R: Guarded> Resource<R> {
         if self.epochs.held.load(Ordering::Relaxed) == epoch {
             self.epochs.held_at.store(at, Ordering::Relaxed);
         }
+        drop(held_in);
+        self.epochs.settle();
     }
 
     /// Whether the stored epoch `n`, whose meta is `fields`, is not the
@@ -211,10 +334,8 @@ impl<R: Guarded> Resource<R> {
         Ok((meta.outbox, meta.covered, replayed))
     }
 
-    /// Adopts the newest shared epoch: the doorbell's
-    /// (`{prefix}bloom:epoch`) for the table it leads, this resource's own
-    /// counter's otherwise. Returns its outbox position and the rebuild
-    /// requests it covers.
+    /// Adopts the newest shared epoch. Returns its outbox position and the
+    /// rebuild requests it covers.
     ///
     /// # Errors
     /// Why not: [`AdoptError::Gone`] where none is stored or none can be
@@ -224,10 +345,6 @@ impl<R: Guarded> Resource<R> {
         // holds rows no outbox entry names.
         if !self.store.outbox_on() || self.is_watched() {
             return Err(AdoptError::Gone);
-        }
-        if self.leads_through_doorbell() {
-            let log = self.changes.as_ref().ok_or(AdoptError::Gone)?;
-            return log.adopt_latest(self.gate()).await;
         }
         let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
         let (epoch, _) = log
@@ -277,17 +394,40 @@ impl<R: Guarded> Resource<R> {
     /// After a scan at start that began after outbox position `at` and
     /// rebuild request `covered`: keeps the filter in Redis for the next
     /// instances to adopt instead of scanning (not announced: running
-    /// instances keep theirs). The doorbell's epoch as `replace` says, for
-    /// the table it leads; this resource's own counter's otherwise.
+    /// instances keep theirs), where `replace` says.
     pub async fn keep_start_filter(&self, at: i64, covered: i64, replace: Replace) {
-        if self.leads_through_doorbell() {
-            if let Some(log) = &self.changes {
-                log.publish_first(self.gate(), (at, covered), replace).await;
-            }
+        let Some((log, counter)) = self.epoch_store() else {
+            return;
+        };
+        let store = match replace {
+            Replace::Always => true,
+            // An epoch whose meta expired is none: nothing adopts it.
+            Replace::IfNone => match log.latest_epoch(counter).await {
+                Ok(None) => true,
+                Ok(Some((_, fields))) => fields.is_empty(),
+                Err(_) => false,
+            },
+            // Only while the newest is still an earlier release's: one
+            // stored since (a leader of this release) is kept.
+            Replace::IfEarlier => match log.latest_epoch(counter).await {
+                Ok(None) => true,
+                Ok(Some((_, fields))) => matches!(
+                    FilterMeta::from_fields(&fields),
+                    Err(AdoptError::EarlierRelease(_))
+                ),
+                Err(_) => false,
+            },
+        };
+        if !store {
             return;
         }
-        if let Err(why) = self.publish_epoch(at, covered, false).await {
-            tracing::debug!(resource = %self.name, %why, "start-up filter not stored in Redis");
+        match self.publish_epoch(at, covered, false).await {
+            Ok(epoch) => {
+                tracing::info!(resource = %self.name, epoch, "start-up filter stored for the next instances to adopt");
+            }
+            Err(why) => {
+                tracing::warn!(resource = %self.name, %why, "start-up filter not stored in Redis");
+            }
         }
     }
 

@@ -51,21 +51,26 @@ impl<R: Guarded> Resource<R> {
         }
         let latest = stored.map_or(epoch, |(n, _)| n.max(epoch));
         if latest <= self.epochs.held.load(Ordering::Relaxed) {
+            self.epochs.settle();
             return;
         }
         match self.adopt_epoch(latest).await {
-            Ok(_) => {}
+            Ok(_) => {
+                self.epochs.followed.fetch_add(1, Ordering::Relaxed);
+            }
             Err(why) if why.is_superseded() => {}
             Err(AdoptError::Busy) => {
                 // The rebuild running here may have begun its scan before
                 // the other instance's: one more, begun after the
                 // announcement.
                 drop(self.gate().request_rebuild());
+                self.epochs.settle();
             }
             Err(why) => {
                 self.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(resource = %self.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
                 drop(self.gate().request_rebuild());
+                self.epochs.settle();
             }
         }
     }
@@ -123,10 +128,7 @@ impl<R: Guarded> Follower for Resource<R> {
     }
 
     fn built(self: Arc<Self>, epoch: u64) {
-        if self.leads_through_doorbell() {
-            // Its epochs are announced on the doorbell, not here.
-            return;
-        }
+        self.epochs.requested.fetch_add(1, Ordering::Relaxed);
         let bg = self.background.clone();
         bg.track(self.follow_epoch(epoch));
     }
@@ -155,12 +157,28 @@ impl<R: Guarded> Follower for Resource<R> {
 }
 
 impl crate::feed::doorbell::Led for Resource<crate::sql::Database> {
-    fn forget_all_local(&self) {
-        self.reader.invalidate_all_local();
-    }
-
     fn created(&self, id: i64) {
         self.gate().learn(id);
         self.reader.invalidate_local(&id);
+    }
+
+    fn built_by_earlier_release(self: Arc<Self>, epoch: Option<u64>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            self.epochs.requested.fetch_add(1, Ordering::Relaxed);
+            // A warm's rebuild: rows may have gone that no entry named (a
+            // `TRUNCATE`).
+            self.reader.invalidate_all_local();
+            match epoch {
+                // Stored under this resource's counter, in the one meta
+                // format: adopted as this release's own.
+                Some(epoch) => self.follow_epoch(epoch).await,
+                None => {
+                    tracing::info!(resource = %self.name, "an instance of the previous release asked for a filter rebuild");
+                    if self.gate().enabled() {
+                        drop(self.gate().request_rebuild());
+                    }
+                }
+            }
+        })
     }
 }

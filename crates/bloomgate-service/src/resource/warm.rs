@@ -40,10 +40,15 @@ pub struct WarmReport {
 /// A warm's rebuild, as it was started.
 enum WarmRebuild {
     /// This instance rebuilds, and shares the result from the outbox
-    /// position before the scan (and, led, the rebuild requests it covers).
-    Build(RebuildTicket, Option<(i64, i64)>),
-    /// Another instance holds the shared-rebuild lock: adopt its epoch,
-    /// newer than this one.
+    /// position before the scan and the rebuild requests it covers; it
+    /// holds the shared-rebuild lock when `led`.
+    Build {
+        ticket: RebuildTicket,
+        at: Option<(i64, i64)>,
+        led: bool,
+    },
+    /// Another instance holds the shared-rebuild lock: wait for its epoch
+    /// (the settle count when the lock was found taken).
     Adopt(u64),
 }
 
@@ -109,48 +114,40 @@ impl<R: Guarded> Resource<R> {
         }
     }
 
-    /// Starts a warm's rebuild. The default resource's is led through the
-    /// doorbell: one instance holds the shared-rebuild lock and scans, the
-    /// others wait for its epoch. Another resource's rebuilds here and
-    /// shares the result through the outbox.
+    /// Starts a warm's rebuild. Where the resource shares its rebuilds,
+    /// one instance holds the shared-rebuild lock and scans, and a warm
+    /// that reaches another instance meanwhile waits for its epoch.
     async fn start_rebuild(&self) -> WarmRebuild {
         let gate = self.gate();
         // The outbox position first, then the request: the scan starts
         // after both, so the keys recorded after the position are the only
         // ones it may miss, and the adopting instances replay exactly those.
         let watermark = self.outbox.watermark();
-        let Some(log) = self
-            .changes
-            .as_ref()
-            .filter(|_| self.leads_through_doorbell())
-        else {
-            // The rebuild requests its scan begins after (unread: none).
-            let covered = self.outbox.max_seq().await.unwrap_or(0);
-            self.fill_shared_again();
-            return WarmRebuild::Build(gate.request_rebuild(), Some((watermark, covered)));
-        };
-        match log.try_lead().await {
-            Some(true) => {}
+        let seen = self.settled();
+        // `None`: Redis is not answering, or nothing is shared: rebuild
+        // here; the others are asked to rebuild from the source.
+        let led = match self.try_lead().await {
             // One scan for every instance: the leader's.
             Some(false) => {
-                log.counters.rebuilds_joined.fetch_add(1, Ordering::Relaxed);
-                return WarmRebuild::Adopt(log.epoch());
+                self.epochs.joined.fetch_add(1, Ordering::Relaxed);
+                return WarmRebuild::Adopt(seen);
             }
-            // Redis is not answering: rebuild here; the others keep their
-            // filters (complete through the outbox, stale only by deletes).
-            None => {
-                self.fill_shared_again();
-                return WarmRebuild::Build(gate.request_rebuild(), None);
-            }
-        }
+            Some(true) => true,
+            None => false,
+        };
         self.fill_shared_again();
+        // The rebuild requests its scan begins after (unread: none).
         let at = self
             .outbox
             .max_seq()
             .await
             .ok()
             .map(|covered| (watermark, covered));
-        WarmRebuild::Build(gate.request_rebuild(), at)
+        WarmRebuild::Build {
+            ticket: gate.request_rebuild(),
+            at,
+            led,
+        }
     }
 
     async fn finish_rebuild(
@@ -158,43 +155,29 @@ impl<R: Guarded> Resource<R> {
         how: WarmRebuild,
     ) -> Result<(Option<RebuildReport>, Option<u64>), AppError> {
         match how {
-            WarmRebuild::Build(ticket, at) => {
+            WarmRebuild::Build { ticket, at, led } => {
                 let report = ticket.wait().await;
-                let epoch = match self.changes.as_ref() {
-                    Some(log) if self.leads_through_doorbell() => {
-                        let epoch = match (&report, at) {
-                            (Ok(_), Some(at)) => log.publish_built(self.gate(), at).await.ok(),
-                            // Could not note the position, or the build
-                            // failed: every instance rebuilds by itself.
-                            _ => {
-                                log.publish_rebuild().await;
+                let epoch = match (&report, at, self.epoch_store()) {
+                    // Shared with the other instances, which adopt it
+                    // without a scan.
+                    (Ok(_), Some((at, covered)), Some(_)) => {
+                        match self.publish_epoch(at, covered, true).await {
+                            Ok(epoch) => {
+                                self.epochs.led.fetch_add(1, Ordering::Relaxed);
+                                tracing::info!(resource = %self.name, epoch, "shared rebuild published for the other instances");
+                                Some(epoch)
+                            }
+                            Err(why) => {
+                                tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; the other instances rebuild from the source");
                                 None
                             }
-                        };
-                        log.release_lead().await;
-                        epoch
-                    }
-                    // A watched SKU table shares no epoch (its watch's rows
-                    // are in none): the others are asked to rebuild too.
-                    Some(log) if self.is_watched() && self.is_led_by_doorbell() => {
-                        log.publish_rebuild().await;
-                        None
-                    }
-                    _ => match (&report, at, self.epoch_store()) {
-                        // Shared with the other instances, which adopt it
-                        // without a scan.
-                        (Ok(_), Some((at, covered)), Some(_)) => {
-                            match self.publish_epoch(at, covered, true).await {
-                                Ok(epoch) => Some(epoch),
-                                Err(why) => {
-                                    tracing::warn!(resource = %self.name, %why, "the rebuilt filter was not shared; each instance keeps its own");
-                                    None
-                                }
-                            }
                         }
-                        _ => None,
-                    },
+                    }
+                    _ => None,
                 };
+                if led {
+                    self.release_lead().await;
+                }
                 let report = report.map_err(|e| match e {
                     RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
                     other => AppError::Unavailable(other.to_string()),
@@ -204,13 +187,7 @@ impl<R: Guarded> Resource<R> {
                 }
                 Ok((Some(report), epoch))
             }
-            WarmRebuild::Adopt(seen) => {
-                let epoch = match &self.changes {
-                    Some(log) => log.wait_epoch_after(seen).await,
-                    None => seen,
-                };
-                Ok((None, Some(epoch)))
-            }
+            WarmRebuild::Adopt(seen) => Ok((None, Some(self.wait_settled_after(seen).await))),
         }
     }
 

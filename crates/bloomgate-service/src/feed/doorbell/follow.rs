@@ -1,7 +1,8 @@
 //! The doorbell's follower: `XREAD BLOCK` on a connection of its own,
-//! ringing the outbox follower for other instances' entries, adopting the
-//! epochs they announce, and ringing once more after an outage (what was
-//! rung meanwhile is in the outbox).
+//! ringing the outbox follower for other instances' entries, handing the
+//! previous release's rebuild announcements to the table it led, and
+//! ringing once more after an outage (what was rung meanwhile is in the
+//! outbox).
 
 use super::*;
 
@@ -12,14 +13,6 @@ impl Doorbell {
     pub fn spawn_follower(&self, from: String, gate: &Arc<Gate>, table: Weak<dyn Led>) {
         let log = self.clone();
         let gate = Arc::clone(gate);
-        let forget_all = {
-            let table = table.clone();
-            move || {
-                if let Some(t) = table.upgrade() {
-                    t.forget_all_local();
-                }
-            }
-        };
         self.background.spawn(async move {
             let mut last = from;
             let mut conn = None;
@@ -111,37 +104,19 @@ impl Doorbell {
                             }
                             let kind = entry.get::<String>("kind");
                             match kind.as_deref() {
-                                // An operator's rebuild through another instance.
-                                Some(kind::BUILT) => {
-                                    log.counters
-                                        .rebuilds_requested
-                                        .fetch_add(1, Ordering::Relaxed);
+                                // The previous release's announcement of a
+                                // shared rebuild (this release's carry
+                                // `recorded`: they are read from the outbox).
+                                Some(kind::BUILT)
+                                    if entry.get::<String>(RECORDED).is_none() =>
+                                {
                                     let epoch = entry.get::<u64>("epoch");
-                                    if log.keeps_own_builds() {
-                                        // A watched table: the epoch lacks
-                                        // what this instance's watch admitted.
-                                        if gate.enabled() {
-                                            drop(gate.request_rebuild());
-                                        }
-                                    } else if let Some(epoch) = epoch {
-                                        // Inline: this follower reads no other
-                                        // entry until the swap (the outbox
-                                        // follower goes on; its creates reach
-                                        // the adopted filter through the
-                                        // gate's building slot).
-                                        log.adopt(&gate, epoch).await;
-                                        // A warm's rebuild: rows may have gone
-                                        // that no entry named (a TRUNCATE).
-                                        forget_all();
-                                    } else {
-                                        tracing::info!(
-                                            "another instance asked for a filter rebuild"
-                                        );
-                                        forget_all();
-                                        if gate.enabled() {
-                                            drop(gate.request_rebuild());
-                                        }
+                                    if let Some(t) = table.upgrade() {
+                                        // Inline: this follower reads no
+                                        // other entry until it is adopted.
+                                        t.built_by_earlier_release(epoch).await;
                                     }
+                                    log.outbox.ring();
                                 }
                                 // A ring, or an entry of an older version
                                 // (a write, a rebuild request): every
