@@ -201,6 +201,7 @@ impl Resource<Database> {
             cache_namespace: None,
             filter_prefix: c.redis_prefix.clone(),
             announces_on_doorbell: true,
+            holds: Some("skus.id"),
         };
         let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
@@ -282,6 +283,7 @@ impl Resource<SourceRows> {
             )),
             filter_prefix,
             announces_on_doorbell: false,
+            holds: None,
         };
         let rows = SourceRows(source);
         let gate = Gate::new(gate_config(c, options), rows.key_scan()).with_name(name);
@@ -298,6 +300,9 @@ struct Place {
     /// Its epochs are announced on the doorbell too, in the previous
     /// release's form (the default resource).
     announces_on_doorbell: bool,
+    /// What its filter holds, without a configured table (`None`: an
+    /// embedder's source, `source {name}`).
+    holds: Option<&'static str>,
 }
 
 fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> GateConfig {
@@ -344,10 +349,10 @@ impl<R: Guarded> Resource<R> {
         ));
         let mode = options.mode.unwrap_or(c.bloom_mode);
         // The SKU table, a configured table, or a source of the embedder.
-        let holds = match (&table, name == crate::sql::SKU_RESOURCE) {
+        let holds = match (&table, place.holds) {
             (Some(t), _) => t.describe(),
-            (None, true) => "skus.id".to_owned(),
-            (None, false) => format!("source {name}"),
+            (None, Some(holds)) => holds.to_owned(),
+            (None, None) => format!("source {name}"),
         };
         let identity: Option<Arc<str>> = shared
             .store

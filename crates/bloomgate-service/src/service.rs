@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::http;
-use crate::resource::Replace;
-use crate::resource::{Guarded, Resource, StartFrom};
 use crate::state::{AppState, StartError};
+
+mod start;
+use start::{Build, Filter, Start, Starts};
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting and drains in-flight requests for at most
@@ -296,27 +297,40 @@ pub async fn prepare(
     };
     // The demo SKU table's filter, where it is served, then every
     // configured resource's: each from its snapshot, else a shared epoch,
-    // else a scan. The SKU table seeded here scans: the seed is in no
-    // filter and no outbox entry.
+    // else a scan. The SKU table seeded here scans (the seed is in no
+    // filter and no outbox entry), and its filter replaces any epoch left
+    // from before, which describes other data.
     let first = Start {
         outbox,
         outbox_on,
         covered_now,
     };
-    let skus_start = if c.bloom_enabled && state.demo {
-        Some(first.position(&state.skus, !seeded, &mut outbox_from).await)
+    let mut filters: Vec<Filter<'_>> = Vec::with_capacity(state.resources.len() + 1);
+    if state.demo {
+        filters.push(Filter {
+            table: &state.skus,
+            seeded,
+            build: c.bloom_build_on_start,
+            demo: true,
+        });
     } else {
-        // Not started: the requests before now are no rebuild's business.
+        // Not served: the requests before now are no rebuild's business.
         outbox.cover(&state.skus.name, covered_now);
-        None
-    };
-    let mut starts = Vec::with_capacity(state.resources.len());
-    for r in &state.resources {
-        if c.bloom_enabled {
-            starts.push(first.position(r, true, &mut outbox_from).await);
+    }
+    filters.extend(state.resources.iter().map(|r| Filter {
+        table: r as &dyn Starts,
+        seeded: false,
+        build: true,
+        demo: false,
+    }));
+    let mut starts = Vec::with_capacity(filters.len());
+    for f in &filters {
+        starts.push(if c.bloom_enabled {
+            Some(f.table.position(&first, !f.seeded, &mut outbox_from).await)
         } else {
-            outbox.cover(&r.name, covered_now);
-        }
+            outbox.cover(f.table.name(), covered_now);
+            None
+        });
     }
     if let (Some(changes), Some(from)) = (&state.changes, doorbell_from) {
         let led: std::sync::Weak<crate::resource::Resource<crate::sql::Database>> =
@@ -341,135 +355,20 @@ pub async fn prepare(
         outbox_from,
         covered_now,
     };
-    for (r, start) in state.resources.iter().zip(starts) {
-        build
-            .start(r, start, true, Replace::IfNone, &state.background)
-            .await;
-    }
-    match skus_start {
-        Some(start) => {
-            // Over a stored epoch only where none is (another instance's
-            // is kept), or where it is an earlier release's; always after
-            // a seed here (an epoch left from before describes other data).
-            let replace = match start {
-                _ if seeded => Replace::Always,
-                StartFrom::Scan { over_earlier: true } => Replace::IfEarlier,
-                _ => Replace::IfNone,
-            };
-            Ok(build
-                .start(
-                    &state.skus,
-                    start,
-                    c.bloom_build_on_start,
-                    replace,
-                    &state.background,
-                )
-                .await)
-        }
-        None => {
-            // Not served: its snapshot saver only.
-            state
-                .skus
-                .spawn_upkeep(None, Duration::from_secs(c.bloom_snapshot_every_secs));
-            Ok(None)
+    let mut sku_build = None;
+    for (f, start) in filters.iter().zip(starts) {
+        let task = f.table.start(&build, start, f, &state.background).await;
+        if f.demo {
+            sku_build = task;
         }
     }
-}
-
-/// What every filter's start position is decided with.
-struct Start<'a> {
-    outbox: &'a crate::feed::outbox::Outbox,
-    outbox_on: bool,
-    /// The rebuild requests a scan begun now covers.
-    covered_now: i64,
-}
-
-impl Start<'_> {
-    /// Where `r`'s filter starts ([`Resource::start_from`]); nothing
-    /// positioned without the outbox, after writes went unrecorded (capture
-    /// triggers installed at start after a gap) or unless `may_adopt`.
-    /// Notes the rebuild requests it covers and moves `outbox_from` back
-    /// to its position.
-    async fn position<R: Guarded>(
-        &self,
-        r: &Resource<R>,
-        may_adopt: bool,
-        outbox_from: &mut i64,
-    ) -> StartFrom {
-        let scans = self.outbox.scans_at_start(&r.name);
-        if scans {
-            // A first install too: no warning (the periodic check warns
-            // when it finds triggers gone at run time).
-            tracing::info!(resource = %r.name, "capture triggers were missing or replaced at start (a first install, or changed since): writes before them may be in no outbox entry, so the filter is scanned; no snapshot or epoch is adopted");
-            // A shared filter outlives the fleet: it may lack those rows
-            // too, and this instance's own rebuild request does not reach
-            // it (its "no" waits for the fill).
-            r.fill_shared_after_a_gap();
-        }
-        let start = if self.outbox_on && may_adopt && !scans {
-            r.start_from().await
-        } else {
-            StartFrom::Scan {
-                over_earlier: false,
-            }
-        };
-        let covered = match start {
-            StartFrom::Positioned { at, covered } => {
-                *outbox_from = (*outbox_from).min(at);
-                covered
-            }
-            // Its scan begins after the rebuild requests read at start
-            // (covered before the follower can read them again).
-            StartFrom::Scan { .. } => self.covered_now,
-        };
-        self.outbox.cover(&r.name, covered);
-        start
+    if !state.demo {
+        // Not served: its snapshot saver only.
+        state
+            .skus
+            .spawn_upkeep(None, Duration::from_secs(c.bloom_snapshot_every_secs));
     }
-}
-
-/// How every filter's start is run.
-struct Build {
-    retry: (Duration, Duration),
-    monitor_every: Duration,
-    snapshot_every: Duration,
-    /// The outbox follower's start: a scan's filter is positioned there.
-    outbox_from: i64,
-    covered_now: i64,
-}
-
-impl Build {
-    /// Starts `r`'s filter from `start`: its watch (before the build: see
-    /// [`Resource::start_watch`]), its upkeep, and, scanned and `build`, a
-    /// build kept in Redis for the next instances to adopt
-    /// ([`Resource::keep_start_filter`]). Returns that build's task.
-    async fn start<R: Guarded>(
-        &self,
-        r: &Arc<Resource<R>>,
-        start: StartFrom,
-        build: bool,
-        replace: Replace,
-        background: &crate::tasks::Background,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        r.start_watch().await;
-        r.spawn_upkeep(Some(self.monitor_every), self.snapshot_every);
-        if let StartFrom::Positioned { .. } = start {
-            // Restored or adopted, not scanned: rows written behind the
-            // outbox's back are looked for in the background.
-            r.gate().verify_rows();
-            return None;
-        }
-        if !build {
-            return None;
-        }
-        // The build runs in this task: its end (or its panic) is the
-        // task's, and nothing is kept after a shutdown cut it short.
-        let (r, at, covered) = (Arc::clone(r), self.outbox_from, self.covered_now);
-        let (min, max) = self.retry;
-        Some(background.spawn(async move {
-            Arc::clone(r.gate()).build_until_ready(min, max).await;
-            r.keep_start_filter(at, covered, replace).await;
-        }))
-    }
+    Ok(sku_build)
 }
 
 /// An instance that started without bloomgate's outbox (`sql.outbox`

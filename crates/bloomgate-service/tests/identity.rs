@@ -88,8 +88,8 @@ async fn a_snapshot_of_another_key_column_is_not_restored() {
 
 /// Two databases under one Redis prefix (staging and production): the
 /// second instance does not adopt the first one's start-up epoch, and
-/// finds its own rows; for the SKU table (the doorbell's epochs) and a
-/// resource (its own epochs).
+/// finds its own rows; for the SKU table (under the bare prefix) and a
+/// resource (under its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_epoch_of_another_database_is_not_adopted() {
     let (Some(staging), Some(production), Some(redis)) = (

@@ -372,3 +372,80 @@ async fn a_rebuild_request_recorded_twice_rebuilds_each_instance_once() {
     b.stop().await;
     w.close().await;
 }
+
+/// A warm finds another instance's rebuild lock taken and waits for it;
+/// the leader dies without storing an epoch (its lock goes with nothing
+/// new in Redis). The waiting warm does not hang for the lock's lifetime
+/// nor answer an old epoch as the rebuild's: it rebuilds here and says
+/// so. The same for a configured resource's warm, under its own lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_whose_leader_stores_no_epoch_rebuilds_itself() {
+    let Some(redis) = common::redis_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let mut config = common::config(&url, Some(&redis), "rebuilds-leader-died");
+    let prefix = config.cache.redis_prefix.clone();
+    common::redis_clear(&redis, &prefix).await;
+    let w = common::sql_pool(&url).await;
+    sqlx::query("CREATE TABLE users (id VARCHAR(32) NOT NULL PRIMARY KEY, email VARCHAR(100))")
+        .execute(&w)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users VALUES ('u1', 'u1@example.com')")
+        .execute(&w)
+        .await
+        .unwrap();
+    config.resources = vec![common::users_resource("users")];
+    let a = TestServer::start(config, 500).await;
+    let mut conn = common::redis_conn(&redis).await;
+    for (path, lock) in [
+        (
+            "/api/cache/warm",
+            bloomgate_service::wire::rebuild_lock_key(&prefix),
+        ),
+        (
+            "/api/users/warm",
+            bloomgate_service::wire::rebuild_lock_key(&format!(
+                "{prefix}{}",
+                bloomgate_service::wire::resource_filter_namespace("users")
+            )),
+        ),
+    ] {
+        // Another instance leads (its lock), then dies with no epoch.
+        let () = redis::cmd("SET")
+            .arg(&lock)
+            .arg("another-instance")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let warm = a.send(Method::POST, path, Some(WARM_AND_REBUILD));
+        let dies = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _: i64 = redis::cmd("DEL")
+                .arg(&lock)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+        };
+        let ((status, body), ()) =
+            tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(warm, dies) })
+                .await
+                .expect("the warm does not wait for the lock's lifetime");
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(
+            body["epoch"].is_null(),
+            "{path}: no epoch was shared: {body}"
+        );
+        assert!(
+            body["rebuild_bloom"]["added"].as_u64() >= Some(1),
+            "{path}: rebuilt here: {body}"
+        );
+    }
+    let s = a.stats().await;
+    assert_eq!(counter(&s, &["changes", "rebuilds_joined"]), 1, "{s}");
+    a.stop().await;
+}

@@ -1,14 +1,17 @@
 //! Shared rebuilds for a resource: one instance scans its source and
 //! stores the filter in Redis as an epoch (the library's snapshot format,
-//! in segments, under `{prefix}rf:{name}:bloom:epoch`), positioned in the
+//! in segments, under `{prefix}rf:{name}:bloom:epoch`; the default
+//! resource's under `{prefix}bloom:epoch`), positioned in the
 //! outbox; the others adopt it without a scan, replaying the keys created
 //! after its position from the outbox, as a snapshot's restore does. A warm
 //! with `rebuild_bloom` announces its epoch with an outbox entry (kind
 //! `b`); an instance that starts with no snapshot adopts the newest.
 //!
-//! A warm's rebuild is led: the instance it reaches takes the resource's
-//! rebuild lock (`SET NX PX`) and scans; a warm that reaches another
-//! instance meanwhile waits for that epoch instead of scanning again.
+//! A shared rebuild is led: the instance a warm (or enough deletes)
+//! reaches takes the resource's rebuild lock (`SET NX PX`) and scans; a
+//! warm that reaches another instance meanwhile waits for the lock to go
+//! and adopts that epoch instead of scanning again (or rebuilds here when
+//! the leader stored none).
 //!
 //! A resource with a `watch_column` keeps its own builds: rows its watch
 //! admitted are in no outbox entry, so an epoch's replay could not add them.
@@ -84,8 +87,11 @@ impl EpochKeys {
 }
 
 /// How long a warm that found another instance's rebuild running waits
-/// for its epoch at most (the lock's own lifetime).
+/// for its lock to go at most (the lock's own lifetime).
 const JOIN_WAIT: Duration = Duration::from_millis(crate::feed::doorbell::REBUILD_LOCK_MS);
+
+/// How often a joined warm looks whether the leader's lock is gone.
+const JOIN_POLL: Duration = Duration::from_millis(100);
 
 /// Where a filter starts ([`Resource::start_from`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,20 +139,14 @@ pub struct EpochCounters {
     /// Warms that found another instance's shared rebuild running and
     /// waited for its epoch instead of scanning.
     pub joined: AtomicU64,
-    /// Other instances' announced epochs read here.
+    /// Other instances' shared rebuilds read here: announced epochs, and
+    /// the previous release's bare rebuild requests.
     pub requested: AtomicU64,
     /// Announced epochs adopted (`adopted` counts those at start too).
     pub followed: AtomicU64,
-    /// Counts every epoch held and every announced one that could not be
-    /// adopted: a joined warm waits for it to move.
-    settled: tokio::sync::watch::Sender<u64>,
-}
-
-impl EpochCounters {
-    /// Wakes the warms waiting for an epoch.
-    pub(super) fn settle(&self) {
-        self.settled.send_modify(|n| *n += 1);
-    }
+    /// One adoption of an announced epoch at a time (two at once would
+    /// find the gate busy and scan).
+    pub(super) following: tokio::sync::Mutex<()>,
 }
 
 impl<R: Guarded> Resource<R> {
@@ -178,18 +178,28 @@ impl<R: Guarded> Resource<R> {
         }
     }
 
-    /// What a joined warm waits from: the settle count now.
-    pub(super) fn settled(&self) -> u64 {
-        *self.epochs.settled.borrow()
-    }
-
-    /// Waits until an epoch is held or refused after `seen` (bounded by
-    /// the lock's lifetime); returns the epoch held then.
-    pub(super) async fn wait_settled_after(&self, seen: u64) -> u64 {
-        let mut rx = self.epochs.settled.subscribe();
-        let moved = rx.wait_for(|&n| n > seen);
-        drop(tokio::time::timeout(JOIN_WAIT, moved).await);
-        self.epochs.held.load(Ordering::Relaxed)
+    /// For a warm that found another instance's rebuild running: waits
+    /// until its lock is gone (at most its lifetime; Redis not answering
+    /// counts as gone), then adopts the newest epoch unless this instance
+    /// holds it already. Returns the epoch, unless none newer than
+    /// `held_before` (what this instance held when it joined) is held then:
+    /// the leader stored none (its build failed, it died).
+    pub(super) async fn join_lead(self: &Arc<Self>, held_before: u64) -> Option<u64> {
+        let (log, counter) = self.epoch_store()?;
+        let lock = &self.epoch_keys.as_ref()?.lock;
+        let waited = tokio::time::timeout(JOIN_WAIT, async {
+            while log.lock_held(lock).await {
+                tokio::time::sleep(JOIN_POLL).await;
+            }
+        })
+        .await;
+        if waited.is_err() {
+            return None;
+        }
+        let (latest, _) = log.latest_epoch(counter).await.ok()??;
+        Arc::clone(self).follow_epoch(latest).await;
+        let held = self.epochs.held.load(Ordering::Relaxed);
+        (held == latest && held != held_before).then_some(held)
     }
 
     /// Stores the published filter as a new epoch, complete up to outbox
@@ -229,14 +239,19 @@ impl<R: Guarded> Resource<R> {
         let epoch = log.store_epoch(counter, bytes, &meta).await?;
         self.hold(era, epoch, at);
         if announce {
-            self.store
+            let recorded = self
+                .store
                 .record_many(&self.name, &[epoch.to_string()], crate::wire::kind::BUILT)
-                .await?;
+                .await;
             if self.announces_on_doorbell {
-                log.announce_for_earlier_release(epoch, &meta).await;
+                // Unrecorded, the stream's entry is unmarked: every
+                // instance of either release adopts it from there.
+                log.announce_for_earlier_release(epoch, &meta, recorded.is_ok())
+                    .await;
             } else {
                 log.ring().await;
             }
+            recorded?;
         }
         self.epochs.published.fetch_add(1, Ordering::Relaxed);
         Ok(epoch)
@@ -259,8 +274,6 @@ impl<R: Guarded> Resource<R> {
         if self.epochs.held.load(Ordering::Relaxed) == epoch {
             self.epochs.held_at.store(at, Ordering::Relaxed);
         }
-        drop(held_in);
-        self.epochs.settle();
     }
 
     /// Whether the stored epoch `n`, whose meta is `fields`, is not the
@@ -441,14 +454,27 @@ impl<R: Guarded> Resource<R> {
         }
         let r = Arc::clone(self);
         self.background.spawn(async move {
+            // Every instance counts the same deletes: the one that takes
+            // the lock scans, the others adopt its epoch.
+            let led = match r.try_lead().await {
+                Some(false) => {
+                    r.epochs.rebuild_pending.store(false, Ordering::Release);
+                    return;
+                }
+                Some(true) => true,
+                None => false,
+            };
             let at = r.outbox.watermark();
             // Unread: the epoch covers no rebuild request.
             let covered = r.outbox.max_seq().await.unwrap_or(0);
             let built = r.gate().request_rebuild().wait().await.is_ok();
-            if built && r.epoch_store().is_some() {
+            if built && led {
                 if let Err(why) = r.publish_epoch(at, covered, true).await {
                     tracing::warn!(resource = %r.name, %why, "the rebuild after deletes was not shared");
                 }
+            }
+            if led {
+                r.release_lead().await;
             }
             r.epochs.rebuild_pending.store(false, Ordering::Release);
         });

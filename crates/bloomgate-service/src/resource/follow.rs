@@ -20,13 +20,16 @@ impl<R: Guarded> Resource<R> {
 
     /// Adopts the epoch another instance announced, or the newest one if
     /// newer; one that cannot be is answered by a rebuild from the source.
-    async fn follow_epoch(self: Arc<Self>, epoch: u64) {
+    pub(super) async fn follow_epoch(self: Arc<Self>, epoch: u64) {
         if self.epoch_store().is_none() {
             // A watched table keeps its own builds: rebuild here too (the
             // other instance rebuilt for a reason: deletes, growth).
-            drop(self.gate().request_rebuild());
+            if self.gate().enabled() {
+                drop(self.gate().request_rebuild());
+            }
             return;
         }
+        let _one_at_a_time = self.epochs.following.lock().await;
         // Epoch numbers held under another Redis identity say nothing.
         self.check_era().await;
         // The newest epoch, which may be newer than the one announced (a
@@ -51,7 +54,6 @@ impl<R: Guarded> Resource<R> {
         }
         let latest = stored.map_or(epoch, |(n, _)| n.max(epoch));
         if latest <= self.epochs.held.load(Ordering::Relaxed) {
-            self.epochs.settle();
             return;
         }
         match self.adopt_epoch(latest).await {
@@ -64,13 +66,11 @@ impl<R: Guarded> Resource<R> {
                 // the other instance's: one more, begun after the
                 // announcement.
                 drop(self.gate().request_rebuild());
-                self.epochs.settle();
             }
             Err(why) => {
                 self.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(resource = %self.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
                 drop(self.gate().request_rebuild());
-                self.epochs.settle();
             }
         }
     }

@@ -47,25 +47,34 @@ enum WarmRebuild {
         at: Option<(i64, i64)>,
         led: bool,
     },
-    /// Another instance holds the shared-rebuild lock: wait for its epoch
-    /// (the settle count when the lock was found taken).
+    /// Another instance holds the shared-rebuild lock: wait for it and
+    /// adopt its epoch (the epoch this instance held when it joined).
     Adopt(u64),
 }
 
 impl<R: Guarded> Resource<R> {
     /// Warms the first `limit` keys and, with `rebuild`, rebuilds the
-    /// filter from the source. The rebuild is started first, and finished
-    /// and shared in a task of its own: a caller that goes away does not
-    /// cancel it, its epoch is still shared, and a lead is released.
+    /// filter from the source. The rebuild is started, finished and shared
+    /// in a task of its own, and the warm goes on once it has started: a
+    /// caller that goes away cancels none of it, its epoch is still
+    /// shared, and a lead is released.
     ///
     /// # Errors
     /// [`AppError::Unavailable`]: the source failed, or the rebuild did.
     pub async fn warm(self: &Arc<Self>, limit: u64, rebuild: bool) -> Result<WarmReport, AppError> {
         let started = Instant::now();
         let rebuild = if rebuild {
-            let how = self.start_rebuild().await;
+            let (started, on_start) = tokio::sync::oneshot::channel();
             let r = Arc::clone(self);
-            Some(tokio::spawn(async move { r.finish_rebuild(how).await }))
+            let task = tokio::spawn(async move {
+                let how = r.start_rebuild().await;
+                started.send(()).ok();
+                r.finish_rebuild(how).await
+            });
+            // The position noted and the rebuild asked for before the
+            // cached values are swept.
+            drop(on_start.await);
+            Some(task)
         } else {
             None
         };
@@ -123,14 +132,13 @@ impl<R: Guarded> Resource<R> {
         // after both, so the keys recorded after the position are the only
         // ones it may miss, and the adopting instances replay exactly those.
         let watermark = self.outbox.watermark();
-        let seen = self.settled();
         // `None`: Redis is not answering, or nothing is shared: rebuild
         // here; the others are asked to rebuild from the source.
         let led = match self.try_lead().await {
             // One scan for every instance: the leader's.
             Some(false) => {
                 self.epochs.joined.fetch_add(1, Ordering::Relaxed);
-                return WarmRebuild::Adopt(seen);
+                return WarmRebuild::Adopt(self.epochs.held.load(Ordering::Relaxed));
             }
             Some(true) => true,
             None => false,
@@ -151,7 +159,7 @@ impl<R: Guarded> Resource<R> {
     }
 
     async fn finish_rebuild(
-        &self,
+        self: &Arc<Self>,
         how: WarmRebuild,
     ) -> Result<(Option<RebuildReport>, Option<u64>), AppError> {
         match how {
@@ -163,7 +171,9 @@ impl<R: Guarded> Resource<R> {
                     (Ok(_), Some((at, covered)), Some(_)) => {
                         match self.publish_epoch(at, covered, true).await {
                             Ok(epoch) => {
-                                self.epochs.led.fetch_add(1, Ordering::Relaxed);
+                                if led {
+                                    self.epochs.led.fetch_add(1, Ordering::Relaxed);
+                                }
                                 tracing::info!(resource = %self.name, epoch, "shared rebuild published for the other instances");
                                 Some(epoch)
                             }
@@ -187,7 +197,22 @@ impl<R: Guarded> Resource<R> {
                 }
                 Ok((Some(report), epoch))
             }
-            WarmRebuild::Adopt(seen) => Ok((None, Some(self.wait_settled_after(seen).await))),
+            WarmRebuild::Adopt(held_before) => match self.join_lead(held_before).await {
+                Some(epoch) => Ok((None, Some(epoch))),
+                None => {
+                    // The leader stored no epoch (its build failed, it
+                    // died): rebuild here, and ask the others to.
+                    tracing::warn!(resource = %self.name, "the instance that led the rebuild shared no epoch; rebuilding here");
+                    let report = self
+                        .gate()
+                        .request_rebuild()
+                        .wait()
+                        .await
+                        .map_err(|e| AppError::Unavailable(e.to_string()))?;
+                    self.ask_others_to_rebuild().await;
+                    Ok((Some(report), None))
+                }
+            },
         }
     }
 

@@ -61,6 +61,15 @@ impl Doorbell {
         set.ok().map(|s| s.is_some())
     }
 
+    /// Whether some instance holds the lock `lock` (Redis not answering:
+    /// no, as nothing can then be shared through it).
+    pub async fn lock_held(&self, lock: &str) -> bool {
+        let mut conn = self.conn.clone();
+        let held: redis::RedisResult<bool> =
+            redis::cmd("EXISTS").arg(lock).query_async(&mut conn).await;
+        held.unwrap_or(false)
+    }
+
     /// Releases the lock `lock` if this instance holds it (best effort:
     /// it expires anyway).
     pub async fn unlock(&self, lock: &str) {
@@ -147,22 +156,36 @@ impl Doorbell {
         Ok(epoch)
     }
 
-    /// Announces the default resource's epoch `epoch`, stored with `meta`
-    /// and recorded in the outbox, on the stream too, as the previous
-    /// release announced it (`{kind: b, epoch, outbox, covered,
-    /// capacity}`): an instance of that release adopts it from there. The
-    /// entry is marked `recorded`, so this release's followers act on the
-    /// outbox entry alone. Best effort, as every ring.
-    pub async fn announce_for_earlier_release(&self, epoch: u64, meta: &FilterMeta) {
-        self.ring_with(&[
+    /// Announces the default resource's epoch `epoch`, stored with
+    /// `meta`, on the stream, as the previous release announced it
+    /// (`{kind: b, epoch, outbox, covered, capacity}`): an instance of that
+    /// release adopts it from there. Where it is `recorded` in the outbox
+    /// too, the entry is marked so, and this release's followers act on
+    /// the outbox entry alone; unmarked, they adopt it from here. Appended
+    /// once (a retry could announce it twice), best effort, as every ring.
+    pub async fn announce_for_earlier_release(
+        &self,
+        epoch: u64,
+        meta: &FilterMeta,
+        recorded: bool,
+    ) {
+        let mut fields = vec![
             ("kind", kind::BUILT.into()),
             ("epoch", epoch.to_string()),
             ("outbox", meta.outbox.to_string()),
             ("covered", meta.covered.to_string()),
             ("capacity", meta.capacity.to_string()),
-            (RECORDED, "1".into()),
-        ])
-        .await;
+        ];
+        if recorded {
+            fields.push((RECORDED, "1".into()));
+        }
+        if self.append(&fields).await.is_ok() {
+            self.counters.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters
+                .publish_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The newest epoch under `counter` and its meta, if there is one.

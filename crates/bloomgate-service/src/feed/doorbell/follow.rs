@@ -118,6 +118,9 @@ impl Doorbell {
                                     }
                                     log.outbox.ring();
                                 }
+                                // This release's announcement: the outbox
+                                // entry it rings for is acted on.
+                                Some(kind::BUILT) => log.outbox.ring(),
                                 // A ring, or an entry of an older version
                                 // (a write, a rebuild request): every
                                 // write is in the outbox.
