@@ -73,6 +73,41 @@ pub struct ResourceOptions {
     pub rebuild_after_deletes: Option<u64>,
 }
 
+impl ResourceOptions {
+    /// The SKU table's, from `[cache]`.
+    #[must_use]
+    pub fn of_cache(c: &CacheConfig) -> Self {
+        Self {
+            expected: c.bloom_expected,
+            fpp: c.bloom_fpp,
+            layout: c.bloom_layout,
+            max_batch_keys: MAX_BATCH_KEYS,
+            snapshot_path: c.bloom_snapshot_path.clone(),
+            mode: Some(c.bloom_mode),
+            auto_rebuild: Some(c.bloom_auto_rebuild),
+            segment_bytes: Some(c.bloom_segment_bytes),
+            rebuild_after_deletes: Some(c.bloom_rebuild_after_deletes),
+        }
+    }
+
+    /// A configured resource's, from its `[[resources]]` entry (what it
+    /// leaves unset is `[cache]`'s).
+    #[must_use]
+    pub fn of_resource(rc: &crate::config::resources::ResourceConfig) -> Self {
+        Self {
+            expected: rc.bloom_expected,
+            fpp: rc.bloom_fpp,
+            layout: rc.bloom_layout,
+            max_batch_keys: rc.max_batch_keys,
+            snapshot_path: rc.bloom_snapshot_path.clone(),
+            mode: rc.bloom_mode,
+            auto_rebuild: rc.bloom_auto_rebuild,
+            segment_bytes: rc.bloom_segment_bytes,
+            rebuild_after_deletes: rc.bloom_rebuild_after_deletes,
+        }
+    }
+}
+
 impl Default for ResourceOptions {
     fn default() -> Self {
         Self {
@@ -186,17 +221,7 @@ impl Resource<Database> {
         table: Option<SqlTable>,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
-        let options = ResourceOptions {
-            expected: c.bloom_expected,
-            fpp: c.bloom_fpp,
-            layout: c.bloom_layout,
-            max_batch_keys: MAX_BATCH_KEYS,
-            snapshot_path: c.bloom_snapshot_path.clone(),
-            mode: Some(c.bloom_mode),
-            auto_rebuild: Some(c.bloom_auto_rebuild),
-            segment_bytes: Some(c.bloom_segment_bytes),
-            rebuild_after_deletes: Some(c.bloom_rebuild_after_deletes),
-        };
+        let options = ResourceOptions::of_cache(c);
         let place = Place {
             cache_namespace: None,
             filter_prefix: c.redis_prefix.clone(),

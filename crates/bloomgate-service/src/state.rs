@@ -378,17 +378,7 @@ impl AppState {
         )>,
     ) -> Result<Self, StartError> {
         for (rc, table) in tables {
-            let options = crate::resource::ResourceOptions {
-                expected: rc.bloom_expected,
-                fpp: rc.bloom_fpp,
-                layout: rc.bloom_layout,
-                max_batch_keys: rc.max_batch_keys,
-                snapshot_path: rc.bloom_snapshot_path.clone(),
-                mode: rc.bloom_mode,
-                auto_rebuild: rc.bloom_auto_rebuild,
-                segment_bytes: rc.bloom_segment_bytes,
-                rebuild_after_deletes: rc.bloom_rebuild_after_deletes,
-            };
+            let options = crate::resource::ResourceOptions::of_resource(rc);
             let r = Resource::from_table(&rc.name, table, &options, &self.shared()).await?;
             if rc.watch_column.is_some() {
                 r.set_watch_every(Duration::from_millis(rc.watch_every_ms));
