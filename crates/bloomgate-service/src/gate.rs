@@ -352,7 +352,12 @@ impl Gate {
                 .compare_and_swap(&Some(Arc::clone(filter)), None),
         );
         match how {
-            How::Adopt => self.adoptions.fetch_add(1, Ordering::Relaxed),
+            How::Adopt => {
+                // Another instance's scan: the deletes counted here are
+                // behind it as they are behind a scan of this instance's.
+                self.deleted_since_build.store(0, Ordering::Relaxed);
+                self.adoptions.fetch_add(1, Ordering::Relaxed)
+            }
             How::Restore => self.restores.fetch_add(1, Ordering::Relaxed),
         };
         true

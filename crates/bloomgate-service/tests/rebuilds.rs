@@ -376,7 +376,8 @@ async fn a_rebuild_request_recorded_twice_rebuilds_each_instance_once() {
 /// A warm finds another instance's rebuild lock taken and waits for it;
 /// the leader dies without storing an epoch (its lock goes with nothing
 /// new in Redis). The waiting warm does not hang for the lock's lifetime
-/// nor answer an old epoch as the rebuild's: it rebuilds here and says
+/// nor answer an older epoch as the rebuild's (one stored before it
+/// joined, which this instance did not hold): it rebuilds here and says
 /// so. The same for a configured resource's warm, under its own lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_warm_whose_leader_stores_no_epoch_rebuilds_itself() {
@@ -413,6 +414,42 @@ async fn a_warm_whose_leader_stores_no_epoch_rebuilds_itself() {
             )),
         ),
     ] {
+        // An epoch this instance does not hold is in Redis already (one
+        // it restored a snapshot past, say): a copy of its newest, stored
+        // without an announcement. It is not the leader's.
+        let counter = lock.replace("bloom:rebuild:lock", "bloom:epoch");
+        let n: u64 = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let meta = |n| bloomgate_service::wire::epoch_meta_key(&counter, n);
+        let seg = |n, i| bloomgate_service::wire::epoch_segment_key(&counter, n, i);
+        let segments: usize = redis::cmd("HGET")
+            .arg(meta(n))
+            .arg("segments")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for i in 0..segments {
+            let _: i64 = redis::cmd("COPY")
+                .arg(seg(n, i))
+                .arg(seg(n + 1, i))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let _: i64 = redis::cmd("COPY")
+            .arg(meta(n))
+            .arg(meta(n + 1))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: u64 = redis::cmd("INCR")
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         // Another instance leads (its lock), then dies with no epoch.
         let () = redis::cmd("SET")
             .arg(&lock)

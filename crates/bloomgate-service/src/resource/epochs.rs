@@ -72,18 +72,45 @@ pub enum Replace {
 pub(super) struct EpochKeys {
     /// The epoch counter (`INCR`); meta and segments are named after it.
     pub(super) counter: String,
-    /// The shared-rebuild lock.
+    /// The lock of a warm's shared rebuild, which other warms join.
     pub(super) lock: String,
+    /// The lock of the rebuild after many deletes: apart, so no warm joins
+    /// a scan that began before it was asked for.
+    pub(super) deletes_lock: String,
 }
 
 impl EpochKeys {
     /// The keys under a resource's filter prefix.
     pub(super) fn under(prefix: &str) -> Self {
+        let lock = crate::wire::rebuild_lock_key(prefix);
         Self {
             counter: crate::wire::epoch_counter_key(prefix),
-            lock: crate::wire::rebuild_lock_key(prefix),
+            deletes_lock: format!("{lock}:deletes"),
+            lock,
         }
     }
+}
+
+/// What a warm saw when it found another instance's rebuild running.
+#[derive(Debug)]
+pub(super) struct Joined {
+    /// Redis's identity then.
+    era: Option<String>,
+    /// The newest epoch stored then (0: none).
+    seen: u64,
+}
+
+/// How a joined warm's wait ended ([`Resource::join_lead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JoinEnd {
+    /// The leader stored this epoch, and this instance holds it.
+    Adopted(u64),
+    /// The leader stored an epoch, and this instance could not take it:
+    /// it rebuilds alone (the others have theirs).
+    NotHere,
+    /// The leader stored none (its build failed, it died, Redis went):
+    /// this instance rebuilds and asks the others to.
+    NoneStored,
 }
 
 /// How long a warm that found another instance's rebuild running waits
@@ -166,27 +193,53 @@ impl<R: Guarded> Resource<R> {
     /// instance now leads the rebuild every instance will adopt,
     /// `Some(false)` when another instance holds it, `None` when it cannot
     /// be asked (Redis did not answer, or the resource shares none).
-    pub(super) async fn try_lead(&self) -> Option<bool> {
+    /// `after_deletes`: the lock of the rebuild after many deletes.
+    pub(super) async fn try_lead(&self, after_deletes: bool) -> Option<bool> {
         let (log, _) = self.epoch_store()?;
-        log.try_lock(&self.epoch_keys.as_ref()?.lock).await
+        log.try_lock(self.lead_lock(after_deletes)?).await
     }
 
     /// Releases the shared-rebuild lock if this instance holds it.
-    pub(super) async fn release_lead(&self) {
-        if let (Some((log, _)), Some(keys)) = (self.epoch_store(), &self.epoch_keys) {
-            log.unlock(&keys.lock).await;
+    pub(super) async fn release_lead(&self, after_deletes: bool) {
+        if let (Some((log, _)), Some(lock)) = (self.epoch_store(), self.lead_lock(after_deletes)) {
+            log.unlock(lock).await;
         }
     }
 
-    /// For a warm that found another instance's rebuild running: waits
-    /// until its lock is gone (at most its lifetime; Redis not answering
-    /// counts as gone), then adopts the newest epoch unless this instance
-    /// holds it already. Returns the epoch, unless none newer than
-    /// `held_before` (what this instance held when it joined) is held then:
-    /// the leader stored none (its build failed, it died).
-    pub(super) async fn join_lead(self: &Arc<Self>, held_before: u64) -> Option<u64> {
-        let (log, counter) = self.epoch_store()?;
-        let lock = &self.epoch_keys.as_ref()?.lock;
+    fn lead_lock(&self, after_deletes: bool) -> Option<&str> {
+        let keys = self.epoch_keys.as_ref()?;
+        Some(if after_deletes {
+            &keys.deletes_lock
+        } else {
+            &keys.lock
+        })
+    }
+
+    /// What a warm that found the lock taken notes: Redis's identity and
+    /// the newest epoch number (the leader's will be newer).
+    pub(super) async fn joining(&self) -> Joined {
+        let (era, seen) = match self.epoch_store() {
+            Some((log, counter)) => (
+                log.redis_era().await.ok(),
+                log.latest_epoch(counter)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map_or(0, |(n, _)| n),
+            ),
+            None => (None, 0),
+        };
+        Joined { era, seen }
+    }
+
+    /// For a warm that found another instance's rebuild running (and
+    /// noted `joined`): waits until its lock is gone (at most its
+    /// lifetime; Redis not answering counts as gone), then adopts the
+    /// epoch the leader stored, unless this instance holds it already.
+    pub(super) async fn join_lead(self: &Arc<Self>, joined: &Joined) -> JoinEnd {
+        let (Some((log, counter)), Some(lock)) = (self.epoch_store(), self.lead_lock(false)) else {
+            return JoinEnd::NoneStored;
+        };
         let waited = tokio::time::timeout(JOIN_WAIT, async {
             while log.lock_held(lock).await {
                 tokio::time::sleep(JOIN_POLL).await;
@@ -194,12 +247,25 @@ impl<R: Guarded> Resource<R> {
         })
         .await;
         if waited.is_err() {
-            return None;
+            return JoinEnd::NoneStored;
         }
-        let (latest, _) = log.latest_epoch(counter).await.ok()??;
+        let era = log.redis_era().await.ok();
+        let Ok(Some((latest, _))) = log.latest_epoch(counter).await else {
+            return JoinEnd::NoneStored;
+        };
+        // Under the identity noted, only a newer number is the leader's;
+        // under a new one (Redis lost its state since), any is newer.
+        if era.is_none() || (era == joined.era && latest <= joined.seen) {
+            return JoinEnd::NoneStored;
+        }
         Arc::clone(self).follow_epoch(latest).await;
         let held = self.epochs.held.load(Ordering::Relaxed);
-        (held == latest && held != held_before).then_some(held)
+        let same_era = crate::sync::lock(&self.epochs.era).as_deref() == era.as_deref();
+        if same_era && held >= latest {
+            JoinEnd::Adopted(held)
+        } else {
+            JoinEnd::NotHere
+        }
     }
 
     /// Stores the published filter as a new epoch, complete up to outbox
@@ -246,8 +312,16 @@ impl<R: Guarded> Resource<R> {
             if self.announces_on_doorbell {
                 // Unrecorded, the stream's entry is unmarked: every
                 // instance of either release adopts it from there.
-                log.announce_for_earlier_release(epoch, &meta, recorded.is_ok())
+                let announced = log
+                    .announce_for_earlier_release(epoch, &meta, recorded.is_ok())
                     .await;
+                if let (Err(e), true) = (&recorded, announced) {
+                    tracing::warn!(resource = %self.name, epoch, error = %e, "the epoch's outbox entry was not recorded; announced on the Redis stream alone");
+                }
+                if announced {
+                    self.epochs.published.fetch_add(1, Ordering::Relaxed);
+                    return Ok(epoch);
+                }
             } else {
                 log.ring().await;
             }
@@ -424,10 +498,13 @@ impl<R: Guarded> Resource<R> {
             // stored since (a leader of this release) is kept.
             Replace::IfEarlier => match log.latest_epoch(counter).await {
                 Ok(None) => true,
-                Ok(Some((_, fields))) => matches!(
-                    FilterMeta::from_fields(&fields),
-                    Err(AdoptError::EarlierRelease(_))
-                ),
+                Ok(Some((_, fields))) => {
+                    fields.is_empty()
+                        || matches!(
+                            FilterMeta::from_fields(&fields),
+                            Err(AdoptError::EarlierRelease(_))
+                        )
+                }
                 Err(_) => false,
             },
         };
@@ -455,8 +532,9 @@ impl<R: Guarded> Resource<R> {
         let r = Arc::clone(self);
         self.background.spawn(async move {
             // Every instance counts the same deletes: the one that takes
-            // the lock scans, the others adopt its epoch.
-            let led = match r.try_lead().await {
+            // the lock scans, the others adopt its epoch (which resets
+            // their count). No warm joins this lock.
+            let led = match r.try_lead(true).await {
                 Some(false) => {
                     r.epochs.rebuild_pending.store(false, Ordering::Release);
                     return;
@@ -474,7 +552,7 @@ impl<R: Guarded> Resource<R> {
                 }
             }
             if led {
-                r.release_lead().await;
+                r.release_lead(true).await;
             }
             r.epochs.rebuild_pending.store(false, Ordering::Release);
         });

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::epochs::JoinEnd;
 use super::{Guarded, Resource};
 use crate::error::AppError;
 use crate::gate::{RebuildError, RebuildReport, RebuildTicket};
@@ -48,8 +49,8 @@ enum WarmRebuild {
         led: bool,
     },
     /// Another instance holds the shared-rebuild lock: wait for it and
-    /// adopt its epoch (the epoch this instance held when it joined).
-    Adopt(u64),
+    /// adopt its epoch (what this instance saw when it joined).
+    Adopt(super::epochs::Joined),
 }
 
 impl<R: Guarded> Resource<R> {
@@ -134,11 +135,11 @@ impl<R: Guarded> Resource<R> {
         let watermark = self.outbox.watermark();
         // `None`: Redis is not answering, or nothing is shared: rebuild
         // here; the others are asked to rebuild from the source.
-        let led = match self.try_lead().await {
+        let led = match self.try_lead(false).await {
             // One scan for every instance: the leader's.
             Some(false) => {
                 self.epochs.joined.fetch_add(1, Ordering::Relaxed);
-                return WarmRebuild::Adopt(self.epochs.held.load(Ordering::Relaxed));
+                return WarmRebuild::Adopt(self.joining().await);
             }
             Some(true) => true,
             None => false,
@@ -186,7 +187,7 @@ impl<R: Guarded> Resource<R> {
                     _ => None,
                 };
                 if led {
-                    self.release_lead().await;
+                    self.release_lead(false).await;
                 }
                 let report = report.map_err(|e| match e {
                     RebuildError::Store(e) => AppError::Unavailable(e.to_string()),
@@ -197,22 +198,26 @@ impl<R: Guarded> Resource<R> {
                 }
                 Ok((Some(report), epoch))
             }
-            WarmRebuild::Adopt(held_before) => match self.join_lead(held_before).await {
-                Some(epoch) => Ok((None, Some(epoch))),
-                None => {
-                    // The leader stored no epoch (its build failed, it
-                    // died): rebuild here, and ask the others to.
-                    tracing::warn!(resource = %self.name, "the instance that led the rebuild shared no epoch; rebuilding here");
-                    let report = self
-                        .gate()
-                        .request_rebuild()
-                        .wait()
-                        .await
-                        .map_err(|e| AppError::Unavailable(e.to_string()))?;
-                    self.ask_others_to_rebuild().await;
-                    Ok((Some(report), None))
+            WarmRebuild::Adopt(joined) => {
+                let end = self.join_lead(&joined).await;
+                if let JoinEnd::Adopted(epoch) = end {
+                    return Ok((None, Some(epoch)));
                 }
-            },
+                // The leader stored no epoch (its build failed, it died),
+                // or this instance could not take it: rebuild here, and
+                // in the first case ask the others to.
+                tracing::warn!(resource = %self.name, ?end, "the rebuild this warm waited for is not held here; rebuilding here");
+                let report = self
+                    .gate()
+                    .request_rebuild()
+                    .wait()
+                    .await
+                    .map_err(|e| AppError::Unavailable(e.to_string()))?;
+                if end == JoinEnd::NoneStored {
+                    self.ask_others_to_rebuild().await;
+                }
+                Ok((Some(report), None))
+            }
         }
     }
 

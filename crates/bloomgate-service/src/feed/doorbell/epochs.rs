@@ -162,13 +162,14 @@ impl Doorbell {
     /// release adopts it from there. Where it is `recorded` in the outbox
     /// too, the entry is marked so, and this release's followers act on
     /// the outbox entry alone; unmarked, they adopt it from here. Appended
-    /// once (a retry could announce it twice), best effort, as every ring.
+    /// once (a retry could announce it twice), best effort, as every ring:
+    /// whether it was.
     pub async fn announce_for_earlier_release(
         &self,
         epoch: u64,
         meta: &FilterMeta,
         recorded: bool,
-    ) {
+    ) -> bool {
         let mut fields = vec![
             ("kind", kind::BUILT.into()),
             ("epoch", epoch.to_string()),
@@ -179,13 +180,15 @@ impl Doorbell {
         if recorded {
             fields.push((RECORDED, "1".into()));
         }
-        if self.append(&fields).await.is_ok() {
+        let sent = self.append(&fields).await.is_ok();
+        if sent {
             self.counters.published.fetch_add(1, Ordering::Relaxed);
         } else {
             self.counters
                 .publish_failures
                 .fetch_add(1, Ordering::Relaxed);
         }
+        sent
     }
 
     /// The newest epoch under `counter` and its meta, if there is one.
