@@ -101,9 +101,7 @@ impl Start<'_> {
         let start = if self.outbox_on && may_adopt && !scans {
             r.start_from().await
         } else {
-            StartFrom::Scan {
-                over_earlier: false,
-            }
+            StartFrom::Scan { refused: None }
         };
         let covered = match start {
             StartFrom::Positioned { at, covered } => {
@@ -150,7 +148,9 @@ impl Build {
         };
         let replace = match start {
             _ if filter.seeded => Replace::Always,
-            StartFrom::Scan { over_earlier: true } => Replace::IfEarlier,
+            StartFrom::Scan {
+                refused: Some(epoch),
+            } => Replace::IfStill(epoch),
             _ => Replace::IfNone,
         };
         let build = filter.build;
