@@ -952,23 +952,23 @@ fn snapshotted(url: &str, dir: &tempfile::TempDir, label: &str) -> Config {
     c
 }
 
-/// Starts, stops, and starts again until the start restores the
-/// snapshot, as it does when nothing happened in between (in one run of
-/// eight the first snapshot was not restored, for a reason not yet
-/// found: the next stop stores another); returns that instance.
+/// Starts, stops, and starts again: the second start restores the
+/// snapshot the first one's stop saved. The first start installs the
+/// triggers after a gap, so a rebuild is owed until its scan ends, and a
+/// filter owed a rebuild is not saved: the stop waits for it (before,
+/// a stop in that window saved nothing and the restart scanned, one run
+/// in three).
 async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
     let a = TestServer::start(c.clone(), 0).await;
     assert_eq!(status(&a, "/api/users/u000001").await, 200);
+    let gate = a.state.resources[0].gate().clone();
+    eventually(10, "the owed rebuild ended", || async {
+        !gate.rebuild_is_owed() && !gate.is_rebuilding()
+    })
+    .await;
     a.stop().await;
-    let mut a = TestServer::start(c.clone(), 0).await;
-    for _ in 0..2 {
-        if restores(&a.stats().await) == 1 {
-            break;
-        }
-        a.stop().await;
-        a = TestServer::start(c.clone(), 0).await;
-    }
-    assert_eq!(restores(&a.stats().await), 1);
+    let a = TestServer::start(c.clone(), 0).await;
+    assert_eq!(restores(&a.stats().await), 1, "restored at once");
     a
 }
 
