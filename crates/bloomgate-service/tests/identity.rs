@@ -218,41 +218,6 @@ async fn an_earlier_release_epoch_is_refused_once_and_replaced() {
     }
 }
 
-/// A start that refuses the newest epoch for what it holds (here another
-/// false-positive rate, after a configuration change) scans, and its
-/// filter takes that epoch's place: the next instance configured alike
-/// adopts it instead of scanning. Before, the refused epoch stayed for its
-/// hour in Redis and every start scanned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_refused_epoch_is_replaced_by_the_scan() {
-    let Some(redis) = common::redis_url().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::config(&common::sqlite_url(&dir), Some(&redis), "identity-refused");
-    common::redis_clear(&redis, &config.cache.redis_prefix).await;
-    let a = TestServer::start(config.clone(), 2_000).await;
-    assert_eq!(counter(&a.stats().await, &["changes", "epoch"]), 1);
-    a.stop().await;
-    let mut changed = config;
-    changed.cache.bloom_fpp /= 10.0;
-    let b = TestServer::start(changed.clone(), 0).await;
-    let s = b.stats().await;
-    assert_eq!(counter(&s, &["bloom", "adopted"]), 0, "refused: {s}");
-    assert_eq!(counter(&s, &["sql", "id_scans"]), 1, "{s}");
-    eventually(10, "the scan's filter stored as epoch 2", || async {
-        counter(&b.stats().await, &["changes", "epoch"]) == 2
-    })
-    .await;
-    let c = TestServer::start(changed, 0).await;
-    let s = c.stats().await;
-    assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "adopted: {s}");
-    assert_eq!(counter(&s, &["sql", "id_scans"]), 0, "{s}");
-    for s in [b, c] {
-        s.stop().await;
-    }
-}
-
 /// The shared filter of `redis` mode names what it holds: two databases
 /// under one Redis prefix (staging and production), each served by a
 /// `SELECT`-only instance (no outbox, so the identity is the server's own:

@@ -60,9 +60,8 @@ pub enum EpochError {
 pub enum Replace {
     /// Only where Redis holds no epoch.
     IfNone,
-    /// Also over epoch `n`, which this start refused, while it is still
-    /// the newest (another instance's stored since is kept).
-    IfStill(u64),
+    /// Also over an earlier release's epoch, which this one refused.
+    IfEarlier,
     /// Always: this instance seeded the database, and an epoch left from
     /// before describes other data.
     Always,
@@ -135,11 +134,9 @@ pub enum StartFrom {
     },
     /// Scanned from the source.
     Scan {
-        /// The newest shared epoch, which this start refused for what it
-        /// holds (an earlier release's, another shape, database or
-        /// position, too old, undecodable): the scanned filter replaces
-        /// it, unless a newer one is stored by then.
-        refused: Option<u64>,
+        /// The newest shared epoch is an earlier release's: the scanned
+        /// filter replaces it.
+        over_earlier: bool,
     },
 }
 
@@ -431,26 +428,18 @@ impl<R: Guarded> Resource<R> {
     /// Why not: [`AdoptError::Gone`] where none is stored or none can be
     /// (no Redis, no outbox, a watched table).
     pub async fn adopt_latest(&self) -> Result<(i64, i64), AdoptError> {
-        self.adopt_newest().await.map_err(|(_, why)| why)
-    }
-
-    /// [`Resource::adopt_latest`], saying which epoch it refused.
-    async fn adopt_newest(&self) -> Result<(i64, i64), (Option<u64>, AdoptError)> {
         // An epoch is positioned in the outbox; a watched table's filter
         // holds rows no outbox entry names.
         if !self.store.outbox_on() || self.is_watched() {
-            return Err((None, AdoptError::Gone));
+            return Err(AdoptError::Gone);
         }
-        let (log, counter) = self.epoch_store().ok_or((None, AdoptError::Gone))?;
+        let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
         let (epoch, _) = log
             .latest_epoch(counter)
             .await
-            .map_err(|e| (None, ReadError::Redis(Box::new(e)).into()))?
-            .ok_or((None, AdoptError::Gone))?;
-        let (at, covered, replayed) = self
-            .adopt_epoch(epoch)
-            .await
-            .map_err(|why| (Some(epoch), why))?;
+            .map_err(|e| ReadError::Redis(Box::new(e)))?
+            .ok_or(AdoptError::Gone)?;
+        let (at, covered, replayed) = self.adopt_epoch(epoch).await?;
         tracing::info!(resource = %self.name, epoch, replayed, "filter adopted from Redis at start; no scan");
         Ok((at, covered))
     }
@@ -462,40 +451,31 @@ impl<R: Guarded> Resource<R> {
         if let Some((at, covered)) = self.restore().await {
             return StartFrom::Positioned { at, covered };
         }
-        let (epoch, why) = match self.adopt_newest().await {
-            Ok((at, covered)) => return StartFrom::Positioned { at, covered },
-            Err(refused) => refused,
-        };
-        match &why {
-            AdoptError::Gone => {
+        match self.adopt_latest().await {
+            Ok((at, covered)) => StartFrom::Positioned { at, covered },
+            Err(why @ AdoptError::Gone) => {
                 tracing::debug!(resource = %self.name, %why, "no epoch to adopt; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
             }
-            AdoptError::Outbox(_) | AdoptError::Read(_) => {
+            Err(why @ AdoptError::EarlierRelease(_)) => {
+                tracing::info!(resource = %self.name, %why, "an earlier release's epoch is not adopted; scanning the source (this filter replaces it)");
+                StartFrom::Scan { over_earlier: true }
+            }
+            Err(why @ (AdoptError::Outbox(_) | AdoptError::Read(_))) => {
                 tracing::warn!(resource = %self.name, error = %why, "epoch not adopted; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
             }
-            _ => {
+            Err(why) => {
                 tracing::info!(resource = %self.name, %why, "epoch not adopted; scanning the source");
+                StartFrom::Scan {
+                    over_earlier: false,
+                }
             }
         }
-        // Refused for what it holds, it would be refused by every instance
-        // of this release here: the scanned filter replaces it. Not when
-        // this instance could not take it now (its identity unknown yet,
-        // a rebuild running, a key it cannot parse).
-        let refused = match why {
-            AdoptError::EarlierRelease(_)
-            | AdoptError::Unreadable(_)
-            | AdoptError::OtherShape { .. }
-            | AdoptError::OtherIdentity { .. }
-            | AdoptError::Ahead { .. }
-            | AdoptError::Uncovered { .. }
-            | AdoptError::Trimmed(_)
-            | AdoptError::Decode(_) => epoch,
-            _ => None,
-        };
-        if refused.is_some() {
-            tracing::info!(resource = %self.name, epoch = ?refused, "the refused epoch is replaced by this start's scan");
-        }
-        StartFrom::Scan { refused }
     }
 
     /// After a scan at start that began after outbox position `at` and
@@ -514,11 +494,17 @@ impl<R: Guarded> Resource<R> {
                 Ok(Some((_, fields))) => fields.is_empty(),
                 Err(_) => false,
             },
-            // Only while the newest is still the one refused: one stored
-            // since (by a leader of this release) is kept.
-            Replace::IfStill(refused) => match log.latest_epoch(counter).await {
+            // Only while the newest is still an earlier release's: one
+            // stored since (a leader of this release) is kept.
+            Replace::IfEarlier => match log.latest_epoch(counter).await {
                 Ok(None) => true,
-                Ok(Some((n, fields))) => fields.is_empty() || n == refused,
+                Ok(Some((_, fields))) => {
+                    fields.is_empty()
+                        || matches!(
+                            FilterMeta::from_fields(&fields),
+                            Err(AdoptError::EarlierRelease(_))
+                        )
+                }
                 Err(_) => false,
             },
         };

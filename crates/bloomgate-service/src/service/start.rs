@@ -101,7 +101,9 @@ impl Start<'_> {
         let start = if self.outbox_on && may_adopt && !scans {
             r.start_from().await
         } else {
-            StartFrom::Scan { refused: None }
+            StartFrom::Scan {
+                over_earlier: false,
+            }
         };
         let covered = match start {
             StartFrom::Positioned { at, covered } => {
@@ -148,9 +150,7 @@ impl Build {
         };
         let replace = match start {
             _ if filter.seeded => Replace::Always,
-            StartFrom::Scan {
-                refused: Some(epoch),
-            } => Replace::IfStill(epoch),
+            StartFrom::Scan { over_earlier: true } => Replace::IfEarlier,
             _ => Replace::IfNone,
         };
         let build = filter.build;
