@@ -953,17 +953,17 @@ fn snapshotted(url: &str, dir: &tempfile::TempDir, label: &str) -> Config {
 }
 
 /// Starts, stops, and starts again: the second start restores the
-/// snapshot the first one's stop saved. The first start installs the
-/// triggers after a gap, so a rebuild is owed until its scan ends, and a
-/// filter owed a rebuild is not saved: the stop waits for it (before,
-/// a stop in that window saved nothing and the restart scanned, one run
-/// in three).
+/// snapshot the first one's stop saved. `TestServer::start` waits for the
+/// SKU table's build only, and a stop saves no filter that is not built
+/// yet, or is owed a rebuild: the stop waits until `users`' filter is
+/// ready and owes nothing (before, a stop before that saved nothing and
+/// the restart scanned, about one run in three).
 async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
     let a = TestServer::start(c.clone(), 0).await;
     assert_eq!(status(&a, "/api/users/u000001").await, 200);
     let gate = a.state.resources[0].gate().clone();
-    eventually(10, "the owed rebuild ended", || async {
-        !gate.rebuild_is_owed() && !gate.is_rebuilding()
+    eventually(10, "users' filter built, owing nothing", || async {
+        gate.is_ready() && !gate.rebuild_is_owed() && !gate.is_rebuilding()
     })
     .await;
     a.stop().await;
