@@ -109,12 +109,13 @@ pub enum RedisLookup<T = Sku> {
 /// Counters of the Redis tier.
 #[derive(Debug, Default)]
 pub struct RedisCounters {
-    /// Lookups that found a SKU.
-    pub hits: AtomicU64,
+    /// Lookups that found a SKU (sharded, as every counter a hit
+    /// passes: one shared atomic would bounce between the cores serving).
+    pub hits: crate::metrics::Counter,
     /// Lookups that found the sentinel.
-    pub nil_hits: AtomicU64,
+    pub nil_hits: crate::metrics::Counter,
     /// Lookups that found nothing (or another reader's lease).
-    pub misses: AtomicU64,
+    pub misses: crate::metrics::Counter,
     /// Fills refused because a write (or expiry) took the lease away.
     pub fills_refused: AtomicU64,
     /// Keys written by fills and warms (values and null sentinels).
@@ -221,6 +222,7 @@ impl RedisTier {
                 timeout,
                 breaker,
                 watch,
+                clean: AtomicBool::new(true),
                 owed: Owed::default(),
             }),
             counters: Arc::default(),
@@ -369,7 +371,7 @@ impl RedisTier {
             RedisLookup::Nil => &self.counters.nil_hits,
             RedisLookup::Miss(_) => &self.counters.misses,
         };
-        c.fetch_add(1, Ordering::Relaxed);
+        c.incr();
         Ok(out)
     }
 

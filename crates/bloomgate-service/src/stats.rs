@@ -133,9 +133,9 @@ pub async fn figures(state: &AppState) -> Figures {
             RedisFigures {
                 enabled: true,
                 tier: Some(RedisTier {
-                    hits: get(&c.hits),
-                    nil_hits: get(&c.nil_hits),
-                    misses: get(&c.misses),
+                    hits: c.hits.get(),
+                    nil_hits: c.nil_hits.get(),
+                    misses: c.misses.get(),
                     fills_refused: get(&c.fills_refused),
                     keys_written: get(&c.keys_written),
                     errors: get(&c.errors),

@@ -30,15 +30,16 @@ pub(super) struct BreakerWatch(pub(super) Arc<WatchInner>);
 impl failsafe::Instrument for BreakerWatch {
     fn on_call_rejected(&self) {}
     fn on_open(&self) {
-        self.0.state.store(1, Ordering::Relaxed);
+        // SeqCst: `Guard::succeeded` orders its `clean` against it.
+        self.0.state.store(1, Ordering::SeqCst);
         self.0.opened.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("redis breaker opened: reads go to SQL without Redis");
     }
     fn on_half_open(&self) {
-        self.0.state.store(2, Ordering::Relaxed);
+        self.0.state.store(2, Ordering::SeqCst);
     }
     fn on_closed(&self) {
-        if self.0.state.swap(0, Ordering::Relaxed) != 0 {
+        if self.0.state.swap(0, Ordering::SeqCst) != 0 {
             tracing::info!("redis breaker closed: Redis answers again");
         }
     }
@@ -71,6 +72,11 @@ pub(super) struct Guard {
     pub(super) timeout: Duration,
     pub(super) breaker: Breaker,
     pub(super) watch: BreakerWatch,
+    /// The breaker is closed and counts no failure: a command needs
+    /// neither its permission nor its record of a success. failsafe keeps
+    /// its state under one mutex, locked twice per command; every core
+    /// serving Redis hits passed that lock's line back and forth.
+    pub(super) clean: AtomicBool,
     /// Keys whose `DEL` after a write failed or was not sent: Redis may
     /// hold an older state for them, so they bypass Redis until the `DEL`
     /// lands.
@@ -172,26 +178,56 @@ impl Guard {
         counters: &RedisCounters,
         command: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, CacheError> {
-        if !self.breaker.is_call_permitted() {
+        let clean = self.clean.load(Ordering::SeqCst);
+        if !clean && !self.breaker.is_call_permitted() {
             counters.skipped.fetch_add(1, Ordering::Relaxed);
             return Err(CacheError::BreakerOpen);
         }
         match tokio::time::timeout(self.timeout, command).await {
             Ok(Ok(v)) => {
-                self.breaker.on_success();
+                if !clean {
+                    self.succeeded();
+                }
                 Ok(v)
             }
             Ok(Err(e)) => {
-                self.breaker.on_error();
+                self.failed();
                 counters.errors.fetch_add(1, Ordering::Relaxed);
                 Err(CacheError::Redis(e))
             }
             Err(_) => {
-                self.breaker.on_error();
+                self.failed();
                 counters.timeouts.fetch_add(1, Ordering::Relaxed);
                 Err(CacheError::Timeout(self.timeout))
             }
         }
+    }
+
+    /// A success while not clean: failsafe records it (closing a
+    /// half-open breaker, clearing the failure count), and a closed
+    /// breaker is clean again. The second look at the state undoes a
+    /// `clean` stored while another command's failure opened the
+    /// breaker: that failure opens it (state 1) before it stores
+    /// `clean = false`, all in one order (SeqCst), so either this look
+    /// sees it open, or that store comes after this one. (A failure that
+    /// does not open the breaker may still be overtaken so: its count
+    /// then outlives this success, and the breaker opens one failure
+    /// early, once.)
+    fn succeeded(&self) {
+        self.breaker.on_success();
+        if self.watch.0.state.load(Ordering::SeqCst) == 0 {
+            self.clean.store(true, Ordering::SeqCst);
+            if self.watch.0.state.load(Ordering::SeqCst) != 0 {
+                self.clean.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// A failure: failsafe counts it (and may open the breaker), then the
+    /// commands that follow ask it again.
+    fn failed(&self) {
+        self.breaker.on_error();
+        self.clean.store(false, Ordering::SeqCst);
     }
 }
 
@@ -229,7 +265,70 @@ pub(super) async fn deliver_owed(guard: Weak<Guard>, conn: Conn, counters: Arc<R
 
 #[cfg(test)]
 mod tests {
-    use super::Owed;
+    use super::*;
+
+    fn guard(failures: u32, open: Duration) -> Guard {
+        let watch = BreakerWatch::default();
+        let policy = failsafe::failure_policy::consecutive_failures(
+            failures,
+            Doubling {
+                next: open,
+                max: open,
+            },
+        );
+        Guard {
+            timeout: Duration::from_secs(5),
+            breaker: failsafe::Config::new()
+                .failure_policy(policy)
+                .instrument(watch.clone())
+                .build(),
+            watch,
+            clean: AtomicBool::new(true),
+            owed: Owed::default(),
+        }
+    }
+
+    async fn ok(g: &Guard, c: &RedisCounters) -> Result<u8, CacheError> {
+        g.run(c, async { Ok(1) }).await
+    }
+
+    async fn fail(g: &Guard, c: &RedisCounters) -> Result<u8, CacheError> {
+        g.run(c, async {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "refused",
+            )))
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn the_breaker_opens_and_closes_past_the_clean_fast_path() {
+        let (g, c) = (
+            guard(2, Duration::from_millis(50)),
+            RedisCounters::default(),
+        );
+        assert!(ok(&g, &c).await.is_ok());
+        assert!(g.clean.load(Ordering::SeqCst));
+        // One failure: not clean, not open; a success clears it.
+        assert!(matches!(fail(&g, &c).await, Err(CacheError::Redis(_))));
+        assert!(!g.clean.load(Ordering::SeqCst));
+        assert!(ok(&g, &c).await.is_ok());
+        assert!(g.clean.load(Ordering::SeqCst));
+        // Two in a row open it: commands are skipped, not sent.
+        assert!(fail(&g, &c).await.is_err());
+        assert!(fail(&g, &c).await.is_err());
+        assert_eq!(g.watch.0.state.load(Ordering::SeqCst), 1);
+        assert!(matches!(ok(&g, &c).await, Err(CacheError::BreakerOpen)));
+        assert_eq!(c.skipped.load(Ordering::Relaxed), 1);
+        assert_eq!(c.errors.load(Ordering::Relaxed), 3);
+        // After the open period a probe goes through and closes it.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(ok(&g, &c).await.is_ok());
+        assert_eq!(g.watch.0.state.load(Ordering::SeqCst), 0);
+        assert!(g.clean.load(Ordering::SeqCst));
+        assert_eq!(g.watch.0.opened.load(Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn a_delivery_settles_only_the_debts_it_saw() {

@@ -108,9 +108,9 @@ impl<R: Rows> ShieldedReader<R> {
             redis: self.redis.as_ref().map(|redis| {
                 let c = &redis.counters;
                 RedisLookups {
-                    hits: get(&c.hits),
-                    nil_hits: get(&c.nil_hits),
-                    misses: get(&c.misses),
+                    hits: c.hits.get(),
+                    nil_hits: c.nil_hits.get(),
+                    misses: c.misses.get(),
                     keys_written: get(&c.keys_written),
                 }
             }),
