@@ -79,7 +79,7 @@ impl Proxy {
         peer: SocketAddr,
         framing: framing::Head,
     ) -> Response<ProxyBody> {
-        let mut resp = self.answer(req, peer, framing).await;
+        let mut resp = self.answer(req, peer).await;
         if framing == framing::Head::Unscanned {
             // The scan cannot vouch for the bytes after this request.
             resp.headers_mut()
@@ -88,14 +88,9 @@ impl Proxy {
         resp
     }
 
-    async fn answer(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-        framing: framing::Head,
-    ) -> Response<ProxyBody> {
+    async fn answer(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let m = &self.metrics.gate;
-        if let Some(refused) = self.refused(&req, framing) {
+        if let Some(refused) = self.refused(&req) {
             m.record(m.unrouted(), Outcome::BadRequest);
             return refused;
         }
@@ -136,24 +131,7 @@ impl Proxy {
     }
 
     /// The gate's own refusal of what a proxy must not pass.
-    fn refused(
-        &self,
-        req: &Request<Incoming>,
-        framing: framing::Head,
-    ) -> Option<Response<ProxyBody>> {
-        if let framing::Head::Refused(refused) = framing {
-            let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::BAD_REQUEST);
-            let code = if refused.status == 431 {
-                "header_too_large"
-            } else {
-                "bad_request"
-            };
-            let mut r = own_answer(status, code, refused.why);
-            // The rest of the connection cannot be trusted.
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return Some(r);
-        }
+    fn refused(&self, req: &Request<Incoming>) -> Option<Response<ProxyBody>> {
         if req.method() == Method::CONNECT {
             let mut r = own_answer(
                 StatusCode::METHOD_NOT_ALLOWED,

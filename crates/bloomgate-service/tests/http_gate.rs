@@ -633,6 +633,7 @@ async fn smuggling_open_proxying_and_oversized_requests_are_refused() {
     for (what, req, want) in cases {
         let answer = raw(gate, &req, within).await;
         assert_eq!(status_of(&answer), want, "{what}: {answer}");
+        json_answer(&answer, what);
     }
     assert_eq!(up.seen.total(), 0, "nothing refused reached the upstream");
     // A clean request after a clean one on the same connection is
@@ -662,6 +663,108 @@ async fn smuggling_open_proxying_and_oversized_requests_are_refused() {
         answer.contains("\"target\":\"/api/profiles/u1\""),
         "{answer}"
     );
+}
+
+/// The error code of the gate's own JSON answer in `raw` (one response,
+/// then the connection closed).
+fn json_answer(raw: &str, what: &str) -> String {
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{what}: no head in {raw:?}"));
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{what}: {raw}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {raw}"));
+    assert!(
+        v["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {raw}"
+    );
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: {raw}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.max_headers = 8;
+    })
+    .await;
+    let gate = s.gate.unwrap();
+    let within = Duration::from_secs(3);
+    let many: String = (0..12).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET / HTTP/1.1\r\nHost: h\r\n{many}\r\n");
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "a space in a header name",
+            b"GET / HTTP/1.1\r\nHost: h\r\nBad Name: 1\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "a bad version",
+            b"GET / HTTP/7.2\r\nHost: h\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "a control byte in the target",
+            b"GET /a\x01b HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+            400,
+        ),
+        ("too many headers", many.into_bytes(), 431),
+        (
+            "not HTTP",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(),
+            400,
+        ),
+    ];
+    for (what, req, want) in cases {
+        let answer = raw(gate, &req, within).await;
+        assert_eq!(status_of(&answer), want, "{what}: {answer}");
+        let code = json_answer(&answer, what);
+        assert_eq!(
+            code,
+            if want == 431 {
+                "header_too_large"
+            } else {
+                "bad_request"
+            },
+            "{what}"
+        );
+    }
+    // After a clean request on the same connection: it is answered
+    // first, then the malformed one, and the connection closes.
+    let two = b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\n\r\n\
+        GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n  folded\r\n\r\n";
+    let answer = raw(gate, two, within).await;
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let second = &answer[answer.rfind("HTTP/1.1 ").unwrap()..];
+    assert_eq!(status_of(second), 400, "{answer}");
+    assert_eq!(json_answer(second, "after a clean request"), "bad_request");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 2, "{answer}");
+    assert_eq!(up.seen.total(), 1, "only the clean request went upstream");
+    // A head whose first part came alone (hyper holds it): the fault
+    // in the second part still gets the JSON answer.
+    let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.write_all(b"X-A: 1\r\n\tfolded\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(within, c.read_to_end(&mut out))
+        .await
+        .expect("the connection closes after the answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out);
+    assert_eq!(status_of(&answer), 400, "{answer}");
+    assert_eq!(json_answer(&answer, "in two parts"), "bad_request");
+    assert_eq!(up.seen.total(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

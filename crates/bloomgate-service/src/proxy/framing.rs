@@ -3,15 +3,20 @@
 //! twice. hyper reads such a request safely (the `Transfer-Encoding`
 //! wins, an equal second length is dropped) but hides that it came, so
 //! the connection is read here too, head by head, with the same parser
-//! (`httparse`), and each head's verdict is queued for its request.
+//! (`httparse`, hyper's settings), and each clean head is counted for its
+//! request.
 //!
 //! The scan follows the framing of clean requests (a length, chunks) to
 //! find the next head. It stops for good, leaving every later request
-//! unjudged (clean), at a head it refuses (that answer closes the
-//! connection), at an upgrade (the bytes after are another protocol), and
-//! at anything hyper itself will refuse (a head too large or malformed).
+//! unscanned, at an upgrade (the bytes after are another protocol), and
+//! at a head it refuses: smuggling, a head over the limit, and anything
+//! hyper itself would refuse (malformed; hyper answers that with a bare
+//! status and no body). hyper never sees a refused head: the connection
+//! is cut where it begins ([`Scanned`] reads nothing more and tells the
+//! connection's task, which lets hyper finish the requests before it and
+//! close), and the gate's own JSON answer goes out before the socket
+//! closes.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -42,7 +47,31 @@ const TOO_LARGE: Refused = Refused {
     why: "the request head is larger than gate.max_header_bytes",
 };
 
-/// What the scan says of a request's head.
+/// The answer to a head httparse (hyper's parser, with hyper's settings)
+/// refuses.
+fn malformed(e: httparse::Error) -> Refused {
+    let why = match e {
+        httparse::Error::TooManyHeaders => {
+            return Refused {
+                status: 431,
+                why: "the request has more headers than gate.max_headers",
+            }
+        }
+        httparse::Error::HeaderName => "malformed request head: an invalid header name",
+        httparse::Error::HeaderValue => {
+            "malformed request head: an invalid header value (or a folded line)"
+        }
+        httparse::Error::NewLine => "malformed request head: an invalid line ending",
+        httparse::Error::Version => "malformed request head: an invalid HTTP version",
+        httparse::Error::Token | httparse::Error::Status => {
+            "malformed request head: an invalid method or target"
+        }
+    };
+    Refused { status: 400, why }
+}
+
+/// What the scan says of a request's head (a refused one never reaches
+/// hyper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Head {
     /// Read and clean.
@@ -50,40 +79,43 @@ pub enum Head {
     /// Not read: the scan had stopped (an upgrade, a `CONNECT`, framing
     /// it could not follow). Served, and the connection closed after it.
     Unscanned,
-    /// Refused.
-    Refused(Refused),
 }
 
 #[derive(Debug, Default)]
-struct Queue {
-    /// Each head's verdict, oldest first (`None`: clean).
-    heads: VecDeque<Option<Refused>>,
-    /// The scan has stopped: later heads are not read.
-    stopped: bool,
+struct Shared {
+    /// Heads read clean and not yet dispatched by hyper.
+    clean: Mutex<usize>,
+    /// Notified once, when the connection is cut before a head.
+    cut: tokio::sync::Notify,
 }
 
 /// The verdicts of a connection's heads.
 #[derive(Debug, Default, Clone)]
-pub struct Verdicts(Arc<Mutex<Queue>>);
+pub struct Verdicts(Arc<Shared>);
 
 impl Verdicts {
     /// The verdict of the next request's head.
     #[must_use]
     pub fn next(&self) -> Head {
-        match lock(&self.0).heads.pop_front() {
-            Some(Some(r)) => Head::Refused(r),
-            Some(None) => Head::Clean,
+        let mut clean = lock(&self.0.clean);
+        if *clean == 0 {
             // A head the scan did not read (it stopped, or never saw it).
-            None => Head::Unscanned,
+            return Head::Unscanned;
         }
+        *clean -= 1;
+        Head::Clean
     }
 
-    fn push(&self, v: Option<Refused>) {
-        lock(&self.0).heads.push_back(v);
+    /// Resolves once the connection is cut before a head hyper would
+    /// refuse: the connection should close after the requests before it
+    /// (hyper's `graceful_shutdown`), the gate's answer to that head
+    /// going out as it shuts down.
+    pub async fn cut(&self) {
+        self.0.cut.notified().await;
     }
 
-    fn stop(&self) {
-        lock(&self.0).stopped = true;
+    fn push_clean(&self) {
+        *lock(&self.0.clean) += 1;
     }
 }
 
@@ -113,6 +145,15 @@ enum Chunk {
 /// limits on chunk extensions and trailers).
 const MAX_LINE: usize = 64 * 1024;
 
+/// Where a refused head begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// At this offset in the bytes just read.
+    At(usize),
+    /// In an earlier read: hyper holds its first part.
+    Earlier,
+}
+
 /// The scanner of one connection.
 #[derive(Debug)]
 pub struct Scanner {
@@ -120,6 +161,8 @@ pub struct Scanner {
     max_head: usize,
     max_headers: usize,
     verdicts: Verdicts,
+    /// A head hyper would refuse, and the answer it gets instead.
+    cut: Option<Refused>,
 }
 
 impl Scanner {
@@ -134,6 +177,7 @@ impl Scanner {
                 max_head,
                 max_headers,
                 verdicts: verdicts.clone(),
+                cut: None,
             },
             verdicts,
         )
@@ -142,16 +186,32 @@ impl Scanner {
     /// Stops the scan for good.
     fn done(&mut self) {
         self.state = State::Done;
-        self.verdicts.stop();
     }
 
-    /// Reads `bytes`, the next the connection received.
-    pub fn feed(&mut self, mut bytes: &[u8]) {
+    /// Stops the scan at a head it refuses.
+    fn refuse(&mut self, refused: Refused) {
+        self.cut = Some(refused);
+        self.done();
+    }
+
+    /// Reads `bytes`, the next the connection received. `Some(cut)` when
+    /// a refused head begins in them, or began in an earlier read: the
+    /// connection is cut there, and [`Scanner::take_cut`] says what that
+    /// head is answered.
+    pub fn feed(&mut self, bytes: &[u8]) -> Option<Cut> {
+        let total = bytes.len();
+        let mut bytes = bytes;
         while !bytes.is_empty() {
+            let at = total - bytes.len();
             let used = match &mut self.state {
-                State::Done => return,
+                State::Done => return None,
                 State::Head(buf) => {
-                    if buf.is_empty() {
+                    let begins = if buf.is_empty() {
+                        Cut::At(at)
+                    } else {
+                        Cut::Earlier
+                    };
+                    let used = if buf.is_empty() {
                         // Usually a whole head in one read: parsed in place.
                         match self.head(bytes) {
                             Some(used) => used,
@@ -175,7 +235,11 @@ impl Scanner {
                                 bytes.len()
                             }
                         }
+                    };
+                    if self.cut.is_some() {
+                        return Some(begins);
                     }
+                    used
                 }
                 State::Length(left) => {
                     let n = (*left).min(bytes.len() as u64);
@@ -193,12 +257,18 @@ impl Scanner {
                     }
                     Step::Lost => {
                         self.done();
-                        return;
+                        return None;
                     }
                 },
             };
             bytes = &bytes[used..];
         }
+        None
+    }
+
+    /// The answer to the head the connection was cut before, once.
+    pub fn take_cut(&mut self) -> Option<Refused> {
+        self.cut.take()
     }
 
     /// Parses a head at the start of `bytes`: the bytes it used, or
@@ -246,9 +316,13 @@ impl Scanner {
                 } else {
                     None
                 };
-                self.verdicts.push(verdict);
+                if let Some(refused) = verdict {
+                    self.refuse(refused);
+                    return Some(used);
+                }
+                self.verdicts.push_clean();
                 let connect = req.method == Some("CONNECT");
-                if verdict.is_some() || upgrade || connect || (te && !chunked) {
+                if upgrade || connect || (te && !chunked) {
                     self.done();
                     return Some(used);
                 }
@@ -263,14 +337,13 @@ impl Scanner {
             }
             Ok(httparse::Status::Partial) if bytes.len() <= self.max_head => None,
             Ok(httparse::Status::Partial) => {
-                // Over the limit: refused here if hyper does not refuse it
-                // first (the connection ends either way).
-                self.verdicts.push(Some(TOO_LARGE));
-                self.done();
+                // Over the limit and still incomplete: hyper would refuse
+                // it with a bare 431 (past its buffer) or wait for it.
+                self.refuse(TOO_LARGE);
                 Some(bytes.len())
             }
-            _ => {
-                self.done();
+            Err(e) => {
+                self.refuse(malformed(e));
                 Some(bytes.len())
             }
         }
@@ -349,37 +422,116 @@ fn chunk_step(chunk: &mut Chunk, bytes: &[u8]) -> Step {
 
 /// A connection read through a [`Scanner`].
 #[derive(Debug)]
-pub struct Scanned<T> {
-    inner: T,
+pub struct Scanned {
+    inner: tokio::net::TcpStream,
     scanner: Scanner,
+    /// What reads give once the connection is cut.
+    after: After,
+    /// The answer to the refused head, and how much of it went out:
+    /// written as hyper shuts the connection down, or, if hyper ends it
+    /// with an error instead, as much as the socket takes at once when
+    /// the connection is dropped.
+    answer: Option<(Vec<u8>, usize)>,
 }
 
-impl<T> Scanned<T> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Not cut.
+    Bytes,
+    /// Nothing ever: the connection's task asks hyper to close after the
+    /// requests before the cut.
+    Nothing,
+    /// The end of the stream: hyper holds part of the refused head, which
+    /// it cannot finish, so it ends the connection (after the requests
+    /// before it).
+    End,
+}
+
+impl Scanned {
     /// `inner`, each byte read also fed to `scanner`.
-    pub fn new(inner: T, scanner: Scanner) -> Self {
-        Self { inner, scanner }
+    pub fn new(inner: tokio::net::TcpStream, scanner: Scanner) -> Self {
+        Self {
+            inner,
+            scanner,
+            after: After::Bytes,
+            answer: None,
+        }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Scanned<T> {
+impl Drop for Scanned {
+    fn drop(&mut self) {
+        if let Some((answer, sent)) = &self.answer {
+            let _ = self.inner.try_write(&answer[*sent..]);
+        }
+    }
+}
+
+/// The gate's JSON answer to a head refused before hyper read it, whole
+/// on the wire (the connection closes after it).
+fn answer_bytes(refused: Refused) -> Vec<u8> {
+    let code = if refused.status == 431 {
+        "header_too_large"
+    } else {
+        "bad_request"
+    };
+    let body = serde_json::json!({ "error": code, "message": refused.why }).to_string();
+    let reason = if refused.status == 431 {
+        "Request Header Fields Too Large"
+    } else {
+        "Bad Request"
+    };
+    format!(
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        refused.status,
+        body.len()
+    )
+    .into_bytes()
+}
+
+impl AsyncRead for Scanned {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
         let this = &mut *self;
+        match this.after {
+            After::Bytes => {}
+            // The connection's task was told (`Verdicts::cut`): hyper is
+            // asked to close, and is woken by that.
+            After::Nothing => return Poll::Pending,
+            After::End => return Poll::Ready(Ok(())),
+        }
+        let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
             if !matches!(this.scanner.state, State::Done) {
-                this.scanner.feed(&buf.filled()[before..]);
+                if let Some(cut) = this.scanner.feed(&buf.filled()[before..]) {
+                    let refused = this.scanner.take_cut().unwrap_or(TOO_LARGE);
+                    this.answer = Some((answer_bytes(refused), 0));
+                    this.scanner.verdicts.0.cut.notify_one();
+                    match cut {
+                        Cut::Earlier => {
+                            buf.set_filled(before);
+                            this.after = After::End;
+                        }
+                        Cut::At(at) => {
+                            buf.set_filled(before + at);
+                            this.after = After::Nothing;
+                            if at == 0 {
+                                return Poll::Pending;
+                            }
+                        }
+                    }
+                }
             }
         }
         polled
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Scanned<T> {
+impl AsyncWrite for Scanned {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -393,7 +545,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Scanned<T> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        while let Some((answer, sent)) = &mut this.answer {
+            match Pin::new(&mut this.inner).poll_write(cx, &answer[*sent..]) {
+                Poll::Ready(Ok(n)) if n > 0 && *sent + n < answer.len() => *sent += n,
+                // All of it, or a client that is gone: the socket closes.
+                Poll::Ready(_) => this.answer = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -410,83 +571,4 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Scanned<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The verdicts of a byte stream fed in pieces of `step` bytes.
-    fn verdicts(stream: &[u8], step: usize) -> Vec<Option<Refused>> {
-        let (mut s, v) = Scanner::new(64 * 1024, 100);
-        for piece in stream.chunks(step) {
-            s.feed(piece);
-        }
-        let mut out = Vec::new();
-        while let Some(x) = lock(&v.0).heads.pop_front() {
-            out.push(x);
-        }
-        out
-    }
-
-    #[test]
-    fn each_head_is_judged_across_bodies_in_any_pieces() {
-        let stream = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n\
-            POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
-            POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
-            3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n\
-            POST /d HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nz\
-            GET /e HTTP/1.1\r\n\r\n";
-        for step in [1, 2, 7, 64, stream.len()] {
-            assert_eq!(
-                verdicts(stream, step),
-                [None, None, None, Some(TWICE)],
-                "pieces of {step}"
-            );
-        }
-    }
-
-    #[test]
-    fn length_with_chunked_is_refused_either_order() {
-        for head in [
-            &b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-        ] {
-            assert_eq!(verdicts(head, 5), [Some(BOTH)]);
-        }
-    }
-
-    #[test]
-    fn a_body_that_looks_like_a_head_is_not_one() {
-        let stream = b"POST / HTTP/1.1\r\nContent-Length: 56\r\n\r\n\
-            GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n\
-            GET / HTTP/1.1\r\n\r\n";
-        assert_eq!(verdicts(stream, 3), [None, None]);
-    }
-
-    #[test]
-    fn a_head_over_the_limit_is_refused_whole_or_in_pieces() {
-        let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "b".repeat(300));
-        let (mut s, v) = Scanner::new(256, 100);
-        s.feed(big.as_bytes());
-        assert_eq!(v.next(), Head::Refused(TOO_LARGE));
-        let (mut s, v) = Scanner::new(256, 100);
-        for piece in big.as_bytes().chunks(100) {
-            s.feed(piece);
-        }
-        assert_eq!(v.next(), Head::Refused(TOO_LARGE));
-    }
-
-    #[test]
-    fn after_an_upgrade_or_a_bare_lf_trailer_later_heads_are_unscanned() {
-        let (mut s, v) = Scanner::new(64 * 1024, 100);
-        s.feed(
-            b"GET /ws HTTP/1.1\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\n\r\n",
-        );
-        assert_eq!(v.next(), Head::Clean);
-        assert_eq!(v.next(), Head::Unscanned);
-        // A trailer ended by a bare LF: hyper reads on as trailer, the
-        // scan cannot follow, so what follows is not judged clean.
-        let (mut s, v) = Scanner::new(64 * 1024, 100);
-        s.feed(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\nGET /fake HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n");
-        assert_eq!(v.next(), Head::Clean);
-        assert_eq!(v.next(), Head::Unscanned);
-    }
-}
+mod tests;

@@ -4,7 +4,8 @@
 //! limit (the rest wait in the kernel's backlog), each served by hyper's HTTP/1 with the
 //! service's header timeout (an idle keep-alive connection too), a head
 //! size and header count limit, upgrades allowed, and every byte read
-//! also given to the smuggling scan ([`super::framing`]), and every
+//! also given to the smuggling scan ([`super::framing`]: a head hyper
+//! would refuse with a bare status gets the gate's JSON answer instead), and every
 //! write bounded by the idle timeout ([`WriteIdle`]: a client that stops
 //! reading does not hold its upstream request for ever). Drains on a
 //! signal as the service's own listener does.
@@ -283,6 +284,8 @@ async fn work(
         };
         let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
         let (scanner, verdicts) = Scanner::new(limits.max_header_bytes, limits.max_headers);
+        let cut = verdicts.clone();
+        let metrics = Arc::clone(&proxy.metrics);
         let proxy = Arc::clone(&proxy);
         let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             req.extensions_mut().insert(slot.clone());
@@ -297,7 +300,14 @@ async fn work(
                 limits.write_idle,
             ));
             let conn = builder.serve_connection(io, service).with_upgrades();
-            crate::http::serve::until_stopped(conn, stop, |c| c.graceful_shutdown()).await;
+            // A head refused by the scan never reaches the handler: it is
+            // counted here.
+            let refused = async {
+                cut.cut().await;
+                let m = &metrics.gate;
+                m.record(m.unrouted(), crate::metrics::proxy::Outcome::BadRequest);
+            };
+            crate::http::serve::until_stopped(conn, stop, refused, |c| c.graceful_shutdown()).await;
         });
         while tasks.try_join_next().is_some() {}
     }
