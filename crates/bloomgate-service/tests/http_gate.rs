@@ -724,7 +724,23 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(),
             400,
         ),
+        (
+            "a length hyper takes as a list",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 1, 1\r\n\r\nx".to_vec(),
+            400,
+        ),
+        (
+            "a coding that is not chunked",
+            b"POST /upload HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "a target the URI parser refuses",
+            b"GET http://[::1/x HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+            400,
+        ),
     ];
+    let refused = 8;
     for (what, req, want) in cases {
         let answer = raw(gate, &req, within).await;
         assert_eq!(status_of(&answer), want, "{what}: {answer}");
@@ -739,19 +755,21 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
             "{what}"
         );
     }
-    // After a clean request on the same connection: it is answered
-    // first, then the malformed one, and the connection closes.
-    let two = b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\n\r\n\
+    // After clean requests sent with it in one write: each is answered
+    // in turn, then the malformed one, and the connection closes.
+    let three = b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\n\r\n\
+        POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc\
         GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n  folded\r\n\r\n";
-    let answer = raw(gate, two, within).await;
+    let answer = raw(gate, three, within).await;
     assert_eq!(status_of(&answer), 200, "{answer}");
-    let second = &answer[answer.rfind("HTTP/1.1 ").unwrap()..];
-    assert_eq!(status_of(second), 400, "{answer}");
-    assert_eq!(json_answer(second, "after a clean request"), "bad_request");
-    assert_eq!(answer.matches("HTTP/1.1 ").count(), 2, "{answer}");
-    assert_eq!(up.seen.total(), 1, "only the clean request went upstream");
-    // A head whose first part came alone (hyper holds it): the fault
-    // in the second part still gets the JSON answer.
+    assert_eq!(answer.matches("HTTP/1.1 200").count(), 2, "{answer}");
+    let last = &answer[answer.rfind("HTTP/1.1 ").unwrap()..];
+    assert_eq!(status_of(last), 400, "{answer}");
+    assert_eq!(json_answer(last, "after clean requests"), "bad_request");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 3, "{answer}");
+    assert_eq!(up.seen.total(), 2, "only the clean requests went upstream");
+    // A head whose first part came alone (held back from hyper): the
+    // fault in the second part still gets the JSON answer.
     let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
     c.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n").await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -764,7 +782,35 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
     let answer = String::from_utf8_lossy(&out);
     assert_eq!(status_of(&answer), 400, "{answer}");
     assert_eq!(json_answer(&answer, "in two parts"), "bad_request");
-    assert_eq!(up.seen.total(), 1);
+    // The same after a clean request on that connection, its answer
+    // read before the rest of the bad head is sent.
+    let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
+    c.write_all(b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 4096];
+    let n = tokio::time::timeout(within, c.read(&mut first))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_of(&String::from_utf8_lossy(&first[..n])), 200);
+    c.write_all(b"st: h\r\nBad Name: 1\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(within, c.read_to_end(&mut out))
+        .await
+        .expect("the connection closes after the answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out);
+    assert_eq!(status_of(&answer), 400, "{answer}");
+    assert_eq!(json_answer(&answer, "after a clean request"), "bad_request");
+    assert_eq!(up.seen.total(), 3);
+    // Every refusal is counted.
+    let metrics = s.metrics_text().await;
+    let line = format!(
+        "bloomgate_gate_requests_total{{route=\"(none)\",outcome=\"bad_request\"}} {}",
+        refused + 3
+    );
+    assert!(metrics.contains(&line), "{line} in {metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,11 +17,8 @@
 //! close), and the gate's own JSON answer goes out before the socket
 //! closes.
 
-use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::sync::lock;
 
@@ -41,6 +38,22 @@ const BOTH: Refused = Refused {
 const TWICE: Refused = Refused {
     status: 400,
     why: "request smuggling refused: Content-Length more than once",
+};
+const BAD_LENGTH: Refused = Refused {
+    status: 400,
+    why: "an invalid Content-Length (one decimal number, please)",
+};
+const NOT_CHUNKED: Refused = Refused {
+    status: 400,
+    why: "a Transfer-Encoding that does not end in chunked",
+};
+const TE_ON_1_0: Refused = Refused {
+    status: 400,
+    why: "Transfer-Encoding on an HTTP/1.0 request",
+};
+const BAD_TARGET: Refused = Refused {
+    status: 400,
+    why: "malformed request head: an invalid target",
 };
 const TOO_LARGE: Refused = Refused {
     status: 431,
@@ -85,8 +98,12 @@ pub enum Head {
 struct Shared {
     /// Heads read clean and not yet dispatched by hyper.
     clean: Mutex<usize>,
+    /// Notified when `clean` falls to 0.
+    dispatched: tokio::sync::Notify,
     /// Notified once, when the connection is cut before a head.
     cut: tokio::sync::Notify,
+    /// Whether it was.
+    was_cut: AtomicBool,
 }
 
 /// The verdicts of a connection's heads.
@@ -103,15 +120,28 @@ impl Verdicts {
             return Head::Unscanned;
         }
         *clean -= 1;
+        if *clean == 0 {
+            self.0.dispatched.notify_one();
+        }
         Head::Clean
     }
 
-    /// Resolves once the connection is cut before a head hyper would
-    /// refuse: the connection should close after the requests before it
-    /// (hyper's `graceful_shutdown`), the gate's answer to that head
-    /// going out as it shuts down.
+    /// Resolves once the connection is cut before a refused head and
+    /// hyper has taken every clean request before it: the connection
+    /// should close after those (hyper's `graceful_shutdown`; asked
+    /// sooner, hyper would drop the ones it has not started), the gate's
+    /// answer to that head going out as it shuts down.
     pub async fn cut(&self) {
         self.0.cut.notified().await;
+        while *lock(&self.0.clean) > 0 {
+            self.0.dispatched.notified().await;
+        }
+    }
+
+    /// Whether the connection was cut before a refused head.
+    #[must_use]
+    pub fn was_cut(&self) -> bool {
+        self.0.was_cut.load(Ordering::SeqCst)
     }
 
     fn push_clean(&self) {
@@ -271,6 +301,14 @@ impl Scanner {
         self.cut.take()
     }
 
+    /// The bytes of a head begun and not yet complete.
+    fn partial_len(&self) -> usize {
+        match &self.state {
+            State::Head(buf) => buf.len(),
+            _ => 0,
+        }
+    }
+
     /// Parses a head at the start of `bytes`: the bytes it used, or
     /// `None` while it is incomplete (the state moves on either way, to
     /// `Done` for a head hyper refuses).
@@ -289,14 +327,17 @@ impl Scanner {
         match req.parse_with_uninit_headers(bytes, headers) {
             Ok(httparse::Status::Complete(used)) => {
                 let (mut lengths, mut chunked, mut te, mut upgrade) = (0, false, false, false);
-                let mut length = 0u64;
+                let mut length = Some(0u64);
                 for h in req.headers.iter() {
                     if h.name.eq_ignore_ascii_case("content-length") {
                         lengths += 1;
-                        length = std::str::from_utf8(h.value)
+                        // Digits alone (hyper also takes a list of equal
+                        // numbers; a proxy need not).
+                        let digits = h.value.trim_ascii();
+                        length = std::str::from_utf8(digits)
                             .ok()
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
+                            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                            .and_then(|d| d.parse().ok());
                     } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                         te = true;
                         chunked =
@@ -313,16 +354,26 @@ impl Scanner {
                     Some(BOTH)
                 } else if lengths > 1 {
                     Some(TWICE)
+                } else if length.is_none() {
+                    Some(BAD_LENGTH)
+                } else if te && req.version == Some(0) {
+                    Some(TE_ON_1_0)
+                } else if te && !chunked {
+                    Some(NOT_CHUNKED)
+                } else if req.path.is_none_or(|p| hyper::Uri::try_from(p).is_err()) {
+                    // What hyper would refuse after httparse took it.
+                    Some(BAD_TARGET)
                 } else {
                     None
                 };
+                let length = length.unwrap_or(0);
                 if let Some(refused) = verdict {
                     self.refuse(refused);
                     return Some(used);
                 }
                 self.verdicts.push_clean();
                 let connect = req.method == Some("CONNECT");
-                if upgrade || connect || (te && !chunked) {
+                if upgrade || connect {
                     self.done();
                     return Some(used);
                 }
@@ -335,7 +386,8 @@ impl Scanner {
                 };
                 Some(used)
             }
-            Ok(httparse::Status::Partial) if bytes.len() <= self.max_head => None,
+            // hyper refuses a head still incomplete at its buffer's size.
+            Ok(httparse::Status::Partial) if bytes.len() < self.max_head => None,
             Ok(httparse::Status::Partial) => {
                 // Over the limit and still incomplete: hyper would refuse
                 // it with a bare 431 (past its buffer) or wait for it.
@@ -420,53 +472,6 @@ fn chunk_step(chunk: &mut Chunk, bytes: &[u8]) -> Step {
     }
 }
 
-/// A connection read through a [`Scanner`].
-#[derive(Debug)]
-pub struct Scanned {
-    inner: tokio::net::TcpStream,
-    scanner: Scanner,
-    /// What reads give once the connection is cut.
-    after: After,
-    /// The answer to the refused head, and how much of it went out:
-    /// written as hyper shuts the connection down, or, if hyper ends it
-    /// with an error instead, as much as the socket takes at once when
-    /// the connection is dropped.
-    answer: Option<(Vec<u8>, usize)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum After {
-    /// Not cut.
-    Bytes,
-    /// Nothing ever: the connection's task asks hyper to close after the
-    /// requests before the cut.
-    Nothing,
-    /// The end of the stream: hyper holds part of the refused head, which
-    /// it cannot finish, so it ends the connection (after the requests
-    /// before it).
-    End,
-}
-
-impl Scanned {
-    /// `inner`, each byte read also fed to `scanner`.
-    pub fn new(inner: tokio::net::TcpStream, scanner: Scanner) -> Self {
-        Self {
-            inner,
-            scanner,
-            after: After::Bytes,
-            answer: None,
-        }
-    }
-}
-
-impl Drop for Scanned {
-    fn drop(&mut self) {
-        if let Some((answer, sent)) = &self.answer {
-            let _ = self.inner.try_write(&answer[*sent..]);
-        }
-    }
-}
-
 /// The gate's JSON answer to a head refused before hyper read it, whole
 /// on the wire (the connection closes after it).
 fn answer_bytes(refused: Refused) -> Vec<u8> {
@@ -489,86 +494,8 @@ fn answer_bytes(refused: Refused) -> Vec<u8> {
     .into_bytes()
 }
 
-impl AsyncRead for Scanned {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        match this.after {
-            After::Bytes => {}
-            // The connection's task was told (`Verdicts::cut`): hyper is
-            // asked to close, and is woken by that.
-            After::Nothing => return Poll::Pending,
-            After::End => return Poll::Ready(Ok(())),
-        }
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            if !matches!(this.scanner.state, State::Done) {
-                if let Some(cut) = this.scanner.feed(&buf.filled()[before..]) {
-                    let refused = this.scanner.take_cut().unwrap_or(TOO_LARGE);
-                    this.answer = Some((answer_bytes(refused), 0));
-                    this.scanner.verdicts.0.cut.notify_one();
-                    match cut {
-                        Cut::Earlier => {
-                            buf.set_filled(before);
-                            this.after = After::End;
-                        }
-                        Cut::At(at) => {
-                            buf.set_filled(before + at);
-                            this.after = After::Nothing;
-                            if at == 0 {
-                                return Poll::Pending;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Scanned {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        while let Some((answer, sent)) = &mut this.answer {
-            match Pin::new(&mut this.inner).poll_write(cx, &answer[*sent..]) {
-                Poll::Ready(Ok(n)) if n > 0 && *sent + n < answer.len() => *sent += n,
-                // All of it, or a client that is gone: the socket closes.
-                Poll::Ready(_) => this.answer = None,
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
+mod scanned;
+pub use scanned::Scanned;
 
 #[cfg(test)]
 mod tests;

@@ -126,7 +126,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteIdle<T> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        // It may write (the scan's answer to a refused head).
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.timed(cx, r, |()| true)
     }
 
     fn poll_write_vectored(
@@ -300,14 +302,14 @@ async fn work(
                 limits.write_idle,
             ));
             let conn = builder.serve_connection(io, service).with_upgrades();
+            crate::http::serve::until_stopped(conn, stop, cut.cut(), |c| c.graceful_shutdown())
+                .await;
             // A head refused by the scan never reaches the handler: it is
             // counted here.
-            let refused = async {
-                cut.cut().await;
+            if cut.was_cut() {
                 let m = &metrics.gate;
                 m.record(m.unrouted(), crate::metrics::proxy::Outcome::BadRequest);
-            };
-            crate::http::serve::until_stopped(conn, stop, refused, |c| c.graceful_shutdown()).await;
+            }
         });
         while tasks.try_join_next().is_some() {}
     }

@@ -134,3 +134,45 @@ fn the_answer_is_one_whole_json_response() {
     assert!(raw.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"));
     assert!(raw.contains("\"error\":\"header_too_large\""));
 }
+
+#[test]
+fn what_hyper_refuses_after_httparse_is_refused_too() {
+    for (head, want) in [
+        (
+            &b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n"[..],
+            BAD_LENGTH,
+        ),
+        (b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n", BAD_LENGTH),
+        (b"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n", BAD_LENGTH),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            NOT_CHUNKED,
+        ),
+        (
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            TE_ON_1_0,
+        ),
+        (b"GET http://[::1/x HTTP/1.1\r\n\r\n", BAD_TARGET),
+    ] {
+        assert_eq!(
+            verdicts(head, 4),
+            (0, Some(want)),
+            "{}",
+            String::from_utf8_lossy(head)
+        );
+    }
+    // What stays clean: a padded length, chunked last, OPTIONS *.
+    let fine = b"POST / HTTP/1.1\r\nContent-Length:  2 \r\n\r\nab\
+        POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n\
+        OPTIONS * HTTP/1.1\r\n\r\n";
+    assert_eq!(verdicts(fine, 3), (3, None));
+}
+
+#[test]
+fn a_head_at_hyper_s_buffer_size_is_refused_before_it_completes() {
+    let (mut s, _v) = Scanner::new(64, 100);
+    let head = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(64 - 19));
+    assert_eq!(head.len(), 64);
+    assert_eq!(s.feed(head.as_bytes()), Some(Cut::At(0)));
+    assert_eq!(s.take_cut(), Some(TOO_LARGE));
+}
