@@ -60,6 +60,16 @@ const TOO_LARGE: Refused = Refused {
     why: "the request head is larger than gate.max_header_bytes",
 };
 
+/// A target `http::Uri` takes for certain: an origin-form path and query
+/// of unreserved, sub-delimiter and percent bytes (checked without the
+/// copy `Uri` parsing makes).
+fn plain_target(target: &str) -> bool {
+    target.starts_with('/')
+        && target
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%?".contains(&b))
+}
+
 /// The answer to a head httparse (hyper's parser, with hyper's settings)
 /// refuses.
 fn malformed(e: httparse::Error) -> Refused {
@@ -136,6 +146,11 @@ impl Verdicts {
         while *lock(&self.0.clean) > 0 {
             self.0.dispatched.notified().await;
         }
+    }
+
+    /// Heads read clean that hyper has not taken yet.
+    fn undispatched(&self) -> usize {
+        *lock(&self.0.clean)
     }
 
     /// Whether the connection was cut before a refused head.
@@ -337,7 +352,10 @@ impl Scanner {
                         length = std::str::from_utf8(digits)
                             .ok()
                             .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-                            .and_then(|d| d.parse().ok());
+                            .and_then(|d| d.parse().ok())
+                            // hyper's largest (two values mean "chunked"
+                            // and "to the end" to it).
+                            .filter(|&n: &u64| n <= u64::MAX - 2);
                     } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                         te = true;
                         chunked =
@@ -360,7 +378,10 @@ impl Scanner {
                     Some(TE_ON_1_0)
                 } else if te && !chunked {
                     Some(NOT_CHUNKED)
-                } else if req.path.is_none_or(|p| hyper::Uri::try_from(p).is_err()) {
+                } else if req
+                    .path
+                    .is_none_or(|p| !plain_target(p) && hyper::Uri::try_from(p).is_err())
+                {
                     // What hyper would refuse after httparse took it.
                     Some(BAD_TARGET)
                 } else {

@@ -29,7 +29,25 @@ pub struct Scanned {
     /// The answer to the refused head, and how much of it went out:
     /// written as hyper shuts the connection down.
     answer: Option<(Vec<u8>, usize)>,
+    /// After the answer: our half is shut, then what the client still
+    /// sends is read and dropped until it closes, so the close is not a
+    /// reset (which may discard the answer before the client reads it).
+    linger: Linger,
+    /// Bytes dropped so, after the cut.
+    dropped: usize,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Linger {
+    No,
+    /// Our half to shut.
+    Shut,
+    /// The client's end to await.
+    Drain,
+}
+
+/// The most a cut connection reads and drops before it closes anyway.
+const MAX_DROPPED: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum After {
@@ -52,6 +70,26 @@ impl Scanned {
             ready: 0,
             after: After::Bytes,
             answer: None,
+            linger: Linger::No,
+            dropped: 0,
+        }
+    }
+
+    /// Reads and drops what the client sends after the cut: `Ready` at
+    /// its end (or an error, or past [`MAX_DROPPED`]).
+    fn drop_input(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let mut sink = [0u8; 4096];
+        loop {
+            let mut rb = ReadBuf::new(&mut sink);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) if !rb.filled().is_empty() => {
+                    self.dropped += rb.filled().len();
+                    if self.dropped > MAX_DROPPED {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                other => return other,
+            }
         }
     }
 
@@ -157,8 +195,11 @@ impl AsyncRead for Scanned {
             match this.after {
                 After::Bytes => {}
                 // The connection's task was told (`Verdicts::cut`): hyper
-                // is asked to close, and woken by that.
-                After::Nothing => return Poll::Pending,
+                // is asked to close, and woken by that. What the client
+                // sends meanwhile is dropped; its end (or an error) is
+                // passed on, so a client that leaves cancels a request in
+                // flight as it would without the cut.
+                After::Nothing => return this.drop_input(cx),
                 After::End => return Poll::Ready(Ok(())),
             }
             if this.pending.is_empty() {
@@ -190,25 +231,34 @@ impl AsyncWrite for Scanned {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        if this.answer.is_some() && this.scanner.verdicts.undispatched() > 0 {
+            // hyper closes without a clean request it was given (one
+            // before it asked to close): the answer would read as that
+            // request's, so none is sent.
+            this.answer = None;
+        }
         while let Some((answer, sent)) = &mut this.answer {
             match Pin::new(&mut this.inner).poll_write(cx, &answer[*sent..]) {
                 Poll::Ready(Ok(n)) if n > 0 && *sent + n < answer.len() => *sent += n,
-                // All of it, or a client that is gone: the socket closes.
+                // All of it, or a client that is gone.
                 Poll::Ready(_) => {
                     this.answer = None;
-                    // What the client sent after the refused head, unread,
-                    // would make the close a reset, which may discard the
-                    // answer before the client reads it: what has come is
-                    // read and dropped (a bounded amount, without waiting).
-                    let mut sink = [0u8; 4096];
-                    for _ in 0..16 {
-                        if !matches!(this.inner.try_read(&mut sink), Ok(n) if n > 0) {
-                            break;
-                        }
-                    }
+                    this.linger = Linger::Shut;
                 }
                 Poll::Pending => return Poll::Pending,
             }
+        }
+        // Our half first (the answer is all there is), then the client's
+        // end is awaited, bounded by the idle timeout (`WriteIdle`) and
+        // by `MAX_DROPPED`.
+        if this.linger == Linger::Shut {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            this.linger = Linger::Drain;
+        }
+        if this.linger == Linger::Drain {
+            let _ = std::task::ready!(this.drop_input(cx));
+            this.linger = Linger::No;
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.inner).poll_shutdown(cx)
     }

@@ -153,6 +153,10 @@ fn what_hyper_refuses_after_httparse_is_refused_too() {
             TE_ON_1_0,
         ),
         (b"GET http://[::1/x HTTP/1.1\r\n\r\n", BAD_TARGET),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 18446744073709551614\r\n\r\n",
+            BAD_LENGTH,
+        ),
     ] {
         assert_eq!(
             verdicts(head, 4),
@@ -161,11 +165,15 @@ fn what_hyper_refuses_after_httparse_is_refused_too() {
             String::from_utf8_lossy(head)
         );
     }
-    // What stays clean: a padded length, chunked last, OPTIONS *.
+    assert!(plain_target("/api/profiles/u%201?x=1&y=a,b"));
+    assert!(!plain_target("/a{b}") && !plain_target("http://h/x") && !plain_target("*"));
+    // What stays clean: a padded length, chunked last, OPTIONS *, a
+    // quote (outside the plain set, taken by `Uri`).
     let fine = b"POST / HTTP/1.1\r\nContent-Length:  2 \r\n\r\nab\
         POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n\
-        OPTIONS * HTTP/1.1\r\n\r\n";
-    assert_eq!(verdicts(fine, 3), (3, None));
+        OPTIONS * HTTP/1.1\r\n\r\n\
+        GET /a\"b HTTP/1.1\r\n\r\n";
+    assert_eq!(verdicts(fine, 3), (4, None));
 }
 
 #[test]
