@@ -835,7 +835,10 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
         .unwrap();
     let answer = String::from_utf8_lossy(&out);
     assert_eq!(answer.matches("HTTP/1.1 200").count(), 2, "{answer}");
-    assert_eq!(up.seen.uploaded.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(
+        up.seen.uploaded.load(std::sync::atomic::Ordering::SeqCst),
+        5
+    );
     // Every refusal is counted (once its connection has ended).
     let line = format!(
         "bloomgate_gate_requests_total{{route=\"(none)\",outcome=\"bad_request\"}} {}",
