@@ -768,6 +768,23 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
     assert_eq!(json_answer(last, "after clean requests"), "bad_request");
     assert_eq!(answer.matches("HTTP/1.1 ").count(), 3, "{answer}");
     assert_eq!(up.seen.total(), 2, "only the clean requests went upstream");
+    // The same from a client that shuts its half after sending (as `nc`
+    // does): its end does not cancel the request before the cut.
+    let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
+    c.write_all(b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n")
+        .await
+        .unwrap();
+    c.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(within, c.read_to_end(&mut out))
+        .await
+        .expect("answered and closed")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out);
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let last = &answer[answer.rfind("HTTP/1.1 ").unwrap()..];
+    assert_eq!(json_answer(last, "after a half-close"), "bad_request");
+    assert_eq!(up.seen.total(), 3);
     // A head whose first part came alone (held back from hyper): the
     // fault in the second part still gets the JSON answer.
     let mut c = tokio::net::TcpStream::connect(gate).await.unwrap();
@@ -807,7 +824,7 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
     assert_eq!(json_answer(&answer, "after a clean request"), "bad_request");
     // Its end lets the gate close (it awaits it after the answer).
     drop(c);
-    assert_eq!(up.seen.total(), 3);
+    assert_eq!(up.seen.total(), 4);
     // A clean request after one that asks to close: hyper never takes
     // it, so no answer is written that would read as its.
     let closing = b"GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n\
@@ -842,7 +859,7 @@ async fn a_head_hyper_would_refuse_gets_the_gates_json_answer() {
     // Every refusal is counted (once its connection has ended).
     let line = format!(
         "bloomgate_gate_requests_total{{route=\"(none)\",outcome=\"bad_request\"}} {}",
-        refused + 4
+        refused + 5
     );
     let mut metrics = String::new();
     for _ in 0..50 {

@@ -58,6 +58,9 @@ enum After {
     Nothing,
     /// The end of the stream (the client's).
     End,
+    /// Nothing ever, and the client's half has ended (or it sent more
+    /// than is read after a cut): the socket is not read again.
+    Quiet,
 }
 
 impl Scanned {
@@ -196,10 +199,20 @@ impl AsyncRead for Scanned {
                 After::Bytes => {}
                 // The connection's task was told (`Verdicts::cut`): hyper
                 // is asked to close, and woken by that. What the client
-                // sends meanwhile is dropped; its end (or an error) is
-                // passed on, so a client that leaves cancels a request in
-                // flight as it would without the cut.
-                After::Nothing => return this.drop_input(cx),
+                // sends meanwhile is dropped; an error (a reset: the
+                // client is gone) is passed on, cancelling a request in
+                // flight, but not its end: a client that only shut its
+                // half (`nc`) still reads the answers.
+                After::Nothing => {
+                    return match this.drop_input(cx) {
+                        Poll::Ready(Ok(())) => {
+                            this.after = After::Quiet;
+                            Poll::Pending
+                        }
+                        other => other,
+                    }
+                }
+                After::Quiet => return Poll::Pending,
                 After::End => return Poll::Ready(Ok(())),
             }
             if this.pending.is_empty() {
