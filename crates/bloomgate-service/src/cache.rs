@@ -26,6 +26,7 @@ mod absent;
 mod guard;
 mod l1;
 mod lease;
+mod lookup;
 mod sweep;
 
 pub use absent::{AbsentCounters, AbsentMemory, Positions, Recall, Ticket, CLOCK_MARGIN_MS};
@@ -36,6 +37,7 @@ use guard::{deliver_owed, BreakerWatch, Doubling, Guard, Owed};
 pub use l1::L1;
 pub use lease::{Lease, LEASE_MS, LEASE_PREFIX};
 use lease::{FILL_IF_LEASED, LEASE_IF_EMPTY, LEASE_IF_HOLDS, LOOKUP_OR_LEASE};
+pub use lookup::Reach;
 
 /// The Redis value that marks an id confirmed missing in SQL.
 pub const NIL_SENTINEL: &str = "__nil__";
@@ -104,6 +106,13 @@ pub enum RedisLookup<T = Sku> {
     /// `None` another reader holds the lease (or the value was undecodable
     /// and was deleted), so this one reads SQL without writing back.
     Miss(Option<Lease>),
+}
+
+impl<T> Default for RedisLookup<T> {
+    /// A miss without a lease.
+    fn default() -> Self {
+        Self::Miss(None)
+    }
 }
 
 /// Counters of the Redis tier.
@@ -279,100 +288,6 @@ impl RedisTier {
     #[must_use]
     pub fn key(&self, id: impl std::fmt::Display) -> String {
         format!("{}{}{id}", self.prefix, self.namespace)
-    }
-
-    /// Looks an id up with a `GET`; when the key holds nothing, takes a
-    /// lease on it with a script that reads it again and sets the lease in
-    /// one step. An id whose invalidation Redis is still owed is a miss
-    /// without a lease (Redis may hold its older state).
-    ///
-    /// # Errors
-    /// [`CacheError`] (counted).
-    pub async fn lookup<T: serde::de::DeserializeOwned>(
-        &self,
-        id: impl std::fmt::Display,
-    ) -> Result<RedisLookup<T>, CacheError> {
-        self.lookup_with(id, true, |raw| serde_json::from_slice(&raw))
-            .await
-    }
-
-    /// [`RedisTier::lookup`], the value kept as the answer's JSON: a hit
-    /// is not encoded again (what this tier writes is the row's own
-    /// encoding; a value another writer formatted differently is the same
-    /// JSON, and one that does not decode as the row is deleted).
-    ///
-    /// # Errors
-    /// [`CacheError`] (counted).
-    pub async fn lookup_cached<T: serde::de::DeserializeOwned>(
-        &self,
-        id: impl std::fmt::Display,
-    ) -> Result<RedisLookup<Arc<Cached<T>>>, CacheError> {
-        self.lookup_with(id, true, |raw| {
-            let row = serde_json::from_slice(&raw)?;
-            Ok(Arc::new(Cached {
-                row,
-                json: raw.into(),
-            }))
-        })
-        .await
-    }
-
-    async fn lookup_with<T>(
-        &self,
-        id: impl std::fmt::Display,
-        get_first: bool,
-        decode: impl FnOnce(Vec<u8>) -> serde_json::Result<T>,
-    ) -> Result<RedisLookup<T>, CacheError> {
-        let key = self.key(id);
-        if self.guard.owed.contains(&key) {
-            return Ok(RedisLookup::Miss(None));
-        }
-        let mut conn = self.conn.clone();
-        // A plain GET first (`get_first`): a hit (the usual answer) then
-        // costs Redis no script run. Only a key that holds nothing takes
-        // the script, which leases it unless a value arrived in between.
-        let mut lease = None;
-        let mut raw: Option<Vec<u8>> = if get_first {
-            self.guarded(redis::cmd("GET").arg(&key).query_async(&mut conn))
-                .await?
-        } else {
-            None
-        };
-        if raw.is_none() {
-            let new = Lease::new();
-            raw = self
-                .guarded(
-                    self.lookup_or_lease
-                        .key(&key)
-                        .arg(&new.token)
-                        .arg(LEASE_MS)
-                        .invoke_async(&mut conn),
-                )
-                .await?;
-            lease = Some(new);
-        }
-        let out = match raw {
-            None => RedisLookup::Miss(lease),
-            Some(v) if v == NIL_SENTINEL.as_bytes() => RedisLookup::Nil,
-            Some(v) if v.starts_with(LEASE_PREFIX.as_bytes()) => RedisLookup::Miss(None),
-            Some(json) => match decode(json) {
-                Ok(row) => RedisLookup::Hit(row),
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "undecodable cache value; deleting it");
-                    let _: Result<(), CacheError> = self
-                        .guarded(redis::cmd("DEL").arg(&key).query_async(&mut conn))
-                        .await;
-                    RedisLookup::Miss(None)
-                }
-            },
-        };
-        let c = match out {
-            RedisLookup::Hit(_) => &self.counters.hits,
-            RedisLookup::Nil => &self.counters.nil_hits,
-            RedisLookup::Miss(_) => &self.counters.misses,
-        };
-        c.incr();
-        Ok(out)
     }
 
     fn value_of<T: serde::Serialize>(&self, sku: Option<&T>) -> (String, u64) {

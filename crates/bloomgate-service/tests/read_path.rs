@@ -182,7 +182,7 @@ async fn only_the_lease_holder_fills_a_key_and_a_delete_revokes_its_lease() {
 /// is deleted, never served.
 #[tokio::test]
 async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
-    use bloomgate_service::cache::RedisLookup;
+    use bloomgate_service::cache::{Reach, RedisLookup};
     use bloomgate_service::model::Sku;
     let Some(redis) = common::redis_url().await else {
         return;
@@ -199,7 +199,8 @@ async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let RedisLookup::Hit(hit) = tier.lookup_cached::<Sku>(5).await.unwrap() else {
+    let Some(RedisLookup::Hit(hit)) = tier.lookup_cached::<Sku>(5, Reach::Get).await.unwrap()
+    else {
         panic!("a hit");
     };
     assert_eq!(hit.row, sku);
@@ -222,8 +223,8 @@ async fn a_redis_hit_answers_its_own_json_and_a_foreign_value_is_dropped() {
         .await
         .unwrap();
     assert!(matches!(
-        tier.lookup_cached::<Sku>(6).await.unwrap(),
-        RedisLookup::Miss(None)
+        tier.lookup_cached::<Sku>(6, Reach::Get).await.unwrap(),
+        Some(RedisLookup::Miss(None))
     ));
     assert_eq!(tier.raw(6).await.unwrap(), None, "deleted");
     let (status, body) = text("/api/seckill/6").await;

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Entry, Lease, RedisLookup, RedisTier, L1};
+use super::{Entry, Lease, Reach, RedisLookup, RedisTier, L1};
 use crate::sync::lock;
 
 /// Shards of the change counters.
@@ -308,10 +308,10 @@ where
         let stamp = if lease {
             // The script alone, in one round trip: most keys asked hold
             // nothing (every real key the filter lets through).
-            let looked = redis.lookup_with(key, false, |raw| {
+            let looked = redis.lookup_with(key, Reach::Lease, |raw| {
                 serde_json::from_slice::<Stamp>(&raw).map(|s| (s, raw))
             });
-            match looked.await {
+            match looked.await.map(Option::unwrap_or_default) {
                 Ok(RedisLookup::Hit(at)) => Some(Some(at)),
                 // Not this format.
                 Ok(RedisLookup::Nil) => Some(None),
@@ -351,9 +351,10 @@ where
                     ticket.at = ticket.at.min(s.at);
                 }
             } else if redis.invalidate(key).await.is_ok() {
-                let looked =
-                    redis.lookup_with(key, false, |raw| serde_json::from_slice::<Stamp>(&raw));
-                if let Ok(RedisLookup::Miss(l)) = looked.await {
+                let looked = redis.lookup_with(key, Reach::Lease, |raw| {
+                    serde_json::from_slice::<Stamp>(&raw)
+                });
+                if let Ok(Some(RedisLookup::Miss(l))) = looked.await {
                     ticket.lease = l;
                 }
             }

@@ -22,14 +22,13 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use bloomgate_filter::BloomKey;
 
-use crate::cache::{AbsentMemory, Cached, Entry, Lease, RedisLookup, RedisTier};
+use crate::cache::{AbsentMemory, Cached, Entry, Lease, Reach, RedisLookup, RedisTier};
 use crate::error::AppError;
 use crate::gate::{Gate, Verdict};
 use crate::key::Key;
@@ -44,7 +43,9 @@ use inline::Inline;
 
 pub mod audit;
 mod batch;
+mod bulkhead;
 mod figures;
+mod hit;
 pub use figures::{AuditFigures, FunnelFigures, L1Figures, RedisLookups, SharedFigures};
 mod inline;
 mod invalidate;
@@ -53,6 +54,7 @@ mod verdict;
 mod warm;
 
 pub use batch::BatchRow;
+pub use bulkhead::Bulkhead;
 pub use mode::Mode;
 
 pub use warm::{WarmOutcome, WarmStart, WARM_CHUNK};
@@ -240,50 +242,6 @@ pub enum LoadError {
 /// What a load found, and where (Redis or SQL).
 type LoadResult<T> = Result<(Entry<T>, Source), Arc<LoadError>>;
 
-/// The bulkhead: at most `permits` read-path loads query SQL at once; a
-/// load waits at most `queue_timeout` for a slot, then gives up with
-/// [`LoadError::Overloaded`] (a 503 with `Retry-After`). Answers from L1
-/// or Redis never wait for it.
-#[derive(Debug, Clone)]
-pub struct Bulkhead {
-    slots: Arc<tokio::sync::Semaphore>,
-    permits: usize,
-    queue_timeout: Duration,
-    /// Loads turned away.
-    pub rejected: Arc<Counter>,
-}
-
-impl Bulkhead {
-    /// A bulkhead of `permits` slots.
-    #[must_use]
-    pub fn new(permits: usize, queue_timeout: Duration) -> Self {
-        Self {
-            slots: Arc::new(tokio::sync::Semaphore::new(permits)),
-            permits,
-            queue_timeout,
-            rejected: Arc::default(),
-        }
-    }
-
-    /// Waits at most the queue timeout for a slot; `None` (counted as
-    /// rejected) when none came free.
-    pub async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        match tokio::time::timeout(self.queue_timeout, self.slots.acquire()).await {
-            Ok(Ok(permit)) => Some(permit),
-            _ => {
-                self.rejected.incr();
-                None
-            }
-        }
-    }
-
-    /// Slots in use now.
-    #[must_use]
-    pub fn in_use(&self) -> usize {
-        self.permits.saturating_sub(self.slots.available_permits())
-    }
-}
-
 /// Where a load's answer arrives (`None` until it does).
 type Answer<T> = watch::Receiver<Option<LoadResult<T>>>;
 
@@ -455,7 +413,11 @@ impl<R: Rows> ShieldedReader<R> {
             return Ok(answer);
         }
         self.l1_counters.misses.incr();
-        let entry = match self.join_or_start(id) {
+        let reach = match self.redis_hit(&id).await {
+            Ok(answer) => return Ok(answer),
+            Err(reach) => reach,
+        };
+        let entry = match self.join_or_start(id, reach) {
             Join::Run(load) => load.await,
             Join::Wait(mut answer) => match answer.wait_for(Option::is_some).await {
                 Ok(v) => v.clone(),
@@ -491,8 +453,9 @@ impl<R: Rows> ShieldedReader<R> {
 
     /// Joins the id's load in flight, or starts one for the caller to run
     /// ([`Inline`]: spawned as a task of its own if the caller goes away,
-    /// so a client that leaves does not cancel it).
-    fn join_or_start(&self, id: R::Key) -> Join<R::Row> {
+    /// so a client that leaves does not cancel it), reading Redis as far
+    /// as `reach` (`None`: not at all).
+    fn join_or_start(&self, id: R::Key, reach: Option<Reach>) -> Join<R::Row> {
         let mut shard = lock(self.shard(&id));
         if let Some(f) = shard.flights.get(&id) {
             return Join::Wait(f.answer.clone());
@@ -510,7 +473,7 @@ impl<R: Rows> ShieldedReader<R> {
             // A load that panics (a `Source` of the user's, say) answers
             // its readers "the load stopped" (a 503) instead of unwinding
             // through the request that runs it.
-            let result = std::panic::AssertUnwindSafe(reader.load(&id, writes))
+            let result = std::panic::AssertUnwindSafe(reader.load(&id, writes, reach))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(Arc::new(LoadError::Stopped)));
@@ -530,8 +493,8 @@ impl<R: Rows> ShieldedReader<R> {
 
     /// Reads Redis, then SQL; writes back under the lease; caches in L1 if
     /// no write to the shard happened since `writes` was read.
-    async fn load(&self, id: &R::Key, writes: u64) -> LoadResult<R::Row> {
-        let fetched = self.fetch(id).await.map_err(Arc::new)?;
+    async fn load(&self, id: &R::Key, writes: u64, reach: Option<Reach>) -> LoadResult<R::Row> {
+        let fetched = self.fetch(id, reach).await.map_err(Arc::new)?;
         self.after_read.pass(R::pause_id(id)).await;
         let mut cacheable = true;
         if let (Some(redis), Some(lease)) = (&self.redis, &fetched.lease) {
@@ -557,10 +520,14 @@ impl<R: Rows> ShieldedReader<R> {
         Ok((fetched.entry, fetched.from))
     }
 
-    async fn fetch(&self, id: &R::Key) -> Result<Fetched<R::Row>, LoadError> {
+    async fn fetch(&self, id: &R::Key, reach: Option<Reach>) -> Result<Fetched<R::Row>, LoadError> {
         let mut lease = None;
-        if let Some(redis) = &self.redis {
-            match redis.lookup_cached(id).await {
+        if let (Some(redis), Some(reach)) = (&self.redis, reach) {
+            match redis
+                .lookup_cached(id, reach)
+                .await
+                .map(Option::unwrap_or_default)
+            {
                 Ok(RedisLookup::Hit(cached)) => {
                     return Ok(Fetched {
                         entry: Entry::Found(cached),
