@@ -77,6 +77,28 @@ impl<T: serde::Serialize> Cached<T> {
 /// A SKU with its JSON.
 pub type CachedSku = Cached<Sku>;
 
+/// A row as the caches hold it, read back from a cached value's JSON.
+pub trait CachedRow: serde::Serialize + serde::de::DeserializeOwned {
+    /// `raw` as a row: serde's reading, unless the type has a faster one
+    /// that accepts exactly the same.
+    ///
+    /// # Errors
+    /// What serde says of a value that is not such a row.
+    fn from_json(raw: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(raw)
+    }
+}
+
+impl CachedRow for crate::source::Row {}
+
+impl CachedRow for Sku {
+    /// The SKU's own encoding without serde's field matching
+    /// ([`crate::model::canonical`]); serde reads anything else.
+    fn from_json(raw: &[u8]) -> serde_json::Result<Self> {
+        crate::model::canonical(raw).map_or_else(|| serde_json::from_slice(raw), Ok)
+    }
+}
+
 /// What the read path caches per key: the row, or a confirmed "not found".
 #[derive(Debug)]
 pub enum Entry<T = Sku> {
@@ -287,7 +309,14 @@ impl RedisTier {
     /// The Redis key of a row's key.
     #[must_use]
     pub fn key(&self, id: impl std::fmt::Display) -> String {
-        format!("{}{}{id}", self.prefix, self.namespace)
+        use std::fmt::Write;
+        // Sized once: `format!` would start empty and grow two or three
+        // times on every read.
+        let mut key = String::with_capacity(self.prefix.len() + self.namespace.len() + 24);
+        key.push_str(&self.prefix);
+        key.push_str(&self.namespace);
+        let _ = write!(key, "{id}");
+        key
     }
 
     fn value_of<T: serde::Serialize>(&self, sku: Option<&T>) -> (String, u64) {

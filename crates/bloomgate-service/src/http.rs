@@ -12,6 +12,7 @@ pub mod edge;
 pub mod error;
 pub mod input;
 pub mod json_errors;
+mod lazy_timer;
 pub mod limits;
 pub mod openapi;
 pub mod resources;

@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod canonical;
+pub use canonical::canonical;
+
 /// A seckill SKU, as stored in SQL, cached as JSON and returned by the API.
 /// Prices are integer cents; times are Unix seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

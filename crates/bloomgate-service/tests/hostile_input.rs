@@ -612,3 +612,62 @@ async fn slow_clients_do_not_hold_the_service() {
     assert_eq!(closed, 300, "every slow connection closed by the server");
     server.stop().await;
 }
+
+/// The header timeout counts afresh for each request of a keep-alive
+/// connection: requests spaced closer than the timeout are all answered
+/// (one comes after the first wait's deadline, which must not close the
+/// connection), and the connection is closed once it idles past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_header_timeout_counts_from_each_request_of_a_kept_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = server("hostile-kept", |c| c.http.header_timeout_ms = 1000).await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut answered = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        s.write_all(b"GET /api/seckill/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut byte))
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert_eq!(
+                n,
+                1,
+                "request {i}: closed after {:?}",
+                String::from_utf8_lossy(&head)
+            );
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .expect("a length")
+            .parse()
+            .unwrap();
+        let mut body = vec![0; length];
+        s.read_exact(&mut body).await.unwrap();
+        answered.push(head.lines().next().unwrap().to_owned());
+    }
+    assert_eq!(answered, vec!["HTTP/1.1 200 OK"; 3]);
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .expect("closed after the header timeout")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    server.stop().await;
+}

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    CacheError, Cached, Lease, RedisLookup, RedisTier, LEASE_MS, LEASE_PREFIX, NIL_SENTINEL,
+    CacheError, Cached, CachedRow, Lease, RedisLookup, RedisTier, LEASE_MS, LEASE_PREFIX,
+    NIL_SENTINEL,
 };
 
 /// How far a lookup goes.
@@ -46,13 +47,13 @@ impl RedisTier {
     ///
     /// # Errors
     /// [`CacheError`] (counted).
-    pub async fn lookup_cached<T: serde::de::DeserializeOwned>(
+    pub async fn lookup_cached<T: CachedRow>(
         &self,
         id: impl std::fmt::Display,
         reach: Reach,
     ) -> Result<Option<RedisLookup<Arc<Cached<T>>>>, CacheError> {
         self.lookup_with(id, reach, |raw| {
-            let row = serde_json::from_slice(&raw)?;
+            let row = T::from_json(&raw)?;
             Ok(Arc::new(Cached {
                 row,
                 json: raw.into(),

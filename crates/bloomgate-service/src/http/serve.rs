@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 
+use super::lazy_timer::LazyTimer;
 use super::router::App;
 
 /// Descriptors kept for everything but client connections, beside the
@@ -62,15 +63,17 @@ pub async fn serve(
     let mut signal = std::pin::pin!(signal);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .keep_alive(true);
-    let builder = Arc::new(builder);
     let mut tasks = tokio::task::JoinSet::new();
     while let Some((stream, peer, permit)) = next_connection(&listener, &permits, &mut signal).await
     {
         let service = per_connection(&app, peer, limits.connect_info);
-        let (builder, stop) = (Arc::clone(&builder), stop_rx.clone());
+        // Each connection its own timer, which keeps one armed sleep for
+        // all its requests (see `lazy_timer`).
+        let mut builder = builder.clone();
+        builder.timer(LazyTimer::default());
+        let stop = stop_rx.clone();
         tasks.spawn(async move {
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)

@@ -73,13 +73,7 @@ pub trait Rows: Clone + Send + Sync + std::fmt::Debug + 'static {
         + BloomKey
         + 'static;
     /// The row type, as cached in L1 and Redis.
-    type Row: Clone
-        + Send
-        + Sync
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + 'static;
+    type Row: Clone + Send + Sync + std::fmt::Debug + crate::cache::CachedRow + 'static;
 
     /// The row of `key`, if any.
     fn get<'a>(
