@@ -454,6 +454,11 @@ async fn shutdown_stops_waiting_for_requests_still_running_after_the_grace_perio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_the_timeout_gets_a_json_503() {
     let server = server("hostile-timeout", |c| c.http.request_timeout_ms = 200).await;
+    // An earlier request on the same kept connection, which waited on
+    // SQL (so its timeout was armed) and whose deadline passes before the
+    // next one starts: the next one gets a deadline of its own.
+    assert_eq!(server.get("/api/seckill/12").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let pause = server.state.skus.after_read().arm(11);
     let started = Instant::now();
     // The load stays paused until the end: only the 200 ms request timeout
