@@ -29,7 +29,12 @@ pub struct LazyTimer {
 
 impl hyper::rt::Timer for LazyTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(self.now() + duration)
+        let now = self.now();
+        // Saturating, as tokio's own timer does.
+        self.sleep_until(
+            now.checked_add(duration)
+                .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+        )
     }
 
     /// tokio's clock (the same as `Instant::now()` outside paused tests).

@@ -1,7 +1,11 @@
 //! The read path: filter → L1 → Redis → SQL, each level counted, with one
-//! load per id at a time (single flight) and no stale write-back.
+//! load per id at a time (single flight) and no stale write-back. A Redis
+//! hit is answered before any load starts (`hit`), under the same rule.
 //!
 //! # Why a load never caches what a write replaced
+//!
+//! (What follows holds for `hit`'s plain `GET` too: it notes the counter
+//! before the `GET` and fills L1 under the same test.)
 //!
 //! Ids are spread over [`SHARDS`] shards, each a small lock around a write
 //! counter and the loads in flight. A load notes its shard's counter when it
@@ -176,7 +180,8 @@ pub struct L1Counters {
     pub negative_hits: Counter,
     /// Lookups that went on to Redis/SQL (or joined such a load).
     pub misses: Counter,
-    /// Loads whose answer was not cached because a write intervened.
+    /// Answers (a load's, or a Redis hit's) not cached in L1 because a
+    /// write intervened.
     pub stale_skipped: Counter,
 }
 
@@ -187,7 +192,7 @@ pub enum Source {
     Filter,
     /// The in-process cache.
     L1,
-    /// Redis, through a shared load.
+    /// Redis: a plain `GET` before any load, or a shared load.
     Redis,
     /// SQL, through a shared load.
     Sql,
