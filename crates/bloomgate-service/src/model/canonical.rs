@@ -18,19 +18,13 @@ pub fn canonical(raw: &[u8]) -> Option<Sku> {
     let id = r.int()?;
     r.lit(b",\"name\":\"")?;
     let name = r.plain_str()?;
-    r.lit(b",\"original_price\":")?;
-    let original_price = r.int()?;
-    r.lit(b",\"seckill_price\":")?;
-    let seckill_price = r.int()?;
-    r.lit(b",\"stock\":")?;
-    let stock = r.int()?;
-    r.lit(b",\"seckill_start\":")?;
-    let seckill_start = r.int()?;
-    r.lit(b",\"seckill_end\":")?;
-    let seckill_end = r.int()?;
-    r.lit(b",\"updated_at\":")?;
-    let updated_at = r.int()?;
+    let mut n = [0; NUMBERS.len()];
+    for (v, field) in n.iter_mut().zip(NUMBERS) {
+        r.lit(field)?;
+        *v = r.int()?;
+    }
     r.lit(b"}")?;
+    let [original_price, seckill_price, stock, seckill_start, seckill_end, updated_at] = n;
     (r.i == raw.len()).then_some(Sku {
         id,
         name,
@@ -42,6 +36,16 @@ pub fn canonical(raw: &[u8]) -> Option<Sku> {
         updated_at,
     })
 }
+
+/// The integer fields after the name, in the order serde writes them.
+const NUMBERS: [&[u8]; 6] = [
+    b",\"original_price\":",
+    b",\"seckill_price\":",
+    b",\"stock\":",
+    b",\"seckill_start\":",
+    b",\"seckill_end\":",
+    b",\"updated_at\":",
+];
 
 struct Reader<'a> {
     b: &'a [u8],
