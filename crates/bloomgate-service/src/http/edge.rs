@@ -22,8 +22,11 @@
 //! A route may also have a fast answer for GET ([`EdgeLayer::fast_get`]):
 //! a function of the raw path parameter that answers when it can without
 //! waiting (the seckill read's and each resource's read's filter "no" and
-//! L1 entries). The edge then
-//! finishes the request inside `call`: the router, its second route match,
+//! L1 entries), or else starts the route's own work ([`Fast::Later`]: the
+//! read past L1, to Redis or SQL). For an answer now the edge
+//! finishes the request inside `call`; for work it runs the work's future
+//! itself, under the same span, timeout and counting as a routed request.
+//! Either way the router, its second route match,
 //! the path extractor and the per-request clones of the state (shared
 //! reference counts that both cores write, so the cache line moves
 //! between them: BENCHMARKS.md) are skipped, and
@@ -40,9 +43,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderValue, Request, Response, StatusCode};
-use tracing::instrument::Instrumented;
+use axum::http::{HeaderValue, Request, Response};
 use tracing::Instrument;
+
+mod unanswered;
+
+pub use unanswered::EdgeFuture;
+use unanswered::{Stage, Unanswered};
 
 use crate::http::telemetry::{on_response, request_span, REQUEST_ID};
 use crate::metrics::{Outcome, ServiceMetrics};
@@ -79,11 +86,28 @@ struct Shared {
 }
 
 /// A route's fast answer for GET: given the value of the route's first
-/// parameter, the response and its outcome when it has one without
-/// waiting, else `None` (the router answers). The edge never offers it a
-/// value with a percent escape (the router decodes those), so the value is
-/// the one the handler's extractor would see.
-pub type FastGet = Box<dyn Fn(&str) -> Option<(Response<Body>, Outcome)> + Send + Sync>;
+/// parameter, what [`Fast`] says. The edge never offers it a value with a
+/// percent escape (the router decodes those), so the value is the one the
+/// handler's extractor would see.
+pub type FastGet = Box<dyn Fn(&str) -> Fast + Send + Sync>;
+
+/// The work of a [`Fast::Later`] answer: the response and its outcome.
+pub type FastFuture = Pin<Box<dyn Future<Output = (Response<Body>, Outcome)> + Send>>;
+
+/// What a route's fast answer gives the edge for one request.
+pub enum Fast {
+    /// The answer, without waiting (a filter "no", an L1 entry).
+    Now(Response<Body>, Outcome),
+    /// The route's own work, started without the router: the edge runs
+    /// it as it runs a routed request (the span, the request timeout, a
+    /// drop counted as cancelled), only without the router's second match,
+    /// its path extractor's `String`, its state clone and its boxed
+    /// futures.
+    Later(FastFuture),
+    /// The router answers (a value the handler refuses, with its own
+    /// error).
+    Route,
+}
 
 /// Ids a thread takes from a layer's counter at once: one shared atomic
 /// increment per block instead of one per request, which both cores
@@ -289,24 +313,34 @@ where
                 let _entered = (!span.is_none()).then(|| span.enter());
                 answer(raw)
             };
-            if let Some((res, outcome)) = answered {
-                shared.metrics.fast_answered();
-                let res = shared.finish(res, Some(outcome), started, route, Some(id), &span);
-                return EdgeFuture::answered(res);
+            match answered {
+                Fast::Now(res, outcome) => {
+                    shared.metrics.fast_answered();
+                    let res = shared.finish(res, Some(outcome), started, route, Some(id), &span);
+                    return EdgeFuture::answered(res);
+                }
+                Fast::Later(work) => {
+                    shared.metrics.fast_answered();
+                    return EdgeFuture {
+                        state: Stage::Direct {
+                            inner: work.instrument(span),
+                            open: Unanswered::new(
+                                Arc::clone(&self.shared),
+                                started,
+                                route,
+                                bounded,
+                                id,
+                            ),
+                        },
+                    };
+                }
+                Fast::Route => {}
             }
         }
         EdgeFuture {
             state: Stage::Routed {
                 inner: self.inner.call(req).instrument(span),
-                sleep: None,
-                open: Unanswered {
-                    shared: Arc::clone(&self.shared),
-                    started,
-                    route,
-                    bounded,
-                    answered: false,
-                },
-                id: Some(id),
+                open: Unanswered::new(Arc::clone(&self.shared), started, route, bounded, id),
             },
         }
     }
@@ -346,140 +380,13 @@ impl Shared {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The response future of [`Edge`].
-    pub struct EdgeFuture<F> {
-        #[pin]
-        state: Stage<F>,
-    }
-}
-
-impl<F> EdgeFuture<F> {
-    fn answered(res: Response<Body>) -> Self {
-        Self {
-            state: Stage::Answered { res: Some(res) },
-        }
-    }
-}
-
-/// A routed request not answered yet. Dropped so (the client went away
-/// and the server dropped the request's future, or the shutdown grace
-/// ran out), it is counted as [`Outcome::CANCELLED`] with status 499; one
-/// dropped by a handler's panic as an `error`, 500.
-struct Unanswered {
-    shared: Arc<Shared>,
-    started: Instant,
-    route: usize,
-    /// Under the request timeout (see [`EdgeLayer::unbounded_post`]).
-    bounded: bool,
-    answered: bool,
-}
-
-impl Drop for Unanswered {
-    fn drop(&mut self) {
-        if !self.answered {
-            let (outcome, status) = if std::thread::panicking() {
-                (Outcome::ERROR, 500)
-            } else {
-                (Outcome::CANCELLED, 499)
-            };
-            let latency = self.started.elapsed();
-            self.shared
-                .metrics
-                .record(self.route, outcome, status, latency);
-            tracing::debug!(
-                status,
-                latency_ms = latency.as_millis() as u64,
-                "request dropped before its answer"
-            );
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = StageProj]
-    enum Stage<F> {
-        // Finished in `call` (a fast answer).
-        Answered { res: Option<Response<Body>> },
-        // Through the router.
-        Routed {
-            #[pin]
-            inner: Instrumented<F>,
-            // Armed at the first `Pending`.
-            sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-            open: Unanswered,
-            id: Option<HeaderValue>,
-        },
-    }
-}
-
-impl<F, E> Future for EdgeFuture<F>
-where
-    F: Future<Output = Result<Response<Body>, E>>,
-{
-    type Output = Result<Response<Body>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (mut inner, sleep, open, id) = match self.project().state.project() {
-            // Polled again after it answered: nothing more to give.
-            StageProj::Answered { res } => {
-                return res.take().map_or(Poll::Pending, |r| Poll::Ready(Ok(r)))
-            }
-            StageProj::Routed {
-                inner,
-                sleep,
-                open,
-                id,
-            } => (inner, sleep, open, id),
-        };
-        // Whatever an earlier request on this thread left unclaimed.
-        let _ = Outcome::take_noted();
-        let answered = match inner.as_mut().poll(cx) {
-            Poll::Ready(Ok(res)) => res,
-            Poll::Ready(Err(e)) => {
-                open.answered = true;
-                return Poll::Ready(Err(e));
-            }
-            Poll::Pending if !open.bounded => return Poll::Pending,
-            Poll::Pending => {
-                let deadline = tokio::time::Instant::from_std(open.started + open.shared.timeout);
-                let sleep =
-                    sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                // Too long: the route's future is dropped (cancelled) with
-                // this one.
-                crate::http::error::error_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the request took too long; retry",
-                )
-            }
-        };
-        // A handler that notes its outcome answers JSON already (the read
-        // routes: see `Outcome::note`); any other response is checked.
-        let noted = Outcome::take_noted();
-        open.answered = true;
-        let res = open.shared.finish(
-            answered,
-            noted,
-            open.started,
-            open.route,
-            id.take(),
-            inner.span(),
-        );
-        Poll::Ready(Ok(res))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{EdgeLayer, ID_BLOCK};
+    use super::{EdgeLayer, Fast, ID_BLOCK};
     use crate::metrics::ServiceMetrics;
 
     fn layer() -> EdgeLayer {
@@ -505,10 +412,10 @@ mod tests {
             "/r/{key}",
             Box::new(move |raw| {
                 log.lock().unwrap().push(raw.to_owned());
-                Some((Response::new(Body::empty()), crate::metrics::Outcome::OK))
+                Fast::Now(Response::new(Body::empty()), crate::metrics::Outcome::OK)
             }),
         ));
-        assert!(!edge.fast_get("/nope/{key}", Box::new(|_| None)));
+        assert!(!edge.fast_get("/nope/{key}", Box::new(|_| Fast::Route)));
         let routed = tower::service_fn(|_req: Request<Body>| async {
             let mut res = Response::new(Body::empty());
             *res.status_mut() = StatusCode::IM_A_TEAPOT;
@@ -532,6 +439,86 @@ mod tests {
         }
         assert_eq!(statuses, [200, 418, 418, 418, 418]);
         assert_eq!(*offered.lock().unwrap(), ["abc"]);
+    }
+
+    /// A fast answer's later work runs as a routed request does: its
+    /// answer with its outcome, "no answer" routed on, and work past the
+    /// request timeout answered 503 JSON, its future dropped.
+    #[tokio::test]
+    async fn a_later_answer_runs_under_the_request_timeout() {
+        use axum::body::Body;
+        use axum::http::{Request, Response, StatusCode};
+        use tower::{Layer, ServiceExt};
+
+        let metrics = Arc::new(ServiceMetrics::new());
+        let mut edge = EdgeLayer::new(
+            Arc::clone(&metrics),
+            Duration::from_secs(1),
+            &["/r/{key}".to_owned()],
+        );
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&dropped);
+        assert!(edge.fast_get(
+            "/r/{key}",
+            Box::new(move |raw| match raw {
+                "soon" => Fast::Later(Box::pin(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let mut res = Response::new(Body::from("later"));
+                    *res.status_mut() = StatusCode::ACCEPTED;
+                    (res, crate::metrics::Outcome::OK)
+                })),
+                "never" => {
+                    let guard = scopeguard(Arc::clone(&flag));
+                    Fast::Later(Box::pin(async move {
+                        let _guard = guard;
+                        std::future::pending::<()>().await;
+                        unreachable!()
+                    }))
+                }
+                _ => Fast::Route,
+            }),
+        ));
+        let routed = tower::service_fn(|_req: Request<Body>| async {
+            let mut res = Response::new(Body::empty());
+            *res.status_mut() = StatusCode::IM_A_TEAPOT;
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let app = edge.layer(routed);
+        let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+        let started = std::time::Instant::now();
+        let res = app.clone().oneshot(get("/r/never")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "work not dropped"
+        );
+        let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "unavailable");
+        let res = app.clone().oneshot(get("/r/soon")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        assert!(res.headers().contains_key("x-request-id"));
+        let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"later");
+        let res = app.clone().oneshot(get("/r/other")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::IM_A_TEAPOT);
+        assert_eq!(metrics.fast_answers(), 2);
+    }
+
+    /// Sets its flag when dropped.
+    fn scopeguard(flag: Arc<std::sync::atomic::AtomicBool>) -> impl Send {
+        struct Guard(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        Guard(flag)
     }
 
     /// Ids come from per-thread blocks: across threads, and with two

@@ -26,6 +26,7 @@ use serde_json::json;
 
 use crate::error::AppError;
 use crate::http::admin::authorize;
+use crate::http::edge::Fast;
 use crate::http::input::json_body;
 use crate::http::limits::RateLimit;
 use crate::http::route_table::Routes;
@@ -160,29 +161,51 @@ async fn read(r: Arc<Resource>, raw: String) -> Response {
         Ok(k) => k,
         Err(e) => return AppError::BadRequest(e.to_string()).into_response(),
     };
-    let answer = r.get(key).await;
-    let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
-    crate::http::telemetry::record_outcome_only(outcome.label());
-    let res = match answer {
-        Ok(answer) => row_response(&r, &raw, answer),
-        Err(e) => e.into_response(),
-    };
+    let (res, outcome) = read_key(&r, key, &raw).await;
     outcome.note();
     res
 }
 
+/// The read of `key` (spelled `raw`) through the funnel, as the route
+/// answers it.
+async fn read_key(r: &Resource, key: Key, raw: &str) -> (Response, Outcome) {
+    let answer = r.get(key).await;
+    let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
+    crate::http::telemetry::record_outcome_only(outcome.label());
+    let res = match answer {
+        Ok(answer) => row_response(r, raw, answer),
+        Err(e) => e.into_response(),
+    };
+    (res, outcome)
+}
+
 /// What [`read`] answers for the raw path segment `raw` when it can answer
-/// without waiting (a filter "no", an L1 entry): the edge sends it at once,
-/// without the router, as it does the seckill read's
-/// (`crate::http::routes::sku_detail_now`). `None` sends the request the whole
-/// way: a key that does not parse, and every read that goes on to Redis
-/// or SQL.
+/// without waiting (a filter "no", an L1 entry), for the edge to send at
+/// once, without the router, as it does the seckill read's
+/// (`crate::http::routes::sku_detail_fast`). `None` for a key that does
+/// not parse, and every read that goes on to Redis or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
     let key = r.fold().parse(r.key_type(), raw).ok()?;
     let answer = r.get_now(&key)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome_only(outcome.label());
     Some((row_response(r, raw, answer), outcome))
+}
+
+/// [`read`] without the router: [`read_now`]'s answer, else the read
+/// past L1 as the route's work. A key that does not parse goes to the
+/// router, whose handler answers its 400.
+pub fn read_fast(r: &Arc<Resource>, raw: &str) -> Fast {
+    let Ok(key) = r.fold().parse(r.key_type(), raw) else {
+        return Fast::Route;
+    };
+    if let Some(answer) = r.get_now(&key) {
+        let outcome = answer.outcome();
+        crate::http::telemetry::record_outcome_only(outcome.label());
+        return Fast::Now(row_response(r, raw, answer), outcome);
+    }
+    let (r, raw) = (Arc::clone(r), raw.to_owned());
+    Fast::Later(Box::pin(async move { read_key(&r, key, &raw).await }))
 }
 
 /// The answer for a row or its absence (`raw`: the key as decoded from the

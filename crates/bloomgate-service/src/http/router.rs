@@ -110,8 +110,8 @@ pub fn router(state: AppState) -> App {
         debug_assert!(registered, "{route} is routed");
     }
     let state = Arc::new(state);
-    // The SKU reads' filter "no" and L1 hit, and each resource read's,
-    // answered by the edge without the router, after the edge's check of
+    // The SKU reads, and each resource's, answered by the edge without
+    // the router (at once for a filter "no" or an L1 entry), after the edge's check of
     // the per-client rate limit when one is set.
     let fast_answers = state.http.fast_answers;
     for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE]
@@ -119,10 +119,10 @@ pub fn router(state: AppState) -> App {
         .filter(|_| demo)
     {
         if fast_answers {
-            let fast = Arc::clone(&state);
+            let skus = Arc::clone(&state.skus);
             let registered = edge.fast_get(
                 route,
-                Box::new(move |raw| crate::http::routes::sku_detail_now(&fast, raw)),
+                Box::new(move |raw| crate::http::routes::sku_detail_fast(&skus, raw)),
             );
             // The route is one of the edge's patterns and the layer is new.
             debug_assert!(registered, "{route} has its fast answer");
@@ -137,7 +137,7 @@ pub fn router(state: AppState) -> App {
         if fast_answers {
             let registered = edge.fast_get(
                 &route,
-                Box::new(move |raw| crate::http::resources::read_now(&fast, raw)),
+                Box::new(move |raw| crate::http::resources::read_fast(&fast, raw)),
             );
             debug_assert!(registered, "{}'s read has its fast answer", r.name);
         }

@@ -13,10 +13,13 @@ use serde_json::json;
 
 use crate::error::AppError;
 use crate::http::admin::authorize;
+use crate::http::edge::Fast;
 use crate::http::input::{json_body, parse_id};
 use crate::metrics::Outcome;
 use crate::model::{Sku, SkuInput};
 use crate::resource::reader::Lookup;
+use crate::resource::Resource;
+use crate::sql::Database;
 use crate::state::AppState;
 
 pub use crate::paths::SECKILL_ROUTE;
@@ -72,15 +75,21 @@ pub async fn sku_detail(
     Path(raw): Path<String>,
 ) -> Result<impl IntoResponse, AppError> {
     let id = parse_id(&raw)?;
-    let answer = state.skus.get(id).await;
+    let (res, outcome) = sku_read(&state.skus, id).await;
+    outcome.note();
+    Ok(res)
+}
+
+/// The read of SKU `id` through the funnel, as the route answers it.
+async fn sku_read(skus: &Resource<Database>, id: i64) -> (axum::response::Response, Outcome) {
+    let answer = skus.get(id).await;
     let outcome = answer.as_ref().map_or(Outcome::ERROR, Lookup::outcome);
     crate::http::telemetry::record_outcome(id, outcome.label());
     let res = match answer {
         Ok(answer) => sku_response(id, answer),
         Err(e) => e.into_response(),
     };
-    outcome.note();
-    Ok(res)
+    (res, outcome)
 }
 
 /// The SKU table as the default resource `skus`: `GET /api/skus/{id}`
@@ -101,17 +110,22 @@ pub async fn sku_by_id(
     sku_detail(state, raw).await
 }
 
-/// What [`sku_detail`] answers for the raw path segment `raw`, when it
-/// can answer without waiting (a filter "no", an L1 hit): the edge sends
-/// it at once, without the router (`crate::http::edge`, `EdgeLayer::fast_get`).
-/// `None` sends the request the whole way: an id that does not parse (its
-/// 400 is the handler's), and every read that goes on to Redis or SQL.
-pub fn sku_detail_now(state: &AppState, raw: &str) -> Option<(axum::response::Response, Outcome)> {
-    let id = crate::http::input::id_of(raw)?;
-    let answer = state.skus.get_now(&id)?;
-    let outcome = answer.outcome();
-    crate::http::telemetry::record_outcome(id, outcome.label());
-    Some((sku_response(id, answer), outcome))
+/// [`sku_detail`] for the raw path segment `raw`, without the router
+/// (`crate::http::edge`, `EdgeLayer::fast_get`): the answer now when there
+/// is one without waiting (a filter "no", an L1 entry), else the read
+/// past L1 as the route's work. An id that does not parse goes to the
+/// router, whose handler answers its 400.
+pub fn sku_detail_fast(skus: &Arc<Resource<Database>>, raw: &str) -> Fast {
+    let Some(id) = crate::http::input::id_of(raw) else {
+        return Fast::Route;
+    };
+    if let Some(answer) = skus.get_now(&id) {
+        let outcome = answer.outcome();
+        crate::http::telemetry::record_outcome(id, outcome.label());
+        return Fast::Now(sku_response(id, answer), outcome);
+    }
+    let skus = Arc::clone(skus);
+    Fast::Later(Box::pin(async move { sku_read(&skus, id).await }))
 }
 
 fn sku_response(id: i64, answer: Lookup<Sku>) -> axum::response::Response {
