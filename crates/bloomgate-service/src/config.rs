@@ -279,9 +279,10 @@ pub struct HttpConfig {
     /// the scan readers and Redis need (half of it when `[resp]` listens
     /// too: the two listeners share it).
     pub max_connections: u64,
-    /// Whether the edge answers a filter "no" and an L1 hit itself
-    /// (`http::edge`). `false` sends every request through the router:
-    /// the same answers, slower; for comparing the two.
+    /// Whether the edge takes the reads itself (`http::edge`): a filter
+    /// "no" and an L1 hit answered at once, a read past L1 run without
+    /// the router. `false` sends every request through the router: the
+    /// same answers, slower; for comparing the two.
     pub fast_answers: bool,
 }
 

@@ -287,7 +287,8 @@ pub struct ServiceMetrics {
     /// Slot 0 is [`UNMATCHED`]; the others fill in as routes are seen.
     routes: Box<[OnceLock<RouteSeries>]>,
     adding: Mutex<()>,
-    /// Requests the edge answered itself, without the router.
+    /// Requests the edge took without the router: answered at once, or
+    /// run as the route's own work (whatever their end: 200, 503, 499).
     fast_answers: Counter,
     /// The Redis-protocol listener's series.
     pub resp: resp::RespMetrics,
@@ -391,13 +392,15 @@ impl ServiceMetrics {
         }
     }
 
-    /// Counts a request the edge answered itself (`EdgeLayer::fast_get`).
+    /// Counts a request the edge took without the router
+    /// (`EdgeLayer::fast_get`).
     #[inline]
     pub(crate) fn fast_answered(&self) {
         self.fast_answers.incr();
     }
 
-    /// Requests the edge answered itself, without the router.
+    /// Requests the edge took without the router: answered at once (a
+    /// filter "no", an L1 entry) or run as the route's own work.
     #[must_use]
     pub fn fast_answers(&self) -> u64 {
         self.fast_answers.get()

@@ -25,13 +25,16 @@
 //! L1 entries), or else starts the route's own work ([`Fast::Later`]: the
 //! read past L1, to Redis or SQL). For an answer now the edge
 //! finishes the request inside `call`; for work it runs the work's future
-//! itself, under the same span, timeout and counting as a routed request.
-//! Either way the router, its second route match,
-//! the path extractor and the per-request clones of the state (shared
-//! reference counts that both cores write, so the cache line moves
-//! between them: BENCHMARKS.md) are skipped, and
-//! so is this layer's own `Arc` clone into the response future. The
-//! request gets the same id, span, counters and log line. A route under
+//! itself, under the same span, timeout and counting as a routed request,
+//! in place of the router's second route match, its path extractor's
+//! `String`, its state clone and its boxed route futures (at the cost of
+//! one boxed future, a reference count on the resource and the layer's
+//! own `Arc` clone into the response future). For an answer now, all of
+//! that is skipped: the router, the path extractor, the per-request
+//! clones of the state (shared reference counts that both cores write, so
+//! the cache line moves between them: BENCHMARKS.md) and this layer's
+//! own clone. Either way the request gets the same id, span, counters and
+//! log line. A route under
 //! the per-client rate limit ([`EdgeLayer::limit_get`]) is checked first,
 //! so the limit and the fast answer work together.
 
@@ -102,7 +105,8 @@ pub enum Fast {
     /// it as it runs a routed request (the span, the request timeout, a
     /// drop counted as cancelled), only without the router's second match,
     /// its path extractor's `String`, its state clone and its boxed
-    /// futures.
+    /// futures; in their place one boxed future, which holds what it
+    /// needs (a reference count on the resource, say).
     Later(FastFuture),
     /// The router answers (a value the handler refuses, with its own
     /// error).
@@ -442,8 +446,9 @@ mod tests {
     }
 
     /// A fast answer's later work runs as a routed request does: its
-    /// answer with its outcome, "no answer" routed on, and work past the
-    /// request timeout answered 503 JSON, its future dropped.
+    /// answer with its outcome, "no answer" routed on, work past the
+    /// request timeout answered 503 JSON with its future dropped, and
+    /// work whose client went away counted as cancelled.
     #[tokio::test]
     async fn a_later_answer_runs_under_the_request_timeout() {
         use axum::body::Body;
@@ -486,7 +491,13 @@ mod tests {
         let app = edge.layer(routed);
         let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
         let started = std::time::Instant::now();
-        let res = app.clone().oneshot(get("/r/never")).await.unwrap();
+        // Bounded here, so a path that ignored the request timeout fails
+        // instead of hanging.
+        let within = |secs| Duration::from_secs(secs);
+        let res = tokio::time::timeout(within(5), app.clone().oneshot(get("/r/never")))
+            .await
+            .expect("the request timeout did not end the work")
+            .unwrap();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         let waited = started.elapsed();
         assert!(
@@ -507,7 +518,20 @@ mod tests {
         assert_eq!(&body[..], b"later");
         let res = app.clone().oneshot(get("/r/other")).await.unwrap();
         assert_eq!(res.status(), StatusCode::IM_A_TEAPOT);
-        assert_eq!(metrics.fast_answers(), 2);
+        // A client that goes away: the work is dropped unanswered.
+        let gone = tokio::time::timeout(Duration::from_millis(20), app.oneshot(get("/r/never")));
+        assert!(gone.await.is_err(), "the work answered");
+        assert_eq!(metrics.fast_answers(), 3);
+        // Each request counted once, by the outcome the work gave, or by
+        // its end: the routed 418 is a client error.
+        let counted = metrics.requests_by_outcome("/r/{key}");
+        let expected = [
+            ("cancelled", 1),
+            ("client_error", 1),
+            ("error", 1),
+            ("ok", 1),
+        ];
+        assert_eq!(counted, expected.into_iter().collect(), "{counted:?}");
     }
 
     /// Sets its flag when dropped.

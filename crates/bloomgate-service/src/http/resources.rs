@@ -180,29 +180,31 @@ async fn read_key(r: &Resource, key: Key, raw: &str) -> (Response, Outcome) {
 }
 
 /// What [`read`] answers for the raw path segment `raw` when it can answer
-/// without waiting (a filter "no", an L1 entry), for the edge to send at
-/// once, without the router, as it does the seckill read's
-/// (`crate::http::routes::sku_detail_fast`). `None` for a key that does
-/// not parse, and every read that goes on to Redis or SQL.
+/// without waiting (a filter "no", an L1 entry): [`read_fast`]'s answer
+/// now. `None` for a key that does not parse, and every read that goes on
+/// to Redis or SQL.
 pub fn read_now(r: &Resource, raw: &str) -> Option<(Response, Outcome)> {
     let key = r.fold().parse(r.key_type(), raw).ok()?;
-    let answer = r.get_now(&key)?;
+    answer_now(r, &key, raw)
+}
+
+fn answer_now(r: &Resource, key: &Key, raw: &str) -> Option<(Response, Outcome)> {
+    let answer = r.get_now(key)?;
     let outcome = answer.outcome();
     crate::http::telemetry::record_outcome_only(outcome.label());
     Some((row_response(r, raw, answer), outcome))
 }
 
-/// [`read`] without the router: [`read_now`]'s answer, else the read
-/// past L1 as the route's work. A key that does not parse goes to the
-/// router, whose handler answers its 400.
+/// [`read`] without the router, as the edge runs it (as it does the
+/// seckill read, `crate::http::routes::sku_detail_fast`): [`read_now`]'s
+/// answer, else the read past L1 as the route's work. A key that does not
+/// parse goes to the router, whose handler answers its 400.
 pub fn read_fast(r: &Arc<Resource>, raw: &str) -> Fast {
     let Ok(key) = r.fold().parse(r.key_type(), raw) else {
         return Fast::Route;
     };
-    if let Some(answer) = r.get_now(&key) {
-        let outcome = answer.outcome();
-        crate::http::telemetry::record_outcome_only(outcome.label());
-        return Fast::Now(row_response(r, raw, answer), outcome);
+    if let Some((res, outcome)) = answer_now(r, &key, raw) {
+        return Fast::Now(res, outcome);
     }
     let (r, raw) = (Arc::clone(r), raw.to_owned());
     Fast::Later(Box::pin(async move { read_key(&r, key, &raw).await }))

@@ -110,9 +110,10 @@ pub fn router(state: AppState) -> App {
         debug_assert!(registered, "{route} is routed");
     }
     let state = Arc::new(state);
-    // The SKU reads, and each resource's, answered by the edge without
-    // the router (at once for a filter "no" or an L1 entry), after the edge's check of
-    // the per-client rate limit when one is set.
+    // The SKU reads, and each resource's, taken by the edge without the
+    // router (answered at once for a filter "no" or an L1 entry), except
+    // keys that do not parse, after the edge's check of the per-client
+    // rate limit when one is set.
     let fast_answers = state.http.fast_answers;
     for route in [SECKILL_ROUTE, crate::paths::SKU_ROUTE]
         .into_iter()

@@ -34,7 +34,7 @@ impl<F> EdgeFuture<F> {
     }
 }
 
-/// A routed request not answered yet. Dropped so (the client went away
+/// A request whose work (routed or direct) has not answered yet. Dropped so (the client went away
 /// and the server dropped the request's future, or the shutdown grace
 /// ran out), it is counted as [`Outcome::CANCELLED`] with status 499; one
 /// dropped by a handler's panic as an `error`, 500.
@@ -42,7 +42,7 @@ pub(super) struct Unanswered {
     shared: Arc<Shared>,
     started: Instant,
     route: usize,
-    /// Under the request timeout (see [`EdgeLayer::unbounded_post`]).
+    /// Under the request timeout (see [`super::EdgeLayer::unbounded_post`]).
     bounded: bool,
     answered: bool,
     /// The request timeout, armed at the first `Pending`.
