@@ -473,7 +473,7 @@ mod tests {
                     (res, crate::metrics::Outcome::OK)
                 })),
                 "never" => {
-                    let guard = scopeguard(Arc::clone(&flag));
+                    let guard = on_drop(Arc::clone(&flag));
                     Fast::Later(Box::pin(async move {
                         let _guard = guard;
                         std::future::pending::<()>().await;
@@ -535,7 +535,7 @@ mod tests {
     }
 
     /// Sets its flag when dropped.
-    fn scopeguard(flag: Arc<std::sync::atomic::AtomicBool>) -> impl Send {
+    fn on_drop(flag: Arc<std::sync::atomic::AtomicBool>) -> impl Send {
         struct Guard(Arc<std::sync::atomic::AtomicBool>);
         impl Drop for Guard {
             fn drop(&mut self) {
