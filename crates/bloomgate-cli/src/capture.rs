@@ -73,7 +73,7 @@ fn chosen(a: &CaptureArgs, config: &bloomgate_service::Config) -> anyhow::Result
 pub async fn capture(a: CaptureArgs) -> anyhow::Result<()> {
     let mut config = bloomgate_service::Config::load(a.config.as_deref())?;
     // The service's own user, which a DBA's install grants what it needs.
-    let service_user = bloomgate_service::config::text::url_user(&config.database_url);
+    let service_user = bloomgate_service::text::url_user(&config.database_url);
     if let Some(url) = &a.database_url {
         config.database_url.clone_from(url);
     }

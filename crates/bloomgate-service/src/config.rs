@@ -6,10 +6,11 @@
 //! (`BLOOMGATE_CACHE__BLOOM_ENABLED=false`, `BLOOMGATE_LISTEN=127.0.0.1:9000`);
 //! `DATABASE_URL` and `REDIS_URL` are honoured too (the `BLOOMGATE_` forms win).
 //!
-//! A leaf: it knows no other module of the crate (a tidy test). The types
-//! its keys name (`BloomLayout`, `KeyType`) live here, and the modules
-//! that act on them re-export them; `text` (quoting input in messages) is
-//! its child, as every refusal it writes quotes something.
+//! A leaf: it knows no other module of the crate but the leaf
+//! [`crate::text`] (quoting input in messages), as every refusal it writes
+//! quotes something (a tidy test). The types its keys name
+//! (`BloomLayout`, `KeyType`) live here, and the modules that act on them
+//! re-export them.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,7 +21,6 @@ mod load;
 pub mod proxy;
 pub mod resources;
 pub mod resp;
-pub mod text;
 mod validate;
 
 /// The default embedded database: a SQLite file under `./data/`.
@@ -100,7 +100,7 @@ pub struct Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use text::redact_url;
+        use crate::text::redact_url;
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))

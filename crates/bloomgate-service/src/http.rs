@@ -1,7 +1,7 @@
 //! The only module that knows axum: the router and its edge, the read,
 //! write and operator routes, their JSON errors and input checks, the rate
-//! limit, request ids, the dashboard and the OpenAPI document, and the
-//! server loop. The rest of the crate answers in its own types
+//! limit's 429, request ids, the dashboard and the OpenAPI document, and
+//! the server loop (on [`crate::listen`]). The rest of the crate answers in its own types
 //! ([`crate::error::AppError`], [`crate::cache::Lookup`]); `http` turns
 //! them into responses.
 
@@ -12,7 +12,6 @@ pub mod edge;
 pub mod error;
 pub mod input;
 pub mod json_errors;
-mod lazy_timer;
 pub mod limits;
 pub mod openapi;
 pub mod resources;
@@ -25,20 +24,6 @@ pub mod telemetry;
 pub use router::router;
 
 use crate::state::AppState;
-
-/// A listener's connection limit when none is configured: the
-/// open-file limit less what the pools need
-/// ([`serve::default_max_connections`]), halved when the Redis-protocol
-/// listener shares it with HTTP.
-#[must_use]
-pub fn default_max_connections(state: &AppState) -> u64 {
-    let all = serve::default_max_connections(state.descriptors_needed());
-    if state.resp.listen.is_some() {
-        (all / 2).max(16)
-    } else {
-        all
-    }
-}
 
 /// Serves [`router`]`(state)` on `listener` until `signal` resolves, then
 /// drains (see [`serve::serve`]: the header timeout and the connection
@@ -54,7 +39,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let h = &state.http;
     let max_connections = match h.max_connections {
-        0 => default_max_connections(&state),
+        0 => state.default_max_connections(),
         n => n,
     };
     let limits = serve::Limits {

@@ -15,6 +15,7 @@ pub mod filter;
 pub mod gate;
 pub mod http;
 pub mod key;
+pub mod listen;
 pub mod metrics;
 pub mod model;
 pub mod paths;
@@ -32,9 +33,9 @@ pub mod state;
 pub mod stats;
 pub mod sync;
 pub mod tasks;
+pub mod text;
 pub mod wire;
 
-pub use config::text;
 pub use config::Config;
 pub use http::router;
 pub use service::{prepare, run, run_with, serve, shutdown_signal, Listeners};

@@ -75,7 +75,7 @@ pub struct Registry {
     pub port: u16,
     /// The per-client rate limit on reads (`http.rate_limit_per_sec`,
     /// counted apart from HTTP's).
-    pub rate: Option<Arc<crate::http::limits::RateLimit>>,
+    pub rate: Option<Arc<crate::listen::RateLimit>>,
 }
 
 impl Registry {
@@ -118,7 +118,7 @@ impl Registry {
             metrics: Arc::clone(&state.metrics),
             started: std::time::Instant::now(),
             port: 0,
-            rate: crate::http::limits::rate_limit(&state.http),
+            rate: crate::listen::rate::rate_limit(&state.http),
         }
     }
 

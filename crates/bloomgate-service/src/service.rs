@@ -75,7 +75,7 @@ pub async fn run_with(
     if let Some(listener) = others.resp {
         let registry = crate::resp::Registry::of(&state, &state.resp.keys);
         let max = match state.resp.max_connections {
-            0 => http::default_max_connections(&state),
+            0 => state.default_max_connections(),
             n => n,
         };
         let served = crate::resp::serve::serve(
@@ -99,7 +99,7 @@ pub async fn run_with(
             }
         };
         let max = match state.gate.max_connections {
-            0 => http::default_max_connections(&state),
+            0 => state.default_max_connections(),
             n => n,
         };
         let limits = crate::proxy::Limits {

@@ -4,13 +4,20 @@
 //! their own; the service holds it as a [`DynSource`] (boxed futures,
 //! object-safe), which [`crate::sql::table::SqlTable`], the SQL one,
 //! implements directly. [`KeyScan`] is the part of it
-//! the gate rebuilds from, which the SKU store implements too.
+//! the gate rebuilds from, which the SKU store implements too. Below
+//! `sql`: the SQL store implements these traits, and this module names
+//! no database.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use crate::key::{Fold, Key, KeyType};
-use crate::sql::{Database, StoreError};
+
+mod error;
+mod range;
+
+pub use error::{Failure, StoreError};
+pub use range::{KeyRange, Page};
 
 /// A boxed future, as the object-safe traits here return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -205,7 +212,6 @@ impl<S: Source> DynSource for S {
 }
 
 pub use crate::filter::KeyBatch;
-pub use crate::sql::{KeyRange, Page};
 
 /// A page of `scan` handed to `sink`: how [`DynSource::scan_page`] reads
 /// a source that has only [`Source::scan`].
@@ -307,36 +313,5 @@ impl KeyScan for ScanOf {
         sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
         self.0.scan_page(range, after, limit, sink)
-    }
-}
-
-impl KeyScan for Database {
-    fn estimate_keys(&self) -> BoxFuture<'_, Result<Option<u64>, StoreError>> {
-        Box::pin(self.estimate_rows("skus", "skus"))
-    }
-
-    fn count_keys(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.count())
-    }
-
-    fn ranges(&self) -> BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
-        // Called once per full scan.
-        self.counters
-            .id_scans
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Box::pin(async move {
-            self.scan_caught_up().await?;
-            self.int_ranges("id", "skus").await
-        })
-    }
-
-    fn page<'a>(
-        &'a self,
-        range: &'a KeyRange,
-        after: Option<&'a Key>,
-        limit: usize,
-        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        Box::pin(self.id_page(range, after, limit, sink))
     }
 }

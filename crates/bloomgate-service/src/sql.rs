@@ -29,14 +29,14 @@ mod recorded;
 mod scan;
 pub mod table;
 
+pub use crate::source::{Failure, KeyRange, Page, StoreError};
 pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
+pub(crate) use error::driver_error;
 pub(crate) use error::err;
-pub use error::StoreError;
 pub use hints::connect_hint;
 pub(crate) use limits::{StatementLimit, Within};
 pub use migrations::{is_permission_denied, OutboxOff};
 pub(crate) use scan::{page_statement, text_at};
-pub use scan::{KeyRange, Page};
 
 /// Which SQL dialect the URL selected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,7 +377,7 @@ impl Database {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if e.sqlx().is_some_and(migrations::is_unique_violation) => Ok(false),
+            Err(e) if driver_error(&e).is_some_and(migrations::is_unique_violation) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -128,6 +128,20 @@ impl AppState {
         self.descriptors
     }
 
+    /// A listener's connection limit when none is configured: the
+    /// open-file limit less what the pools need
+    /// ([`crate::listen::default_max_connections`]), halved when the
+    /// Redis-protocol listener shares it with HTTP.
+    #[must_use]
+    pub fn default_max_connections(&self) -> u64 {
+        let all = crate::listen::default_max_connections(self.descriptors);
+        if self.resp.listen.is_some() {
+            (all / 2).max(16)
+        } else {
+            all
+        }
+    }
+
     /// The `[cache]` settings the service was started with.
     #[must_use]
     pub fn cache_config(&self) -> &crate::config::CacheConfig {

@@ -1171,7 +1171,7 @@ async fn without_trigger_privilege(admin_url: &str, postgres: bool) {
     .await
     .unwrap();
     let captured = bloomgate_service::feed::capture::targets(&c);
-    let service_user = bloomgate_service::config::text::url_user(&service_url);
+    let service_user = bloomgate_service::text::url_user(&service_url);
     assert_eq!(service_user.as_deref(), Some(user));
     let done =
         bloomgate_service::feed::capture::install_as_dba(&dba, &captured, c.demo(), Some(user))

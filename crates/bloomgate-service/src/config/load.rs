@@ -150,9 +150,9 @@ impl Config {
         }
         let mut config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| invalid(&e.path().to_string(), e.inner().to_string()))?;
-        if let Some(verified) = super::text::verify_named_ca(&config.database_url) {
+        if let Some(verified) = crate::text::verify_named_ca(&config.database_url) {
             tracing::warn!(
-                url = %super::text::redact_url(&verified),
+                url = %crate::text::redact_url(&verified),
                 "database_url names a CA but no TLS mode, under which the driver would not check the server against it: verifying (sslmode=verify-full / ssl-mode=VERIFY_IDENTITY)"
             );
             config.database_url = verified;

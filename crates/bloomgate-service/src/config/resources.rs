@@ -164,7 +164,7 @@ impl ResourceConfig {
                     key(field),
                     format!(
                         "must be a plain SQL identifier (letters, digits, _), got {:?}",
-                        super::text::clip(value)
+                        crate::text::clip(value)
                     ),
                 ));
             }
@@ -174,7 +174,7 @@ impl ResourceConfig {
                 key("columns"),
                 format!(
                     "must be plain SQL identifiers (letters, digits, _), got {:?}",
-                    super::text::clip(bad)
+                    crate::text::clip(bad)
                 ),
             ));
         }
@@ -239,7 +239,7 @@ pub fn check_name(name: &str, index: usize) -> Result<(), ConfigError> {
             key,
             format!(
                 "must be a lower-case identifier (a-z, 0-9, _), got {:?}",
-                super::text::clip(name)
+                crate::text::clip(name)
             ),
         ));
     }

@@ -94,7 +94,7 @@ impl Config {
                     "cache.watch_column",
                     format!(
                         "must be a plain SQL identifier (letters, digits, _), got {:?}",
-                        super::text::clip(w)
+                        crate::text::clip(w)
                     ),
                 ));
             }
@@ -246,7 +246,7 @@ impl Config {
                     "redis_cluster",
                     format!(
                         "each node must start with redis:// or rediss:// (got `{}`)",
-                        super::text::redact_url(node)
+                        crate::text::redact_url(node)
                     ),
                 ));
             }

@@ -235,8 +235,7 @@ impl Gate {
                     self.failures.fetch_add(1, Ordering::Relaxed);
                     // Shown to every client (stats, readiness): without
                     // the account the driver's message names.
-                    *lock(&self.last_error) =
-                        Some(crate::config::text::public_error(&e.to_string()));
+                    *lock(&self.last_error) = Some(crate::text::public_error(&e.to_string()));
                 }
             }
             self.completed.send_replace(Completed { through, outcome });
@@ -252,7 +251,7 @@ impl Gate {
             error: outcome
                 .as_ref()
                 .err()
-                .map(|e| crate::config::text::public_error(&e.to_string())),
+                .map(|e| crate::text::public_error(&e.to_string())),
         };
         let mut h = lock(&self.history);
         if h.len() == HISTORY {

@@ -74,7 +74,7 @@ struct Shared {
     fast: Vec<Option<FastGet>>,
     /// Each pattern's per-client rate limit for GET and HEAD, if it has
     /// one: checked here, before the fast answer.
-    limits: Vec<Option<Arc<crate::http::limits::RateLimit>>>,
+    limits: Vec<Option<Arc<crate::listen::RateLimit>>>,
     /// Each pattern's POSTs that run as long as their work takes (a warm
     /// that waits for a full rebuild): not under `timeout`.
     unbounded_post: Vec<bool>,
@@ -184,7 +184,7 @@ impl EdgeLayer {
     /// Puts GET and HEAD requests on `pattern` under `limit`, checked
     /// before the fast answer and the router. Returns false as
     /// [`EdgeLayer::fast_get`] does.
-    pub fn limit_get(&mut self, pattern: &str, limit: Arc<crate::http::limits::RateLimit>) -> bool {
+    pub fn limit_get(&mut self, pattern: &str, limit: Arc<crate::listen::RateLimit>) -> bool {
         let Some(shared) = Arc::get_mut(&mut self.shared) else {
             return false;
         };
@@ -307,7 +307,7 @@ where
         let span = request_span(&req, matched, &id);
         if let Some(limit) = limit {
             let client = crate::http::limits::client_of(limit, req.extensions());
-            if let Some(res) = limit.refuse(client, 1) {
+            if let Some(res) = crate::http::limits::refuse(limit, client, 1) {
                 let res = shared.finish(res, None, started, route, Some(id), &span);
                 return EdgeFuture::answered(res);
             }

@@ -28,9 +28,9 @@ use crate::error::AppError;
 use crate::http::admin::authorize;
 use crate::http::edge::Fast;
 use crate::http::input::json_body;
-use crate::http::limits::RateLimit;
 use crate::http::route_table::Routes;
 use crate::key::Key;
+use crate::listen::RateLimit;
 use crate::metrics::Outcome;
 use crate::resource::reader::Lookup;
 use crate::resource::reader::SourceRows;
@@ -251,7 +251,7 @@ impl Rate {
     fn refuse(&self, call: Call, keys: usize) -> Option<Response> {
         match (&self.limit, call) {
             (Some(limit), Call::Batch | Call::Exists) => {
-                limit.refuse(crate::http::limits::client(limit, self.peer), keys.max(1))
+                crate::http::limits::refuse(limit, limit.client(self.peer), keys.max(1))
             }
             _ => None,
         }

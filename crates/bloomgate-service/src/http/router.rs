@@ -31,7 +31,7 @@ pub fn router(state: AppState) -> App {
         .route(crate::paths::SKU_ROUTE, get(sku_by_id));
     // One limiter for every read: the edge checks the reads (before their
     // fast answers), the batch calls their keys.
-    let rate = crate::http::limits::rate_limit(&state.http);
+    let rate = crate::listen::rate::rate_limit(&state.http);
     // The routes that read a body, under the body limit (a layer that
     // costs the others an extension per request for nothing).
     let limit = DefaultBodyLimit::max(state.http.body_limit_bytes);

@@ -1,17 +1,15 @@
-//! The server loop: accepts connections up to a limit, serves each with
-//! hyper's HTTP/1 under a header timeout, and drains on a signal. What
-//! `axum::serve` does, plus what a service in front of attackers needs:
+//! The API's server loop: accepts connections up to a limit
+//! ([`crate::listen`]), serves each with hyper's HTTP/1 under a header
+//! timeout, and drains on a signal. What `axum::serve` does, plus what a
+//! service in front of attackers needs:
 //! a connection that sends no whole request head within
 //! `http.header_timeout_ms` (counted from when the connection is ready for
 //! a request, so an idle keep-alive one too) is closed, and at most
 //! `http.max_connections` are open at once (by default the open-file
 //! limit less what the pools need), the rest waiting in the kernel's
-//! backlog instead of taking the descriptors SQL and Redis need. An
-//! accept that fails (`EMFILE`, a connection reset before it was taken)
-//! is retried after a pause, never the end of the loop.
+//! backlog instead of taking the descriptors SQL and Redis need.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -19,20 +17,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 
-use super::lazy_timer::LazyTimer;
 use super::router::App;
-
-/// Descriptors kept for everything but client connections, beside the
-/// SQL pool and the scan readers: Redis, files, the listener, logs.
-const RESERVED_FDS: u64 = 64;
-
-/// The connection limit when none is configured: the soft open-file limit
-/// less `others` (the pools) and [`RESERVED_FDS`]; at least 16.
-#[must_use]
-pub fn default_max_connections(others: u64) -> u64 {
-    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
-    soft.saturating_sub(others + RESERVED_FDS).max(16)
-}
+use crate::listen::{connection_permits, next_connection, until_stopped, LazyTimer};
 
 /// How the loop serves.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +56,7 @@ pub async fn serve(
     {
         let service = per_connection(&app, peer, limits.connect_info);
         // Each connection its own timer, which keeps one armed sleep for
-        // all its requests (see `lazy_timer`).
+        // all its requests (see `listen::lazy_timer`).
         let mut builder = builder.clone();
         builder.timer(LazyTimer::default());
         let stop = stop_rx.clone();
@@ -91,77 +77,6 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// Drives one connection to its end; once `stop` turns true, or `cut`
-/// resolves (the gate's scan refused what follows: see
-/// `proxy::framing`), asks it to close after its request in flight
-/// (`shutdown`: hyper's `graceful_shutdown`) and waits for that. The HTTP
-/// listener's and the gate's.
-pub async fn until_stopped<C: std::future::Future>(
-    conn: C,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    cut: impl std::future::Future<Output = ()>,
-    shutdown: impl Fn(std::pin::Pin<&mut C>),
-) {
-    let mut conn = std::pin::pin!(conn);
-    let mut cut = std::pin::pin!(cut);
-    loop {
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            () = &mut cut => {
-                shutdown(conn.as_mut());
-                let _ = conn.as_mut().await;
-                return;
-            }
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    shutdown(conn.as_mut());
-                    let _ = conn.as_mut().await;
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// The permits of a listener's connection limit (at least one).
-#[must_use]
-pub fn connection_permits(max_connections: usize) -> Arc<tokio::sync::Semaphore> {
-    Arc::new(tokio::sync::Semaphore::new(
-        max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ))
-}
-
-/// The next connection within the limit: a permit first (the rest wait
-/// in the kernel's backlog), then an accepted socket with `TCP_NODELAY`
-/// (accept errors retried: [`accept_failed`]); `None` once `signal`
-/// resolves. The HTTP and the Redis-protocol listeners' one accept loop.
-pub async fn next_connection<F: std::future::Future<Output = ()>>(
-    listener: &tokio::net::TcpListener,
-    permits: &Arc<tokio::sync::Semaphore>,
-    signal: &mut std::pin::Pin<&mut F>,
-) -> Option<(
-    tokio::net::TcpStream,
-    SocketAddr,
-    tokio::sync::OwnedSemaphorePermit,
-)> {
-    let permit = tokio::select! {
-        () = signal.as_mut() => return None,
-        p = Arc::clone(permits).acquire_owned() => p.ok()?,
-    };
-    loop {
-        tokio::select! {
-            () = signal.as_mut() => return None,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Some((stream, peer, permit));
-                }
-                Err(e) => accept_failed(&e).await,
-            },
-        }
-    }
 }
 
 /// The hyper service of one connection: the app (cloned per request, as
@@ -187,19 +102,4 @@ fn per_connection(
             req
         },
     ))
-}
-
-/// Connection errors (the peer gone before its connection was taken)
-/// are retried at once; others (`EMFILE`, `ENFILE`, `ENOMEM`) after a
-/// pause, so the loop neither spins nor stops.
-async fn accept_failed(e: &std::io::Error) {
-    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(
-        e.kind(),
-        ConnectionAborted | ConnectionRefused | ConnectionReset
-    ) {
-        return;
-    }
-    tracing::warn!(error = %e, "accepting a connection failed; retrying in 100 ms");
-    tokio::time::sleep(Duration::from_millis(100)).await;
 }

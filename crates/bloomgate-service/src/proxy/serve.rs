@@ -218,10 +218,10 @@ pub async fn serve_per_core(
         });
         ends.push(end);
     }
-    let permits = crate::http::serve::connection_permits(limits.max_connections);
+    let permits = crate::listen::connection_permits(limits.max_connections);
     let mut signal = std::pin::pin!(signal);
     while let Some((stream, peer, permit)) =
-        crate::http::serve::next_connection(&listener, &permits, &mut signal).await
+        crate::listen::next_connection(&listener, &permits, &mut signal).await
     {
         let Ok(stream) = stream.into_std() else {
             continue;
@@ -302,8 +302,7 @@ async fn work(
                 limits.write_idle,
             ));
             let conn = builder.serve_connection(io, service).with_upgrades();
-            crate::http::serve::until_stopped(conn, stop, cut.cut(), |c| c.graceful_shutdown())
-                .await;
+            crate::listen::until_stopped(conn, stop, cut.cut(), |c| c.graceful_shutdown()).await;
             // A head refused by the scan never reaches the handler: it is
             // counted here.
             if cut.was_cut() {

@@ -63,7 +63,7 @@ pub async fn execute(reg: &Registry, s: &mut Session, out: &mut Out, args: &[&[u
     let target = reg.target(args[1]);
     // Reads take one unit per item from the client's rate, as HTTP's.
     if let (Some(rate), 0 | 1) = (&reg.rate, command) {
-        use crate::http::limits::Admit;
+        use crate::listen::Admit;
         let refused = match rate.admit(s.peer, args.len() - 2) {
             Admit::Yes => None,
             Admit::Wait(secs) => Some(format!(

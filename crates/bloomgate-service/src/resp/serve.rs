@@ -45,7 +45,7 @@ pub async fn serve(
         max_request: config.max_request_bytes,
     };
     let conf = Arc::new(config);
-    let permits = crate::http::serve::connection_permits(max_connections);
+    let permits = crate::listen::connection_permits(max_connections);
     // Each connection's stop: a oneshot of its own (polling one costs no
     // lock, unlike a channel every connection shares), dropped at shutdown.
     let stoppers: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
@@ -53,7 +53,7 @@ pub async fn serve(
     let next_id = AtomicU64::new(1);
     let mut tasks = tokio::task::JoinSet::new();
     while let Some((stream, peer, permit)) =
-        crate::http::serve::next_connection(&listener, &permits, &mut signal).await
+        crate::listen::next_connection(&listener, &permits, &mut signal).await
     {
         let (reg, conf) = (Arc::clone(&registry), Arc::clone(&conf));
         let id = next_id.fetch_add(1, Ordering::Relaxed);

@@ -1,59 +1,34 @@
-//! `StoreError`: a database failure with the operation that failed, and
-//! what kind of failure it was, in terms the layers above act on.
+//! The SQL store's errors as [`StoreError`]s: each driver error is
+//! classified as it is made ([`err`]), so the layers above act on its
+//! [`Failure`] without naming the driver; [`driver_error`] gives the
+//! driver's error back inside `sql`.
 
 use super::is_permission_denied;
+use crate::source::{Failure, StoreError};
 
-/// A database failure, with the operation that failed.
-#[derive(Debug, thiserror::Error)]
-#[error("database error during {op}: {source}")]
-pub struct StoreError {
-    /// What the store was doing.
-    pub op: &'static str,
-    /// The driver's error (a `sqlx::Error` for the SQL store; whatever a
-    /// [`crate::source::Source`] of a user's reports for theirs).
-    #[source]
-    pub source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl StoreError {
-    /// An error of `op`, caused by `source`.
-    pub fn new(
-        op: &'static str,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        Self {
-            op,
-            source: source.into(),
-        }
-    }
-
-    /// The driver's error, when the SQL store raised it.
-    #[must_use]
-    pub fn sqlx(&self) -> Option<&sqlx::Error> {
-        self.source.downcast_ref()
-    }
-
-    /// The database took no connection (as opposed to a statement that
-    /// failed or timed out once connected).
-    #[must_use]
-    pub fn is_unreachable(&self) -> bool {
-        match self.sqlx() {
-            Some(sqlx::Error::PoolTimedOut) => true,
-            Some(sqlx::Error::Io(io)) => matches!(
+/// What kind of failure `e` is.
+fn failure_of(e: &sqlx::Error) -> Failure {
+    match e {
+        sqlx::Error::PoolTimedOut => Failure::Unreachable,
+        sqlx::Error::Io(io)
+            if matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotConnected
-            ),
-            _ => false,
+            ) =>
+        {
+            Failure::Unreachable
         }
-    }
-
-    /// The database refused a right this connection lacks.
-    #[must_use]
-    pub fn is_permission_denied(&self) -> bool {
-        self.sqlx().is_some_and(is_permission_denied)
+        e if is_permission_denied(e) => Failure::PermissionDenied,
+        _ => Failure::Other,
     }
 }
 
+/// The error of `op` that a driver error makes.
 pub(crate) fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::new(op, source)
+    move |source| StoreError::of(op, failure_of(&source), source)
+}
+
+/// The driver's error, when the SQL store raised it.
+pub(crate) fn driver_error(e: &StoreError) -> Option<&sqlx::Error> {
+    e.source.downcast_ref()
 }

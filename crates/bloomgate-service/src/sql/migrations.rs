@@ -143,7 +143,7 @@ impl Database {
         // right to run it) from a later start.
         let applied = match self.applied_migrations().await {
             Ok(applied) => applied,
-            Err(e) if e.sqlx().is_some_and(is_undefined_table) => {
+            Err(e) if driver_error(&e).is_some_and(is_undefined_table) => {
                 sqlx::query("CREATE TABLE IF NOT EXISTS bloomgate_migrations (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)")
                     .execute(&self.pool)
                     .within(&self.bg_limit, "migrate")

@@ -232,7 +232,7 @@ impl Database {
         let schema: String = row.try_get(0).map_err(err("capture schema"))?;
         // Written into the function's (quoted) body: a plain identifier only.
         if !crate::config::resources::is_identifier(&schema) {
-            let why = format!("the current schema {:?} is not a plain identifier (letters, digits, _): the capture function names it in its body; connect with a search_path whose first schema is one", crate::config::text::clip(&schema));
+            let why = format!("the current schema {:?} is not a plain identifier (letters, digits, _): the capture function names it in its body; connect with a search_path whose first schema is one", crate::text::clip(&schema));
             return Err(StoreError::new("capture schema", why));
         }
         Ok(format!("{}.bloomgate_changes", q(self.backend, &schema)))

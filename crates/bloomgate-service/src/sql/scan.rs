@@ -10,68 +10,6 @@ use super::*;
 use crate::filter::KeyBatch;
 use crate::key::{Fold, Key, KeyType};
 
-/// A part of the key space a rebuild reads on its own, in the source's
-/// own key order: ascending, the keys above `after` and at most `upto`;
-/// descending, the keys below `after` and at least `upto` (no bound where
-/// `None`; the default range is every key, ascending).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KeyRange {
-    /// Where the range starts (exclusive).
-    pub after: Option<Key>,
-    /// Where it ends (inclusive).
-    pub upto: Option<Key>,
-    /// Read from the largest key down.
-    pub descending: bool,
-}
-
-impl KeyRange {
-    /// Every key twice over, ascending and descending: two readers that
-    /// meet in the middle, each bounding its pages by how far the other
-    /// has got (the database compares, in its own collation), so together
-    /// they read each key about once with no quantile known beforehand.
-    #[must_use]
-    pub fn meeting() -> Vec<Self> {
-        vec![
-            Self::default(),
-            Self {
-                descending: true,
-                ..Self::default()
-            },
-        ]
-    }
-
-    /// Contiguous ranges cut at `bounds` (ascending, distinct): the first
-    /// open below, the last open above; one range for no bounds.
-    #[must_use]
-    pub fn cut_at(bounds: Vec<Key>) -> Vec<Self> {
-        let mut ranges = Vec::with_capacity(bounds.len() + 1);
-        let mut after = None;
-        for b in bounds {
-            ranges.push(Self {
-                after: after.clone(),
-                upto: Some(b.clone()),
-                descending: false,
-            });
-            after = Some(b);
-        }
-        ranges.push(Self {
-            after,
-            upto: None,
-            descending: false,
-        });
-        ranges
-    }
-}
-
-/// What one page delivered.
-#[derive(Debug, Clone, Default)]
-pub struct Page {
-    /// Keys passed to the sink.
-    pub keys: usize,
-    /// The last of them (the next page starts after it).
-    pub last: Option<Key>,
-}
-
 /// Keys handed to a sink at once while a page streams in.
 const CHUNK: usize = 8_192;
 
@@ -560,6 +498,38 @@ fn int_bounds(min: i64, max: i64, n: usize) -> Vec<i64> {
     (1..n)
         .map(|i| (i128::from(min) - 1 + width * i / n) as i64)
         .collect()
+}
+
+/// The SKU table's key scan, for its filter's rebuilds.
+impl crate::source::KeyScan for Database {
+    fn estimate_keys(&self) -> crate::source::BoxFuture<'_, Result<Option<u64>, StoreError>> {
+        Box::pin(self.estimate_rows("skus", "skus"))
+    }
+
+    fn count_keys(&self) -> crate::source::BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.count())
+    }
+
+    fn ranges(&self) -> crate::source::BoxFuture<'_, Result<Vec<KeyRange>, StoreError>> {
+        // Called once per full scan.
+        self.counters
+            .id_scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async move {
+            self.scan_caught_up().await?;
+            self.int_ranges("id", "skus").await
+        })
+    }
+
+    fn page<'a>(
+        &'a self,
+        range: &'a KeyRange,
+        after: Option<&'a Key>,
+        limit: usize,
+        sink: &'a (dyn Fn(KeyBatch<'_>) + Send + Sync),
+    ) -> crate::source::BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(self.id_page(range, after, limit, sink))
+    }
 }
 
 #[cfg(test)]
