@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "bloomgate",
     version,
-    about = "Bloom-filter gate against cache penetration"
+    about = "A Bloom-filter shield against cache penetration"
 )]
 struct Cli {
     #[command(subcommand)]

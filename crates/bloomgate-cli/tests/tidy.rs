@@ -492,7 +492,7 @@ fn the_service_crate_has_no_import_circle() {
     assert!(graph.len() > 20, "the graph was read: {graph:?}");
     assert!(
         graph["http::router"].contains("http::routes")
-            && graph["resource::reader"].contains("gate"),
+            && graph["resource::reader"].contains("shield"),
         "edges are found: {graph:?}"
     );
     if let Some(circle) = find_cycle(&graph) {
@@ -706,7 +706,7 @@ fn a_wide_module_and_a_leaf_that_is_not_are_found() {
     let mut g = std::collections::BTreeMap::new();
     let wide: BTreeSet<String> = (0..MAX_FAN_OUT).map(|i| format!("m{i}::x")).collect();
     g.insert("hub::child".to_string(), wide);
-    g.insert("key".to_string(), BTreeSet::from(["gate".to_string()]));
+    g.insert("key".to_string(), BTreeSet::from(["shield".to_string()]));
     g.insert(
         "narrow".to_string(),
         LEAVES.iter().map(|l| (*l).to_string()).collect(),

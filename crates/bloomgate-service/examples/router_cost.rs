@@ -94,7 +94,7 @@ async fn main() {
     if let Some(build) = bloomgate_service::prepare(&state, &config).await.unwrap() {
         build.await.unwrap();
     }
-    let gate = std::sync::Arc::clone(state.resources[0].gate());
+    let gate = std::sync::Arc::clone(state.resources[0].shield());
     while !gate.is_ready() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -102,7 +102,7 @@ async fn main() {
         .map(|n| format!("x{n:07}"))
         .find(|k| {
             gate.probe(bloomgate_service::key::Key::Text(k.clone()))
-                == bloomgate_service::gate::Verdict::Reject
+                == bloomgate_service::shield::Verdict::Reject
         })
         .unwrap();
     let refused = format!("/api/users/{refused}");

@@ -316,7 +316,7 @@ pub enum Capture {
     Triggers,
 }
 
-/// Where the gate's answers come from (`cache.bloom_mode`).
+/// Where the shield's answers come from (`cache.bloom_mode`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BloomMode {
@@ -334,7 +334,7 @@ pub enum BloomMode {
     Redis,
 }
 
-/// Which filter the gate uses (`cache.bloom_layout`).
+/// Which filter the shield uses (`cache.bloom_layout`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BloomLayout {
@@ -355,7 +355,7 @@ pub const MAX_BLOOM_FPP: f64 = 0.5;
 /// The largest filter the service will allocate (4 GiB).
 pub const MAX_FILTER_BYTES: u64 = 4 << 30;
 
-/// Bytes of a gate filter for `n` ids at rate `p` in `layout`.
+/// Bytes of a shield's filter for `n` ids at rate `p` in `layout`.
 ///
 /// # Errors
 /// The filter crate's sizing errors (a rate it cannot serve, too large).
@@ -421,7 +421,7 @@ pub fn check_filter(
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
-    /// Gate reads with the Bloom filter.
+    /// Guard reads with the Bloom filter.
     pub bloom_enabled: bool,
     /// The filter's layout: `blocked` (default) or `classic`.
     pub bloom_layout: BloomLayout,

@@ -1,6 +1,6 @@
-//! The in-process filter in the configured layout (`GateFilter`), its
+//! The in-process filter in the configured layout (`ShieldFilter`), its
 //! sizing for the configuration's checks, and its snapshot encoding, below
-//! everything that keeps, ships or restores one (the gate, the snapshot
+//! everything that keeps, ships or restores one (the shield, the snapshot
 //! file, the shared-rebuild epochs).
 
 use bloomgate_filter::{
@@ -23,14 +23,14 @@ pub use crate::config::{
     filter_bytes, BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP,
 };
 
-/// A gate filter in the library's snapshot format, recording how its keys
+/// A shield filter in the library's snapshot format, recording how its keys
 /// were hashed (`Integer` for the SKUs and integer resources, `Bytes` for
 /// text keys).
-pub fn encode(filter: &GateFilter, kind: KeyKind) -> Vec<u8> {
+pub fn encode(filter: &ShieldFilter, kind: KeyKind) -> Vec<u8> {
     // Straight from the atomics: the snapshot is the only copy.
     match filter {
-        GateFilter::Blocked(f) => f.to_bytes(kind),
-        GateFilter::Classic(f) => f.to_bytes(kind),
+        ShieldFilter::Blocked(f) => f.to_bytes(kind),
+        ShieldFilter::Classic(f) => f.to_bytes(kind),
     }
 }
 
@@ -75,7 +75,7 @@ pub enum CodecError {
 /// # Errors
 /// [`CodecError::Task`] when the blocking task failed.
 pub async fn encode_one(
-    filter: std::sync::Arc<GateFilter>,
+    filter: std::sync::Arc<ShieldFilter>,
     kind: KeyKind,
 ) -> Result<Encoded, CodecError> {
     let permit = ENCODING.acquire().await.map_err(|_| CodecError::Closed)?;
@@ -95,16 +95,21 @@ pub const fn key_kind(key_type: crate::key::KeyType) -> KeyKind {
     }
 }
 
-/// A gate filter of `layout` from snapshot bytes, checksum verified.
+/// A shield filter of `layout` from snapshot bytes, checksum verified.
 ///
 /// # Errors
 /// [`CodecError`]: what failed to verify.
-pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFilter, CodecError> {
+pub fn decode(
+    layout: BloomLayout,
+    bytes: &[u8],
+    kind: KeyKind,
+) -> Result<ShieldFilter, CodecError> {
     let (filter, recorded) = match layout {
-        BloomLayout::Blocked => BlockedBloom::from_bytes(bytes)
-            .and_then(|(f, k)| AtomicBloom::from_blocked(&f).map(|f| (GateFilter::Blocked(f), k))),
+        BloomLayout::Blocked => BlockedBloom::from_bytes(bytes).and_then(|(f, k)| {
+            AtomicBloom::from_blocked(&f).map(|f| (ShieldFilter::Blocked(f), k))
+        }),
         BloomLayout::Classic => ClassicBloom::from_bytes(bytes).and_then(|(f, k)| {
-            AtomicClassicBloom::from_classic(&f).map(|f| (GateFilter::Classic(f), k))
+            AtomicClassicBloom::from_classic(&f).map(|f| (ShieldFilter::Classic(f), k))
         }),
     }
     .map_err(CodecError::Verify)?;
@@ -119,14 +124,14 @@ pub fn decode(layout: BloomLayout, bytes: &[u8], kind: KeyKind) -> Result<GateFi
 
 /// The in-process filter, in the configured layout.
 #[derive(Debug)]
-pub enum GateFilter {
+pub enum ShieldFilter {
     /// One 256-bit block per id.
     Blocked(AtomicBloom),
     /// Seed 000's classic scheme.
     Classic(AtomicClassicBloom),
 }
 
-impl GateFilter {
+impl ShieldFilter {
     /// An empty filter for `n` ids at rate `p`.
     ///
     /// # Errors

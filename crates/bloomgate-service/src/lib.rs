@@ -1,6 +1,13 @@
-//! The seckill SKU service: `GET /api/seckill/{skuId}` through a funnel of
-//! Bloom filter → in-process L1 → Redis → SQL, with operator endpoints to
-//! warm the caches and rebuild the filter, and a stats endpoint.
+//! bloomgate's service: guarded tables that no stream of random keys can
+//! push through to their database. Each table (the seckill SKU table of
+//! seed 000 on a fresh checkout, or the `[[resources]]` a config names) is
+//! read through a funnel of Bloom filter → in-process L1 → Redis → SQL,
+//! where a filter "no" is a 404 that touches neither Redis nor SQL; every
+//! write, whoever makes it, reaches every instance through the change
+//! feed. Three listeners answer from the same filters: the HTTP API
+//! (`http`, with operator endpoints to warm, rebuild and read stats), the
+//! HTTP gate in front of an API bloomgate did not write (`proxy`), and
+//! RedisBloom's `BF.*` over the Redis protocol (`resp`).
 //!
 //! Tests and the CLI use [`router`] (no socket) or [`run`] (a bound
 //! listener and a shutdown future).
@@ -12,7 +19,6 @@ pub mod config;
 pub mod error;
 pub mod feed;
 pub mod filter;
-pub mod gate;
 pub mod http;
 pub mod key;
 pub mod listen;
@@ -27,6 +33,7 @@ pub mod resource;
 pub mod resp;
 pub mod service;
 pub mod share;
+pub mod shield;
 pub mod source;
 pub mod sql;
 pub mod state;

@@ -2,7 +2,7 @@
 //!
 //! Every value lives in one place. Counts that the JSON stats also show
 //! are kept where they are counted (sharded [`Counter`]s and atomics in
-//! the gate, reader, Redis tier and store); at each scrape
+//! the shield, reader, Redis tier and store); at each scrape
 //! [`ServiceMetrics::render`] copies them into the `metrics` facade's
 //! Prometheus recorder (`metrics-exporter-prometheus`), which renders the
 //! text format with help text and histogram buckets. The rebuild duration
@@ -358,7 +358,7 @@ impl ServiceMetrics {
         });
     }
 
-    /// The histogram the gate records rebuild durations in.
+    /// The histogram the shield records rebuild durations in.
     pub fn rebuild_histogram(&self) -> ::metrics::Histogram {
         self.recorder.register_histogram(
             &Key::from_static_name("bloomgate_filter_rebuild_duration_seconds"),

@@ -18,9 +18,9 @@ use std::time::Duration;
 use crate::cache::{resource_namespace, RedisTier, L1};
 use crate::config::{BloomLayout, BloomMode, CacheConfig};
 use crate::error::AppError;
-use crate::gate::{Gate, GateConfig};
 use crate::key::KeyType;
 use crate::resource::reader::{Bulkhead, Lookup, ShieldedReader, SourceRows};
+use crate::shield::{Shield, ShieldConfig};
 use crate::source::DynSource;
 use crate::sql::table::SqlTable;
 use crate::sql::Database;
@@ -228,12 +228,12 @@ impl Resource<Database> {
             announces_on_doorbell: true,
             holds: Some("skus.id"),
         };
-        let gate = Gate::new(gate_config(c, &options), shared.store.key_scan())
+        let shield = Shield::new(gate_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
         let r = Self::assemble(
             crate::sql::SKU_RESOURCE,
             shared.store.clone(),
-            gate,
+            shield,
             table,
             &options,
             &place,
@@ -311,8 +311,8 @@ impl Resource<SourceRows> {
             holds: None,
         };
         let rows = SourceRows(source);
-        let gate = Gate::new(gate_config(c, options), rows.key_scan()).with_name(name);
-        Self::assemble(name, rows, gate, table, options, &place, shared).await
+        let shield = Shield::new(gate_config(c, options), rows.key_scan()).with_name(name);
+        Self::assemble(name, rows, shield, table, options, &place, shared).await
     }
 }
 
@@ -330,8 +330,8 @@ struct Place {
     holds: Option<&'static str>,
 }
 
-fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> GateConfig {
-    GateConfig {
+fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> ShieldConfig {
+    ShieldConfig {
         enabled: c.bloom_enabled,
         layout: options.layout,
         expected: options.expected,
@@ -345,14 +345,14 @@ impl<R: Guarded> Resource<R> {
     async fn assemble(
         name: &str,
         rows: R,
-        gate: Gate,
+        shield: Shield,
         table: Option<SqlTable>,
         options: &ResourceOptions,
         place: &Place,
         shared: &Shared,
     ) -> Result<Arc<Self>, crate::share::redis_filter::SharedError> {
         let c = &shared.cache;
-        let gate = gate.with_background(shared.background.clone());
+        let shield = shield.with_background(shared.background.clone());
         let l1 = L1::new(
             c.l1_capacity,
             Duration::from_secs(c.l1_ttl_secs),
@@ -365,7 +365,7 @@ impl<R: Guarded> Resource<R> {
         let scan = rows.key_scan();
         let key_type = rows.key_type();
         let mut reader =
-            ShieldedReader::new(Arc::new(gate), l1, redis, rows, shared.bulkhead.clone());
+            ShieldedReader::new(Arc::new(shield), l1, redis, rows, shared.bulkhead.clone());
         reader.audit = Arc::new(crate::resource::reader::audit::Audit::every(
             c.bloom_audit_every_ms,
             // The feed's bound, or the late check's period (a commit whose
@@ -525,8 +525,8 @@ impl<R: Guarded> Resource<R> {
 
     /// The filter.
     #[must_use]
-    pub fn gate(&self) -> &Arc<Gate> {
-        &self.reader.gate
+    pub fn shield(&self) -> &Arc<Shield> {
+        &self.reader.shield
     }
 
     /// Publishes the filter from its snapshot, if one is configured and
@@ -542,13 +542,13 @@ impl<R: Guarded> Resource<R> {
             tracing::info!(resource = %self.name, "a watched table scans at start; its snapshot is not used");
             return None;
         }
-        match persist.restore(self.gate(), &self.name).await {
+        match persist.restore(self.shield(), &self.name).await {
             Ok(restored) => Some(restored),
-            Err(why @ crate::gate::AdoptError::EarlierRelease(_)) => {
+            Err(why @ crate::shield::AdoptError::EarlierRelease(_)) => {
                 tracing::info!(resource = %self.name, %why, "filter snapshot of an earlier release not used; scanning its source (the next save writes this release's)");
                 None
             }
-            Err(crate::gate::AdoptError::Gone) => {
+            Err(crate::shield::AdoptError::Gone) => {
                 tracing::info!(resource = %self.name, path = %persist.path().display(), "no filter snapshot yet; scanning its source");
                 None
             }
@@ -563,10 +563,10 @@ impl<R: Guarded> Resource<R> {
     /// given) and, with a snapshot configured, its saver.
     pub fn spawn_upkeep(&self, monitor_every: Option<Duration>, snapshot_every: Duration) {
         if let Some(every) = monitor_every {
-            self.gate().spawn_monitor(every);
+            self.shield().spawn_monitor(every);
         }
         if let Some(persist) = &self.persist {
-            persist.spawn_saver(self.gate(), snapshot_every, &self.background);
+            persist.spawn_saver(self.shield(), snapshot_every, &self.background);
         }
     }
 

@@ -171,14 +171,14 @@ async fn run_http(
     let background = state.background.clone();
     // Every filter's snapshot: the SKUs' and each resource's.
     let persist: Vec<_> =
-        std::iter::once((state.skus.persist.clone(), Arc::clone(state.skus.gate())))
+        std::iter::once((state.skus.persist.clone(), Arc::clone(state.skus.shield())))
             .chain(
                 state
                     .resources
                     .iter()
-                    .map(|r| (r.persist.clone(), Arc::clone(r.gate()))),
+                    .map(|r| (r.persist.clone(), Arc::clone(r.shield()))),
             )
-            .filter_map(|(persist, gate)| Some((persist?, gate)))
+            .filter_map(|(persist, shield)| Some((persist?, shield)))
             .collect();
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
@@ -206,9 +206,9 @@ async fn run_http(
     // being read.
     before_background.await;
     // The last snapshots, so the next start needs no SQL scan.
-    for (persist, gate) in persist {
+    for (persist, shield) in persist {
         let path = persist.path().display().to_string();
-        match persist.save(&gate).await {
+        match persist.save(&shield).await {
             Ok(_) => tracing::info!(%path, "filter snapshot saved at shutdown"),
             Err(e) => {
                 tracing::warn!(%path, error = %e, "saving the filter snapshot at shutdown failed")
@@ -335,10 +335,10 @@ pub async fn prepare(
     if let (Some(changes), Some(from)) = (&state.changes, doorbell_from) {
         let led: std::sync::Weak<crate::resource::Resource<crate::sql::Database>> =
             Arc::downgrade(&state.skus);
-        changes.spawn_follower(from, state.skus.gate(), led);
+        changes.spawn_follower(from, state.skus.shield(), led);
     }
     if outbox_on {
-        outbox.spawn_follower(outbox_from, state.skus.gate());
+        outbox.spawn_follower(outbox_from, state.skus.shield());
     } else if config.sql.outbox.is_none() {
         follow_once_made(state, Duration::from_millis(config.sql.out_of_step_ms / 3));
     }
@@ -379,7 +379,7 @@ pub async fn prepare(
 /// (a "no" is not vouched for) until it succeeds, and by dropping L1.
 fn follow_once_made(state: &AppState, every: Duration) {
     let outbox = state.outbox.clone();
-    let anchor = Arc::clone(state.skus.gate());
+    let anchor = Arc::clone(state.skus.shield());
     let resources = state.resources.clone();
     state.background.spawn(async move {
         loop {
@@ -397,7 +397,7 @@ fn follow_once_made(state: &AppState, every: Duration) {
             outbox.store.set_outbox_on();
             outbox.spawn_follower(from, &anchor);
             for r in &resources {
-                r.gate().rebuild_owed(|| {});
+                r.shield().rebuild_owed(|| {});
                 r.reader.invalidate_all_local();
             }
             tracing::warn!(

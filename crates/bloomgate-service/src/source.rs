@@ -4,7 +4,7 @@
 //! their own; the service holds it as a [`DynSource`] (boxed futures,
 //! object-safe), which [`crate::sql::table::SqlTable`], the SQL one,
 //! implements directly. [`KeyScan`] is the part of it
-//! the gate rebuilds from, which the SKU store implements too. Below
+//! the shield rebuilds from, which the SKU store implements too. Below
 //! `sql`: the SQL store implements these traits, and this module names
 //! no database.
 
@@ -231,7 +231,7 @@ async fn page_of<S: DynSource + ?Sized>(
     })
 }
 
-/// What the gate rebuilds its filter from: an estimate to size it, then
+/// What the shield rebuilds its filter from: an estimate to size it, then
 /// every key, page by page, in ranges it may read at once.
 pub trait KeyScan: Send + Sync + std::fmt::Debug + 'static {
     /// A cheap estimate of how many keys there are (the database's

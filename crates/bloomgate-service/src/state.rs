@@ -13,7 +13,7 @@ use crate::sql::{Database, StoreError};
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The SKU table, the default resource `skus`: its funnel (and
-    /// through it the gate, caches and store), snapshot and key API.
+    /// through it the shield, caches and store), snapshot and key API.
     pub skus: Arc<Resource<Database>>,
     /// Admin bearer token, if configured.
     pub admin_token: Option<Arc<str>>,

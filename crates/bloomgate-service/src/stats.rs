@@ -12,9 +12,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cache::BreakerState;
-use crate::gate::{GateStats, RebuildRecord};
 use crate::paths::SECKILL_ROUTE;
 use crate::resource::{ResourceFigures, SqlLoads};
+use crate::shield::{RebuildRecord, ShieldStats};
 use crate::state::AppState;
 
 pub mod ready;
@@ -41,7 +41,7 @@ pub struct Figures {
 #[derive(Debug, Clone)]
 pub struct SkuFigures {
     /// Its filter.
-    pub bloom: GateStats,
+    pub bloom: ShieldStats,
     /// Its last rebuilds.
     pub rebuild_history: Vec<RebuildRecord>,
 }
@@ -156,8 +156,8 @@ pub async fn figures(state: &AppState) -> Figures {
     let o = &state.outbox.counters;
     let outbox = OutboxFigures {
         enabled: state.outbox.store.outbox_on(),
-        in_step: r.gate.in_step(),
-        unvouched: r.gate.unvouched(),
+        in_step: r.shield.in_step(),
+        unvouched: r.shield.unvouched(),
         watermark: state.outbox.watermark(),
         open_gaps: state.outbox.open_gaps(),
         last_read_ms: state.outbox.last_ok_ms(),
@@ -194,11 +194,11 @@ pub async fn figures(state: &AppState) -> Figures {
     };
     let mut resources = Vec::with_capacity(state.resources.len() + 1);
     let skus = state.demo.then(|| {
-        let bloom = r.gate.stats();
+        let bloom = r.shield.stats();
         resources.push(("skus".to_owned(), skus(state, bloom.clone())));
         SkuFigures {
             bloom,
-            rebuild_history: r.gate.history(),
+            rebuild_history: r.shield.history(),
         }
     });
     for res in &state.resources {
@@ -364,7 +364,7 @@ fn gate(state: &AppState, resources: &[(String, ResourceFigures)]) -> Value {
 /// The SKU table as the default resource `skus`: [`crate::resource::Resource::stats_with`] (the
 /// same figures as the flat keys seed 000 prints, under the names every
 /// resource uses), with its SQL counters.
-fn skus(state: &AppState, bloom: GateStats) -> ResourceFigures {
+fn skus(state: &AppState, bloom: ShieldStats) -> ResourceFigures {
     let sql = &state.skus.source().counters;
     let mut v = state.skus.stats_with(bloom);
     let queries = sql.queries.load(Ordering::Relaxed);

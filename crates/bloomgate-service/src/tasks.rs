@@ -1,5 +1,5 @@
 //! One shutdown signal for every background loop of an instance: the
-//! gate's monitor and owed rebuilds, both change followers and the outbox
+//! shields' monitors and owed rebuilds, both change followers and the outbox
 //! watchdog, the Redis tier's owed invalidations,
 //! the snapshot saver, the metrics upkeep, a resource's build and watch.
 //! Each is spawned through [`Background::spawn`], which ends it when the

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use bloomgate_service::gate::Alarm;
+use bloomgate_service::shield::Alarm;
 use common::{eventually, sku_body, TestServer};
 use reqwest::Method;
 
@@ -45,7 +45,7 @@ async fn a_catalogue_grown_past_capacity_raises_one_alarm_and_is_rebuilt_under_t
         c.cache.bloom_fpp = 0.01;
     })
     .await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     assert_eq!(gate.stats().capacity, 1000);
     create(&server, 801..=1000).await;
     assert_eq!(gate.alarm(), None, "at capacity, not past it");
@@ -114,7 +114,7 @@ async fn an_observed_rate_over_twice_the_expected_one_raises_the_alarm_and_rebui
         c.cache.bloom_fpp = 0.001;
     })
     .await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     // 300 deleted SKUs stay "maybe" in the filter (fewer than the
     // delete-triggered rebuild threshold).
     for id in 1..=300 {

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloomgate_service::config::BloomLayout;
-use bloomgate_service::filter::GateFilter;
-use bloomgate_service::gate::{Gate, Verdict};
+use bloomgate_service::filter::ShieldFilter;
+use bloomgate_service::shield::{Shield, Verdict};
 use common::{counter, eventually, TestServer};
 
 /// Publishes an empty filter over `gate`'s: every key is refused.
-fn corrupt(gate: &Arc<Gate>) {
-    let empty = GateFilter::with_fpr(BloomLayout::Blocked, 1_000, 0.01).unwrap();
+fn corrupt(gate: &Arc<Shield>) {
+    let empty = ShieldFilter::with_fpr(BloomLayout::Blocked, 1_000, 0.01).unwrap();
     let adopting = gate.begin_adopt(empty).expect("no rebuild runs");
     assert!(gate.finish_adopt(&adopting, 1_000));
 }
@@ -54,10 +54,10 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     );
 
     for (name, gate, path) in [
-        ("skus", Arc::clone(s.state.skus.gate()), "/api/seckill/42"),
+        ("skus", Arc::clone(s.state.skus.shield()), "/api/seckill/42"),
         (
             "users",
-            Arc::clone(s.state.resources[0].gate()),
+            Arc::clone(s.state.resources[0].shield()),
             "/api/users/u000001",
         ),
     ] {
@@ -95,7 +95,7 @@ async fn a_corrupted_filter_is_caught_by_the_audit_and_rebuilt() {
     // The rebuilt filters refuse absent keys again.
     assert_eq!(s.get("/api/seckill/900000").await.0, 404);
     assert_eq!(s.get("/api/users/u999999").await.0, 404);
-    assert_eq!(s.state.skus.gate().check(900_000_i64), Verdict::Reject);
+    assert_eq!(s.state.skus.shield().check(900_000_i64), Verdict::Reject);
     // The alarm was raised, and clears once the rebuild is done.
     let stats = s.stats().await;
     assert!(counter(&stats, &["bloom", "alarms_raised"]) >= 1, "{stats}");
@@ -126,7 +126,7 @@ async fn the_audit_looks_keys_up_as_the_column_compares() {
     let s = TestServer::start(c, 0).await;
     eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
     assert_eq!(s.get("/api/users/U000001").await.0, 200);
-    corrupt(s.state.resources[0].gate());
+    corrupt(s.state.resources[0].shield());
     assert_eq!(
         s.get("/api/users/U000001").await.0,
         404,

@@ -167,7 +167,7 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     on_every(&both, "/api/users/u000004", 404, BOUND).await;
     for s in both {
         assert_eq!(status(s, "/api/users/u900002").await, 404, "{label}");
-        let deleted = s.state.resources[0].gate().stats().deleted_since_build;
+        let deleted = s.state.resources[0].shield().stats().deleted_since_build;
         assert_eq!(deleted, 2, "{label}: deletes counted once each");
     }
     // A key beyond latin1 is recorded, and the writer's statement stands.
@@ -177,7 +177,7 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     exec(&w, "INSERT INTO users VALUES ('ü😀1', 'emoji', 102)").await;
     on_every(&both, "/api/users/%C3%BC%F0%9F%98%801", 200, BOUND).await;
     for s in both {
-        let users = s.state.resources[0].gate();
+        let users = s.state.resources[0].shield();
         eventually(BOUND, "the key beyond latin1 is in the filter", || async {
             users.stats().added == 23
         })
@@ -220,7 +220,7 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     // The writer's own count would come before its answer; the wait
     // lets the entry's reach A too.
     for s in both {
-        let skus = s.state.skus.gate();
+        let skus = s.state.skus.shield();
         eventually(BOUND, "the trigger's delete applied", || async {
             skus.stats().deleted_since_build >= 1
         })
@@ -228,7 +228,7 @@ async fn others_writes(url: &str, redis: Option<&str>, label: &str) {
     }
     tokio::time::sleep(Duration::from_secs(BOUND)).await;
     for s in both {
-        let deleted = s.state.skus.gate().stats().deleted_since_build;
+        let deleted = s.state.skus.shield().stats().deleted_since_build;
         assert_eq!(deleted, 1, "{label}: the SKU delete counted once");
     }
     a.stop().await;
@@ -550,11 +550,11 @@ async fn a_bulk_insert_of_100000_rows_reaches_every_instance() {
         .map(|i| bloomgate_service::key::Key::Text(format!("b{i:06}")))
         .collect();
     for s in [&a, &b] {
-        let gate = s.state.resources[0].gate();
+        let gate = s.state.resources[0].shield();
         eventually(60, "every bulk key in the filter", || async {
             gate.check_many(&keys)
                 .iter()
-                .all(|v| *v != bloomgate_service::gate::Verdict::Reject)
+                .all(|v| *v != bloomgate_service::shield::Verdict::Reject)
         })
         .await;
     }
@@ -920,7 +920,7 @@ async fn a_fill_asked_for_during_a_running_fill_is_not_absorbed() {
     assert_eq!(code, 200, "{body}");
     // Every fill and the gap's rebuild ended: the shared filter's "no"
     // stands again.
-    let gate = s.state.resources[0].gate().clone();
+    let gate = s.state.resources[0].shield().clone();
     eventually(40, "every fill and rebuild ended", || async {
         !shared.fill_owed() && !gate.rebuild_is_owed()
     })
@@ -961,7 +961,7 @@ fn snapshotted(url: &str, dir: &tempfile::TempDir, label: &str) -> Config {
 async fn restored_after_a_quiet_restart(c: &Config) -> TestServer {
     let a = TestServer::start(c.clone(), 0).await;
     assert_eq!(status(&a, "/api/users/u000001").await, 200);
-    let gate = a.state.resources[0].gate().clone();
+    let gate = a.state.resources[0].shield().clone();
     eventually(10, "users' filter built, owing nothing", || async {
         gate.is_ready() && !gate.rebuild_is_owed() && !gate.is_rebuilding()
     })
@@ -1674,7 +1674,7 @@ async fn an_outbox_restored_to_an_earlier_point_is_noticed() {
 /// scanned instead of adopting, until the new history passed that number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_drops_the_rebuild_requests_of_the_history_it_undid() {
-    use bloomgate_service::gate::ChangeLog;
+    use bloomgate_service::shield::ChangeLog;
     let (_dir, url, w) = sqlite_users().await;
     let mut c = captured(&url, None, "capture-rewound-requests");
     c.sql.outbox_gap_ms = 200;

@@ -8,8 +8,8 @@
 mod common;
 
 use bloomgate_service::config::Capture;
-use bloomgate_service::gate::Verdict;
 use bloomgate_service::key::Key;
+use bloomgate_service::shield::Verdict;
 use common::{counter, eventually, TestServer};
 use reqwest::Method;
 
@@ -29,7 +29,7 @@ fn refused(s: &TestServer, prefix: &str) -> String {
         .unwrap();
     (0..100_000)
         .map(|n| format!("{prefix}{n}"))
-        .find(|k| r.gate().probe(Key::Text(k.clone())) == Verdict::Reject)
+        .find(|k| r.shield().probe(Key::Text(k.clone())) == Verdict::Reject)
         .expect("some key is refused")
 }
 

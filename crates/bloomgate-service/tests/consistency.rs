@@ -139,7 +139,7 @@ async fn writes_during_a_paused_load(writer: &TestServer, reader: &TestServer) {
     );
 }
 
-/// Gate off, so ids missing from SQL reach the caches.
+/// Shield off, so ids missing from SQL reach the caches.
 fn no_gate(c: &mut bloomgate_service::Config) {
     c.cache.bloom_enabled = false;
 }

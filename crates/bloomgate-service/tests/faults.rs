@@ -358,7 +358,7 @@ async fn mariadb_stopped_keeps_cached_ids_fails_fast_keeps_the_filter_and_recove
 
     // A rebuild while the database is down fails, fast, and keeps the
     // filter.
-    let gate = server.state.skus.gate();
+    let gate = server.state.skus.shield();
     let asked = Instant::now();
     assert!(gate.rebuild().await.is_err());
     let failed_after = asked.elapsed();

@@ -494,7 +494,7 @@ async fn a_request_past_the_timeout_gets_a_json_503() {
 async fn a_warm_longer_than_the_request_timeout_answers_with_its_rebuild() {
     let server = server("hostile-long-warm", |c| c.http.request_timeout_ms = 200).await;
     for path in ["/api/cache/warm", "/api/skus/warm"] {
-        let pause = server.state.skus.gate().after_scan.arm(0);
+        let pause = server.state.skus.shield().after_scan.arm(0);
         let warm = {
             let client = server.client.clone();
             let url = server.url(path);

@@ -208,8 +208,8 @@ async fn an_earlier_release_epoch_is_refused_once_and_replaced() {
     assert_eq!(counter(&s, &["sql", "id_scans"]), 0, "{s}");
     for id in (1..=2_000).step_by(13) {
         assert_eq!(
-            c.state.skus.gate().check(id),
-            bloomgate_service::gate::Verdict::Pass,
+            c.state.skus.shield().check(id),
+            bloomgate_service::shield::Verdict::Pass,
             "id {id}"
         );
     }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use bloomgate_service::gate::Verdict;
+use bloomgate_service::shield::Verdict;
 
 use std::time::{Duration, Instant};
 
@@ -315,7 +315,7 @@ async fn two_rebuilds_asked_at_once_of_two_instances_run_one_scan() {
         before += scans(&server.stats().await);
     }
     // A's rebuild holds after its scan until B's warm has asked too.
-    let pause = a.state.skus.gate().after_scan.arm(0);
+    let pause = a.state.skus.shield().after_scan.arm(0);
     let warm = r#"{"limit":10,"rebuild_bloom":true}"#;
     let on_a = a.send(Method::POST, "/api/cache/warm", Some(warm));
     let on_b = async {
@@ -373,8 +373,8 @@ fn all_known(servers: &[&TestServer], ids: impl Iterator<Item = i64> + Clone) {
     for server in servers {
         for id in ids.clone() {
             assert_ne!(
-                server.state.skus.gate().check(id),
-                bloomgate_service::gate::Verdict::Reject,
+                server.state.skus.shield().check(id),
+                bloomgate_service::shield::Verdict::Reject,
                 "id {id} refused after the rebuild"
             );
         }
@@ -417,12 +417,12 @@ async fn a_later_instance_adopts_the_stored_filter_unless_sql_grew_behind_the_lo
     let s = c.stats().await;
     assert_eq!(counter(&s, &["bloom", "adopted"]), 1, "{s}");
     common::eventually(10, "a rebuild after the adopt", || async {
-        c.state.skus.gate().rebuild_count() >= 1
+        c.state.skus.shield().rebuild_count() >= 1
     })
     .await;
     assert_eq!(counter(&c.stats().await, &["sql", "id_scans"]), 1);
     for id in (20_001..=20_500).chain((1..=5_000).step_by(7)) {
-        assert_eq!(c.state.skus.gate().check(id), Verdict::Pass, "id {id}");
+        assert_eq!(c.state.skus.shield().check(id), Verdict::Pass, "id {id}");
     }
     for s in [a, b, c] {
         s.stop().await;

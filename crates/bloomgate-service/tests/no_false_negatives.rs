@@ -54,7 +54,7 @@ async fn all_200000_ids_answer_200() {
         .collect()
         .await;
     assert!(absent.iter().all(|&s| s == 404));
-    let gate = state.skus.gate().stats();
+    let gate = state.skus.shield().stats();
     assert_eq!(gate.added, 200_000);
     // ~3e-6 expected at this load: at most a few of 10,000 pass the filter.
     assert!(gate.rejected >= 9_990, "rejected {}", gate.rejected);

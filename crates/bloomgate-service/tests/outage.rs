@@ -7,7 +7,7 @@
 
 mod common;
 
-use bloomgate_service::gate::Verdict;
+use bloomgate_service::shield::Verdict;
 use common::{counter, eventually, sku_body, OwnServer, TestServer};
 use reqwest::Method;
 
@@ -59,7 +59,7 @@ async fn a_failed_ring_or_a_lost_stream_costs_latency_never_a_create() {
     // The change committed with the row in SQL: B learns it from the
     // outbox at its next poll, with no ring.
     eventually(5, "B learns it from the change outbox", || async {
-        b.state.skus.gate().check(5000) != Verdict::Reject
+        b.state.skus.shield().check(5000) != Verdict::Reject
     })
     .await;
     let _: () = maxmemory("0").query_async(&mut admin).await.unwrap();
@@ -90,7 +90,7 @@ async fn a_failed_ring_or_a_lost_stream_costs_latency_never_a_create() {
     .await;
     for id in (1..=500).chain([5000, 5500, 6000]) {
         assert_ne!(
-            b.state.skus.gate().check(id),
+            b.state.skus.shield().check(id),
             Verdict::Reject,
             "B refuses {id}"
         );
@@ -100,7 +100,7 @@ async fn a_failed_ring_or_a_lost_stream_costs_latency_never_a_create() {
     let before = counter(&a.stats().await, &["changes", "applied"]);
     create(&b, 7000).await;
     eventually(15, "B's create reaches A", || async {
-        a.state.skus.gate().check(7000) != Verdict::Reject
+        a.state.skus.shield().check(7000) != Verdict::Reject
     })
     .await;
     eventually(15, "B's ring reaches A", || async {
@@ -128,7 +128,7 @@ async fn a_create_ring_names_the_id_for_the_other_filters() {
     parked.reached().await;
     create(&a, 4242).await;
     eventually(5, "B's filter learns 4242 from the ring", || async {
-        b.state.skus.gate().published().unwrap().contains(4242)
+        b.state.skus.shield().published().unwrap().contains(4242)
     })
     .await;
     assert!(counter(&b.stats().await, &["changes", "applied"]) >= 1);
@@ -148,7 +148,7 @@ async fn a_create_ring_names_the_id_for_the_other_filters() {
         .await
         .unwrap();
     eventually(5, "B's filter learns 4343 from the older entry", || async {
-        b.state.skus.gate().published().unwrap().contains(4343)
+        b.state.skus.shield().published().unwrap().contains(4343)
     })
     .await;
     parked.resume();

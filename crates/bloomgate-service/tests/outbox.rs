@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bloomgate_service::gate::Verdict;
+use bloomgate_service::shield::Verdict;
 use common::{counter, eventually, sku_body, OwnServer, TestServer};
 use reqwest::Method;
 use sqlx::Row;
@@ -159,7 +159,7 @@ async fn a_late_commit_is_not_skipped(url: &str, prefix: &str) {
         stats["outbox"]
     );
     assert_eq!(
-        b.state.skus.gate().check(1001),
+        b.state.skus.shield().check(1001),
         Verdict::Reject,
         "nothing uncommitted is known"
     );
@@ -268,7 +268,7 @@ async fn with_redis_killed_creates_reach_every_instance_from_sql() {
         sql as f64 <= 1.5 * expected,
         "{sql} SQL lookups for 20000 missing ids (expected {expected:.2})"
     );
-    assert!(b.state.skus.gate().in_step(), "SQL answers: B is in step");
+    assert!(b.state.skus.shield().in_step(), "SQL answers: B is in step");
 
     // Redis back, empty: what B and C served before is never refused, on
     // any poll, while the creates made now reach them within the bound.
@@ -333,13 +333,13 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     redis.stop().await;
     assert_eq!(a.create(7777, "outbox").await, 201);
     assert!(
-        !b.state.skus.gate().published().unwrap().contains(7777),
+        !b.state.skus.shield().published().unwrap().contains(7777),
         "B missed it"
     );
     db.stop().await;
     parked.resume();
     eventually(10, "B goes out of step", || async {
-        !b.state.skus.gate().in_step()
+        !b.state.skus.shield().in_step()
     })
     .await;
     let (status, body) = b.get("/api/seckill/7777").await;
@@ -358,7 +358,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     // SQL back: B catches up from the outbox and gates again.
     db.start().await;
     eventually(20, "B back in step", || async {
-        b.state.skus.gate().in_step()
+        b.state.skus.shield().in_step()
     })
     .await;
     eventually(10, "B learns the create it missed", || async {
@@ -368,7 +368,7 @@ async fn an_instance_that_cannot_read_the_change_feed_does_not_vouch_for_its_fil
     let (status, _) = b.get("/api/seckill/987654").await;
     assert_eq!(status, 404);
     assert_eq!(
-        b.state.skus.gate().check(987_654),
+        b.state.skus.shield().check(987_654),
         Verdict::Reject,
         "the filter's no is a 404 again"
     );
@@ -428,8 +428,8 @@ async fn an_insert_while_an_adopted_filter_is_swapped_in_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
     let server =
         TestServer::start(common::config(&common::sqlite_url(&dir), None, "adopt"), 10).await;
-    let gate = std::sync::Arc::clone(server.state.skus.gate());
-    let adopted = bloomgate_service::gate::GateFilter::with_fpr(
+    let gate = std::sync::Arc::clone(server.state.skus.shield());
+    let adopted = bloomgate_service::shield::ShieldFilter::with_fpr(
         bloomgate_service::config::BloomLayout::Blocked,
         1000,
         0.01,
@@ -536,7 +536,7 @@ async fn a_follower_whose_position_was_trimmed_rebuilds() {
         entries(&url).await.iter().all(|(key, _, _)| key != "3333")
     })
     .await;
-    assert_eq!(b.state.skus.gate().check(3333), Verdict::Reject);
+    assert_eq!(b.state.skus.shield().check(3333), Verdict::Reject);
     parked.resume();
     eventually(10, "B rebuilds and admits 3333", || async {
         b.get("/api/seckill/3333").await.0 == 200
@@ -618,7 +618,7 @@ async fn a_second_table_under_a_live_name_does_not_take_its_entries() {
     })
     .await;
     assert_eq!(*intruder.0.lock().unwrap(), ["k1"], "no SKU entry taken");
-    assert_eq!(s.state.skus.gate().check(700_001i64), Verdict::Pass);
+    assert_eq!(s.state.skus.shield().check(700_001i64), Verdict::Pass);
     s.stop().await;
 }
 

@@ -406,14 +406,14 @@ async fn created_sku_is_visible_at_once_even_after_a_cached_miss() {
 }
 
 type RebuildTask = tokio::task::JoinHandle<
-    Result<bloomgate_service::gate::RebuildReport, bloomgate_service::gate::RebuildError>,
+    Result<bloomgate_service::shield::RebuildReport, bloomgate_service::shield::RebuildError>,
 >;
 
 /// Starts a filter rebuild in the background and returns once it is running.
 async fn start_rebuild(server: &TestServer) -> RebuildTask {
-    let gate = std::sync::Arc::clone(server.state.skus.gate());
+    let gate = std::sync::Arc::clone(server.state.skus.shield());
     let rebuild = tokio::spawn(async move { gate.rebuild().await });
-    while !server.state.skus.gate().is_rebuilding() {
+    while !server.state.skus.shield().is_rebuilding() {
         tokio::task::yield_now().await;
     }
     rebuild
@@ -423,7 +423,7 @@ async fn start_rebuild(server: &TestServer) -> RebuildTask {
 async fn skus_created_during_a_rebuild_are_in_the_published_filter() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, None, "rebuild", 200_000, |_| {}).await;
-    let gate = server.state.skus.gate();
+    let gate = server.state.skus.shield();
     // The rebuild holds after its SQL scan, before it publishes: every
     // create below runs while it is in progress, and none is in its scan.
     let pause = gate.after_scan.arm(0);

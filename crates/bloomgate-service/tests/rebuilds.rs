@@ -48,14 +48,14 @@ async fn seed_000s_first_warm_right_after_start_answers_200_and_ready() {
     // The warm lands while the start-up build scans (not before its task
     // has asked: then one rebuild, started after both, rightly serves
     // both, and the count below would be 1).
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     eventually(10, "the start-up build is scanning", || {
         let gate = Arc::clone(&gate);
         async move { gate.is_rebuilding() }
     })
     .await;
     assert!(
-        !server.state.skus.gate().is_ready(),
+        !server.state.skus.shield().is_ready(),
         "the start-up build is still running"
     );
     let (s, body) = server
@@ -76,7 +76,7 @@ async fn seed_000s_first_warm_right_after_start_answers_200_and_ready() {
 async fn warms_during_a_rebuild_share_one_follow_up_that_sees_their_skus() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, 20_000, true, |_| {}).await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     assert_eq!(gate.stats().rebuilds, 1);
     // Rebuild A stops after its scan, before publishing.
     let pause = gate.after_scan.arm(0);
@@ -153,7 +153,7 @@ async fn warms_during_a_rebuild_share_one_follow_up_that_sees_their_skus() {
 async fn a_rebuild_outlives_the_client_that_asked_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = sqlite_server(&dir, 20_000, true, |_| {}).await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     let pause = gate.after_scan.arm(0);
     // The client gives up after 50 ms (`curl --max-time 0.05`).
     let impatient = server
@@ -220,7 +220,7 @@ async fn a_start_up_build_that_fails_on_sql_retries_until_it_succeeds() {
     let raw = raw_sqlite(&dir).await;
     exec(&raw, "ALTER TABLE skus RENAME TO skus_away").await;
     let server = sqlite_server(&dir, 0, false, |_| {}).await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     eventually(10, "three failed attempts", || {
         let gate = Arc::clone(&gate);
         async move { gate.stats().rebuild_retries >= 3 }
@@ -264,7 +264,7 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     // One ordered scan (the key bounds of parallel ranges would trip on
     // the bad row before any page).
     let server = sqlite_server(&dir, 25_000, true, |c| c.sql.scan_parallel = 1).await;
-    let gate = Arc::clone(server.state.skus.gate());
+    let gate = Arc::clone(server.state.skus.shield());
     gate.page_rows
         .store(10_000, std::sync::atomic::Ordering::Relaxed);
     // A row whose id is not an integer sorts after every integer in SQLite:
@@ -274,7 +274,7 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
     exec(&raw, "INSERT INTO skus (id, name, original_price, seckill_price, stock, seckill_start, seckill_end, updated_at) VALUES ('not-a-number', 'bad', 1, 1, 1, 0, 1, 0)").await;
     let err = gate.rebuild().await.unwrap_err();
     assert!(
-        matches!(err, bloomgate_service::gate::RebuildError::Store(_)),
+        matches!(err, bloomgate_service::shield::RebuildError::Store(_)),
         "{err}"
     );
     let stats = gate.stats();
@@ -290,7 +290,7 @@ async fn a_rebuild_that_fails_halfway_keeps_the_previous_filter() {
         .is_some_and(|e| e.contains("scan page")));
     assert_eq!(
         stats.rebuild_page_retries,
-        u64::from(bloomgate_service::gate::PAGE_RETRIES)
+        u64::from(bloomgate_service::shield::PAGE_RETRIES)
     );
     assert_eq!(server.get("/api/seckill/25001").await.0, 404);
     assert_eq!(gate.stats().rejected, 1);

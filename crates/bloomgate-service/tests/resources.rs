@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use bloomgate_service::config::resources::ResourceConfig;
 use bloomgate_service::config::BloomMode;
-use bloomgate_service::gate::Verdict;
 use bloomgate_service::key::{Key, KeyType};
 use bloomgate_service::resource::Resource;
+use bloomgate_service::shield::Verdict;
 use bloomgate_service::Config;
 use common::{eventually, seen, TestServer};
 use reqwest::Method;
@@ -88,7 +88,7 @@ fn users(s: &TestServer, name: &str) -> std::sync::Arc<Resource> {
 
 async fn ready(s: &TestServer) {
     for r in &s.state.resources {
-        let g = std::sync::Arc::clone(r.gate());
+        let g = std::sync::Arc::clone(r.shield());
         eventually(20, "resource filter built", || {
             let g = std::sync::Arc::clone(&g);
             async move { g.is_ready() }
@@ -106,7 +106,7 @@ fn rejected_everywhere(servers: &[&TestServer], prefix: &str) -> Key {
                 s.state
                     .resources
                     .iter()
-                    .all(|r| r.gate().probe(k) == Verdict::Reject)
+                    .all(|r| r.shield().probe(k) == Verdict::Reject)
             })
         })
         .expect("some key is rejected everywhere")
@@ -163,20 +163,20 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let ua = users(&a, "users");
     let table = ua.table.as_ref().unwrap();
     let loads_before = table.counters.loads.load(Relaxed);
-    let sku_rejected_before = a.state.skus.gate().stats().rejected;
-    let before = ua.gate().stats();
+    let sku_rejected_before = a.state.skus.shield().stats().rejected;
+    let before = ua.shield().stats();
     let mut rng = fastrand::Rng::with_seed(19);
     for _ in 0..300 {
         let key: String = (0..12).map(|_| rng.alphanumeric()).collect();
         assert_eq!(a.get(&format!("/api/users/x{key}")).await.0, 404);
     }
-    let after = ua.gate().stats();
+    let after = ua.shield().stats();
     let loads = table.counters.loads.load(Relaxed) - loads_before;
     let passed = after.passed - before.passed;
     assert_eq!(loads, passed, "every SQL load is a filter pass");
     assert!(after.rejected - before.rejected >= 285, "{after:?}");
     assert!(passed <= 15, "300 keys at 1% let {passed} through");
-    assert_eq!(a.state.skus.gate().stats().rejected, sku_rejected_before);
+    assert_eq!(a.state.skus.shield().stats().rejected, sku_rejected_before);
     let stats = a.stats().await;
     assert!(counter(&stats, &["resources", "users", "filter", "rejected"]) >= 285);
     assert_eq!(
@@ -268,7 +268,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let ub = users(&b, "users");
     let both = (0..10_000_000)
         .map(|n| text(&format!("v{n}")))
-        .find(|k| ua.gate().probe(k) == Verdict::Pass && ub.gate().probe(k) == Verdict::Pass)
+        .find(|k| ua.shield().probe(k) == Verdict::Pass && ub.shield().probe(k) == Verdict::Pass)
         .expect("a false positive of both filters");
     let both_path = format!("/api/users/{both}");
     assert_eq!(b.get(&both_path).await.0, 404);
@@ -295,7 +295,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     let members = users(&a, "members");
     let fp = (0..1_000_000)
         .map(|n| text(&format!("w{n}")))
-        .find(|k| members.gate().probe(k) == Verdict::Pass)
+        .find(|k| members.shield().probe(k) == Verdict::Pass)
         .expect("a false positive at 1%");
     let fp_path = format!("/api/members/{fp}");
     assert_eq!(a.get(&fp_path).await.0, 404);
@@ -360,7 +360,7 @@ async fn guard_users(url: &str, redis: Option<&str>, prefix: &str) {
     // rejects; one IN (…) statement for what passed.
     let fp = (0..1_000_000)
         .map(|n| text(&format!("fp{n}")))
-        .find(|k| ua.gate().probe(k) == Verdict::Pass)
+        .find(|k| ua.shield().probe(k) == Verdict::Pass)
         .expect("a false positive at 1%");
     let batches = table.counters.batch_loads.load(Relaxed);
     let (status, body) = post(
@@ -432,7 +432,7 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     // caches "not found" in L1.
     let passed = (0..100_000)
         .map(|n| format!("fp{n}"))
-        .find(|k| users.gate().probe(text(k)) == Verdict::Pass)
+        .find(|k| users.shield().probe(text(k)) == Verdict::Pass)
         .expect("a false positive among 100,000 keys at 1%");
     // Each key and the same key with its first character percent-escaped.
     let escaped = |k: &str| format!("%{:02X}{}", k.as_bytes()[0], &k[1..]);
@@ -458,7 +458,7 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
     }
     let l1 = || users.stats().funnel.l1;
     let (hits, negative) = (l1().hits, l1().negative_hits);
-    let before = users.gate().stats();
+    let before = users.shield().stats();
     let answered_fast = s.state.metrics.fast_answers();
     for key in ["u000007", &rejected, &passed] {
         let fast = seen(&s, Method::GET, &format!("/api/users/{key}")).await;
@@ -471,7 +471,7 @@ async fn a_resources_fast_answers_are_its_routed_answers() {
         3,
         "the plain spellings answered by the edge, the escaped ones routed"
     );
-    let after = users.gate().stats();
+    let after = users.shield().stats();
     assert_eq!(
         after.rejected - before.rejected,
         2,
@@ -641,11 +641,11 @@ async fn serve_built(
     state: bloomgate_service::AppState,
 ) -> (
     String,
-    std::sync::Arc<bloomgate_service::gate::Gate>,
+    std::sync::Arc<bloomgate_service::shield::Shield>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let g = std::sync::Arc::clone(state.resources[0].gate());
+    let g = std::sync::Arc::clone(state.resources[0].shield());
     eventually(20, "filter built", || {
         let g = std::sync::Arc::clone(&g);
         async move { g.is_ready() }
@@ -866,7 +866,7 @@ async fn the_watch_sees_late_commits_within_five_polls_and_pages_past_one_value(
     let s = TestServer::start(config, 0).await;
     ready(&s).await;
     let members = users(&s, "members");
-    let admitted = |k: &str| members.gate().probe(text(k)) != Verdict::Reject;
+    let admitted = |k: &str| members.shield().probe(text(k)) != Verdict::Reject;
     let fresh = |prefix: &str| rejected_everywhere(&[&s], prefix).to_string();
     let insert = |key: String, seq: i64| {
         let url = url.clone();
@@ -1021,7 +1021,7 @@ async fn a_row_inserted_while_the_start_up_scan_is_held_is_found_by_the_watch() 
         .find(|r| &*r.name == "members")
         .cloned()
         .unwrap();
-    let pause = members.gate().after_scan.arm(0);
+    let pause = members.shield().after_scan.arm(0);
     // The table's build runs in the background (no demo table: nothing
     // for the caller to wait on).
     let build = bloomgate_service::prepare(&state, &config).await.unwrap();
@@ -1035,7 +1035,7 @@ async fn a_row_inserted_while_the_start_up_scan_is_held_is_found_by_the_watch() 
     if let Some(build) = build {
         build.await.unwrap();
     }
-    let gate = std::sync::Arc::clone(members.gate());
+    let gate = std::sync::Arc::clone(members.shield());
     eventually(
         2,
         "the row inserted during the held scan is admitted",
@@ -1158,8 +1158,8 @@ async fn users_restart_from_snapshot(url: &str, redis: Option<&str>, prefix: &st
     // A again: ready as `prepare` returns, without one page of scan.
     let a = TestServer::start(config(true), 0).await;
     let u = users(&a, "users");
-    assert!(u.gate().is_ready(), "restored before serving");
-    assert_eq!(u.gate().rebuild_count(), 0, "no build");
+    assert!(u.shield().is_ready(), "restored before serving");
+    assert_eq!(u.shield().rebuild_count(), 0, "no build");
     let keys: Vec<String> = (1..=ROWS)
         .map(|i| format!("u{i:06}"))
         .chain(["v1".into(), "v2".into()])
@@ -1248,7 +1248,7 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     let ub = users(&b, "users");
     let early = (0..100_000)
         .map(|n| format!("fp{n}"))
-        .find(|k| ub.gate().probe(text(k)) == Verdict::Pass)
+        .find(|k| ub.shield().probe(text(k)) == Verdict::Pass)
         .expect("a false positive among 10^5 keys at 1%");
     assert_eq!(b.get(&format!("/api/users/{early}")).await.0, 404);
     let _b_parked = common::quiet_sql(&b).await;
@@ -1273,7 +1273,7 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     assert_eq!(post(&a, "/api/users/keys", &spelled).await.0, 200);
     let unlearnt = keys
         .iter()
-        .filter(|k| ub.gate().probe(text(k)) == Verdict::Reject)
+        .filter(|k| ub.shield().probe(text(k)) == Verdict::Reject)
         .count();
     assert!(
         unlearnt >= 15,
@@ -1323,7 +1323,7 @@ async fn users_strict(url: &str, redis: &str, prefix: &str) {
     );
     let refused = keys
         .iter()
-        .filter(|k| users(&local, "users").gate().probe(text(k)) == Verdict::Reject)
+        .filter(|k| users(&local, "users").shield().probe(text(k)) == Verdict::Reject)
         .count();
     let mut local_404 = 0;
     for k in &keys {
@@ -1395,7 +1395,7 @@ async fn a_resource_warms_as_seed_000_does() {
     let s = TestServer::start(config, 0).await;
     ready(&s).await;
     let u = users(&s, "users");
-    let rebuilds = u.gate().rebuild_count();
+    let rebuilds = u.shield().rebuild_count();
     let (status, body) = s
         .send(
             Method::POST,
@@ -1408,7 +1408,7 @@ async fn a_resource_warms_as_seed_000_does() {
     assert_eq!(body["redis_written"], 100, "{body}");
     assert_eq!(body["added"], ROWS, "{body}");
     assert_eq!(body["rebuild_bloom"]["added"], ROWS, "{body}");
-    assert_eq!(u.gate().rebuild_count(), rebuilds + 1);
+    assert_eq!(u.shield().rebuild_count(), rebuilds + 1);
     // A warmed key answers from L1: no statement reaches SQL.
     let table = u.table.as_ref().unwrap();
     let statements = table.counters.statements.load(Relaxed);
@@ -1458,7 +1458,7 @@ async fn the_skus_answer_keys_exists_and_batch() {
         .find(|&id| {
             [&a, &b]
                 .iter()
-                .all(|s| s.state.skus.gate().probe(id) == Verdict::Reject)
+                .all(|s| s.state.skus.shield().probe(id) == Verdict::Reject)
         })
         .unwrap();
     let body = |ids: &[serde_json::Value]| serde_json::json!({ "keys": ids }).to_string();
@@ -1701,7 +1701,7 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
     .await;
     let b = TestServer::start(config(), 0).await;
     assert!(
-        users(&b, "users").gate().is_ready(),
+        users(&b, "users").shield().is_ready(),
         "adopted before serving"
     );
     assert_eq!(scans(&b), 0, "B adopted A's filter at start");
@@ -1746,7 +1746,7 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
     let ub = users(&b, "users");
     let still = deleted
         .iter()
-        .filter(|k| ub.gate().probe(text(k)) != Verdict::Reject)
+        .filter(|k| ub.shield().probe(text(k)) != Verdict::Reject)
         .count();
     assert!(
         still <= 5,
@@ -1770,7 +1770,7 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
         )],
     )
     .await;
-    let rebuilds = users(&a, "users").gate().rebuild_count();
+    let rebuilds = users(&a, "users").shield().rebuild_count();
     for part in gone.chunks(30) {
         let body = serde_json::json!({ "keys": part, "deleted": true }).to_string();
         let (status, answer) = a
@@ -1786,7 +1786,7 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
         10,
         "A rebuilds after the deletes and B adopts it",
         || async {
-            users(&a, "users").gate().rebuild_count() == rebuilds + 1
+            users(&a, "users").shield().rebuild_count() == rebuilds + 1
                 && epochs(&b.stats().await, "adopted") == 3
         },
     )
@@ -1794,7 +1794,7 @@ async fn users_shared_rebuild(url: &str, redis: &str, prefix: &str) {
     assert_eq!(scans(&b), 0, "B never scanned");
     let still = gone
         .iter()
-        .filter(|k| ub.gate().probe(text(k)) != Verdict::Reject)
+        .filter(|k| ub.shield().probe(text(k)) != Verdict::Reject)
         .count();
     assert!(still <= 5, "{still} of 60 deleted keys pass on B");
     assert_eq!(b.get("/api/users/u000161").await.0, 200);
@@ -1877,13 +1877,13 @@ async fn a_resource_past_capacity_raises_its_alarm_and_rebuilds() {
     .await;
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     for name in ["users", "members"] {
-        assert_eq!(users(&s, name).gate().stats().capacity, 250, "{name}");
+        assert_eq!(users(&s, name).shield().stats().capacity, 250, "{name}");
         for part in extra.chunks(30) {
             let (status, body) = post(&s, &format!("/api/{name}/keys"), part).await;
             assert_eq!(status, 200, "{body}");
         }
     }
-    let grows = Arc::clone(users(&s, "users").gate());
+    let grows = Arc::clone(users(&s, "users").shield());
     eventually(10, "users' auto-rebuild completes", || {
         let g = Arc::clone(&grows);
         async move {
@@ -1896,7 +1896,7 @@ async fn a_resource_past_capacity_raises_its_alarm_and_rebuilds() {
     assert_eq!(st.alarms_raised, 1, "{st:?}");
     assert!(st.alarm.is_none(), "{st:?}");
     assert!(st.capacity >= 400, "sized for twice the items: {st:?}");
-    let stays = users(&s, "members").gate().stats();
+    let stays = users(&s, "members").shield().stats();
     assert_eq!(stays.alarms_raised, 1, "{stays:?}");
     assert!(stays.alarm.is_some() && stays.rebuilds == 1, "{stays:?}");
     // Every key still answers: the rebuild scanned the table, which holds
@@ -1949,7 +1949,7 @@ async fn the_sku_table_has_a_watch_column_too() {
         .find(|&id| {
             [&a, &b, &plain]
                 .iter()
-                .all(|s| s.state.skus.gate().probe(id) == Verdict::Reject)
+                .all(|s| s.state.skus.shield().probe(id) == Verdict::Reject)
         })
         .unwrap();
     let path = format!("/api/seckill/{absent}");
@@ -2116,7 +2116,7 @@ async fn a_shared_rebuild_after_redis_lost_its_epochs_reaches_every_instance() {
     )
     .await;
     let ub = users(&b, "users");
-    assert_eq!(ub.gate().probe(text("after1")), Verdict::Reject);
+    assert_eq!(ub.shield().probe(text("after1")), Verdict::Reject);
     let epoch = warm().await;
     assert!(epoch < 3, "numbered afresh: {epoch}");
     eventually(5, "B adopts the rebuild numbered afresh", || async {
@@ -2158,7 +2158,7 @@ async fn a_shared_rebuild_numbered_as_the_held_one_after_a_flush_is_adopted() {
     )
     .await;
     let ub = users(&b, "users");
-    assert_eq!(ub.gate().probe(text("after2")), Verdict::Reject);
+    assert_eq!(ub.shield().probe(text("after2")), Verdict::Reject);
     let (status, body) = a
         .send(
             Method::POST,

@@ -141,7 +141,8 @@ async fn the_bf_commands_answer_from_the_filter() {
     // cannot pass on a false positive's luck).
     let absent: Vec<i64> = (5_000_000..5_000_100)
         .filter(|id| {
-            s.state.skus.gate().check_many(&[*id])[0] == bloomgate_service::gate::Verdict::Reject
+            s.state.skus.shield().check_many(&[*id])[0]
+                == bloomgate_service::shield::Verdict::Reject
         })
         .take(3)
         .collect();
@@ -172,7 +173,7 @@ async fn the_bf_commands_answer_from_the_filter() {
         ":1000\r\n:0\r\n"
     );
     let info = ask("BF.INFO skus\r\n").await;
-    let g = s.state.skus.gate().stats();
+    let g = s.state.skus.shield().stats();
     assert_eq!(
         info,
         format!(
@@ -223,8 +224,8 @@ async fn the_bf_commands_answer_from_the_filter() {
     assert!(lines[7].starts_with("-ERR no filter named 'nope'"), "{got}");
     // Recorded in the outbox for every instance, as the HTTP call does.
     assert_ne!(
-        s.state.skus.gate().check_many(&[b])[0],
-        bloomgate_service::gate::Verdict::Reject,
+        s.state.skus.shield().check_many(&[b])[0],
+        bloomgate_service::shield::Verdict::Reject,
         "the filter no longer refuses it"
     );
     let calls = s.stats().await;
@@ -468,7 +469,7 @@ async fn resp_and_http_answer_alike() {
         let s = &s;
         let out_of_step = move || {
             if want_all_maybe {
-                s.state.skus.gate().set_in_step(false);
+                s.state.skus.shield().set_in_step(false);
             }
         };
         async move {
@@ -519,11 +520,11 @@ async fn resp_and_http_answer_alike() {
     // Out of step: the follower parked, the gate told it cannot vouch.
     let parked = common::quiet_sql(&s).await;
     eventually(5, "out of step once the follower is parked", || async {
-        !s.state.skus.gate().in_step()
+        !s.state.skus.shield().in_step()
     })
     .await;
     compare(true).await;
-    s.state.skus.gate().set_in_step(true);
+    s.state.skus.shield().set_in_step(true);
     parked.resume();
     s.stop().await;
 }
@@ -582,11 +583,11 @@ async fn pipelines_and_many_connections_answer_in_order() {
     let want: Vec<u8> = s
         .state
         .skus
-        .gate()
+        .shield()
         .check_many(&ids)
         .iter()
         .flat_map(|v| {
-            if *v == bloomgate_service::gate::Verdict::Reject {
+            if *v == bloomgate_service::shield::Verdict::Reject {
                 b":0\r\n"
             } else {
                 b":1\r\n"
@@ -806,8 +807,8 @@ async fn strict_and_redis_modes_ask_the_shared_filter() {
     // shared one only.
     let id = (2_000_000..2_001_000)
         .find(|id| {
-            strict.state.skus.gate().check_many(&[*id])[0]
-                == bloomgate_service::gate::Verdict::Reject
+            strict.state.skus.shield().check_many(&[*id])[0]
+                == bloomgate_service::shield::Verdict::Reject
         })
         .unwrap();
     let ask = |s: &TestServer, cmd: String| {

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use bloomgate_service::gate::Verdict;
+use bloomgate_service::shield::Verdict;
 use common::{counter, sku_body, TestServer};
 use reqwest::Method;
 
@@ -76,7 +76,7 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
     assert_eq!(counter(&stats, &["bloom", "snapshot_restores"]), 1);
     assert_eq!(counter(&stats, &["bloom", "rebuilds"]), 0);
     assert_eq!(stats["bloom"]["ready"], true);
-    let gate = a.state.skus.gate();
+    let gate = a.state.skus.shield();
     for id in (1..=1000).chain([5000, 6000]) {
         assert_ne!(
             gate.check(id),
@@ -121,7 +121,7 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
     assert_eq!(counter(&stats, &["bloom", "adopted"]), 1, "{stats}");
     assert_eq!(counter(&stats, &["sql", "id_scans"]), 0);
     for id in [1, 500, 1000, 5000, 6000, 7000] {
-        assert_ne!(a.state.skus.gate().check(id), Verdict::Reject, "id {id}");
+        assert_ne!(a.state.skus.shield().check(id), Verdict::Reject, "id {id}");
     }
     a.stop().await;
 
@@ -148,7 +148,7 @@ async fn a_restart_loads_its_snapshot_and_the_log_and_scans_no_sql() {
     );
     assert_eq!(counter(&stats, &["sql", "id_scans"]), 0, "{stats}");
     for id in [1, 1000, 5000, 6000, 7000, 8000] {
-        assert_ne!(a.state.skus.gate().check(id), Verdict::Reject, "id {id}");
+        assert_ne!(a.state.skus.shield().check(id), Verdict::Reject, "id {id}");
     }
     a.stop().await;
     b.stop().await;
@@ -181,7 +181,7 @@ async fn a_snapshot_needs_no_redis() {
     );
     assert_eq!(counter(&stats, &["sql", "id_scans"]), 0, "{stats}");
     for id in (1..=500).chain([5000, 6000]) {
-        assert_ne!(a.state.skus.gate().check(id), Verdict::Reject, "id {id}");
+        assert_ne!(a.state.skus.shield().check(id), Verdict::Reject, "id {id}");
     }
     assert_eq!(a.get("/api/seckill/900000000").await.0, 404);
     a.stop().await;
@@ -243,7 +243,7 @@ async fn rows_written_behind_the_log_make_a_restart_scan_sql() {
             "{stats}"
         );
         common::eventually(10, "a rebuild after the restore", || async {
-            a.state.skus.gate().rebuild_count() >= 1
+            a.state.skus.shield().rebuild_count() >= 1
         })
         .await;
         let stats = a.stats().await;
@@ -252,7 +252,7 @@ async fn rows_written_behind_the_log_make_a_restart_scan_sql() {
             assert_eq!(stats["bloom"]["row_check"], "unaccounted", "{stats}");
         }
         for id in ids.chain([1, 1000]) {
-            assert_eq!(a.state.skus.gate().check(id), Verdict::Pass, "id {id}");
+            assert_eq!(a.state.skus.shield().check(id), Verdict::Pass, "id {id}");
         }
         a.stop().await;
     }

@@ -7,8 +7,8 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bloomgate_service::gate::{Gate, GateConfig, Verdict};
 use bloomgate_service::key::{Key, KeyType};
+use bloomgate_service::shield::{Shield, ShieldConfig, Verdict};
 use bloomgate_service::source::{Row, ScanOf, Source};
 use bloomgate_service::sql::StoreError;
 use common::{counter, TestServer};
@@ -50,9 +50,9 @@ fn gate_over(
     keys: Arc<dyn bloomgate_service::source::KeyScan>,
     expected: u64,
     fpp: f64,
-) -> Arc<Gate> {
-    let gate = Arc::new(Gate::new(
-        GateConfig {
+) -> Arc<Shield> {
+    let gate = Arc::new(Shield::new(
+        ShieldConfig {
             enabled: true,
             layout: bloomgate_service::config::BloomLayout::Blocked,
             expected,
@@ -231,7 +231,7 @@ async fn readyz_waits_for_the_filter_and_the_change_feed() {
         (200, &"not_built".into()),
         "bloom_build_on_start = false: ready, by choice: {body}"
     );
-    let gate = Arc::clone(s.state.skus.gate());
+    let gate = Arc::clone(s.state.skus.shield());
     gate.page_rows.store(100, Ordering::Relaxed);
     let held = gate.scan_page.arm(3);
     let ticket = gate.request_rebuild();
@@ -408,7 +408,7 @@ async fn sized_from_the_estimate(url: &str, analyze: &str) {
     c.resources.push(common::users_resource("users"));
     let s = TestServer::start(c, 0).await;
     common::eventually(10, "ready", || async { ready(&s).await.0 == 200 }).await;
-    let gate = s.state.resources[0].gate();
+    let gate = s.state.resources[0].shield();
     assert!(gate.capacity() >= 20_000, "sized for {}", gate.capacity());
     let stats = s.stats().await;
     assert_eq!(
@@ -490,8 +490,8 @@ async fn a_filter_found_past_its_size_is_resized_at_once_and_not_ready_meanwhile
         scans: 0.into(),
         go: tokio::sync::Semaphore::new(0),
     });
-    let gate = Arc::new(Gate::new(
-        GateConfig {
+    let gate = Arc::new(Shield::new(
+        ShieldConfig {
             enabled: true,
             layout: bloomgate_service::config::BloomLayout::Blocked,
             expected: 100,

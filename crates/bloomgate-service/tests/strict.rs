@@ -179,10 +179,10 @@ async fn redis_mode_asks_redis_for_every_id_and_not_the_replica() {
     let sku = catalogue_sku(60_000);
     assert!(server.state.skus.source().insert(&sku).await.unwrap());
     shared.insert(&sku.id).await;
-    let replica = server.state.skus.gate().probe(60_000);
+    let replica = server.state.skus.shield().probe(60_000);
     assert_ne!(
         replica,
-        bloomgate_service::gate::Verdict::Pass,
+        bloomgate_service::shield::Verdict::Pass,
         "the replica does not know it"
     );
     assert_eq!(

@@ -103,8 +103,8 @@ async fn without_redis_a_warms_rebuild_reaches_every_instance() {
     }
     let rebuilds = |s: &TestServer| {
         (
-            s.state.skus.gate().stats().rebuilds,
-            s.state.resources[0].gate().stats().rebuilds,
+            s.state.skus.shield().stats().rebuilds,
+            s.state.resources[0].shield().stats().rebuilds,
         )
     };
     let before = rebuilds(&b);

@@ -28,7 +28,7 @@ use redis::streams::{StreamRangeReply, StreamReadReply};
 use crate::redis_link::{query_each, RedisTarget};
 use crate::wire::kind;
 
-use crate::gate::Gate;
+use crate::shield::Shield;
 use crate::source::BoxFuture;
 
 /// The table the previous release led through the doorbell (the default

@@ -66,11 +66,11 @@
 //!
 //! **Out of step.** An instance that has not read this table for
 //! `sql.out_of_step_ms` cannot vouch for its filter (the doorbell stream
-//! does not count: it holds no change): it empties L1 and the gate stops
+//! does not count: it holds no change): it empties L1 and the shield stops
 //! turning a filter "no" into a 404 (see `Verdict::Unvouched`) until a read
 //! succeeds again, and stats, `/metrics` and a log line say so. The same
 //! holds while a rebuild this follower asked for because it may have
-//! missed creates has not succeeded (`Gate::rebuild_owed`).
+//! missed creates has not succeeded (`Shield::rebuild_owed`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,9 +80,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::config::SqlConfig;
-use crate::gate::Gate;
 use crate::model::now_millis;
 use crate::pause::PausePoint;
+use crate::shield::Shield;
 use crate::sql::{Database, StoreError};
 use crate::sync::lock;
 
@@ -548,7 +548,7 @@ impl Outbox {
     }
 }
 
-impl crate::gate::ChangeLog for Outbox {
+impl crate::shield::ChangeLog for Outbox {
     fn max_seq(&self) -> impl std::future::Future<Output = Result<i64, StoreError>> + Send {
         Outbox::max_seq(self)
     }

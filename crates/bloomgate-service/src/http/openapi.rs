@@ -11,7 +11,7 @@ use crate::http::routes;
 #[openapi(
     info(
         title = "bloomgate",
-        description = "The seckill SKU service behind a Bloom-filter gate."
+        description = "The seckill SKU service behind a Bloom-filter shield."
     ),
     paths(
         routes::sku_detail,

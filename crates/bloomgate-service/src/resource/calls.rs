@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use super::{Guarded, Resource};
 use crate::error::AppError;
-use crate::gate::Verdict;
 use crate::key::Key;
+use crate::shield::Verdict;
 use crate::source::Row;
 
-/// A filter's verdict on one key, for the HTTP gate.
+/// A filter's verdict on one key, for the HTTP shield.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Judged {
     /// The filter vouches the key is absent.
@@ -26,7 +26,7 @@ pub enum Judged {
     },
 }
 
-/// The change feed's positions, for the HTTP gate's remembered 404s.
+/// The change feed's positions, for the HTTP shield's remembered 404s.
 #[derive(Debug)]
 struct FeedPositions(crate::feed::outbox::Outbox);
 
@@ -79,7 +79,7 @@ impl<R: Guarded> Resource<R> {
         // cached before the row existed. Without that, nothing is
         // recorded and the call fails (the caller retries).
         for k in keys {
-            self.reader.gate.insert(k);
+            self.reader.shield.insert(k);
         }
         if !self.reader.invalidate_many(keys).await {
             return Err(AppError::Unavailable(
@@ -91,7 +91,7 @@ impl<R: Guarded> Resource<R> {
         // replay before the entry committed would lack the keys: put them
         // in whichever filter is now published (as a SKU create does).
         for k in keys {
-            self.reader.gate.ensure(k);
+            self.reader.shield.ensure(k);
         }
         // Strict and redis modes: every instance sees the keys in Redis
         // before the call answers (the outbox reaches them later).
@@ -130,7 +130,7 @@ impl<R: Guarded> Resource<R> {
         self.invalidate_as(keys, crate::wire::kind::DELETED).await?;
         let mut due = false;
         for _ in keys {
-            due |= self.gate().note_delete(self.rebuild_after_deletes);
+            due |= self.shield().note_delete(self.rebuild_after_deletes);
         }
         Ok(due)
     }
@@ -215,8 +215,8 @@ impl<R: Guarded> Resource<R> {
     async fn verdict_one(&self, key: &R::Key) -> Verdict {
         self.counters.exists_checked.fetch_add(1, Ordering::Relaxed);
         let plain = self.reader.store.loose_mark().is_none();
-        if plain && (self.reader.shared().is_none() || !self.reader.gate.enabled()) {
-            return self.reader.gate.check(key);
+        if plain && (self.reader.shared().is_none() || !self.reader.shield.enabled()) {
+            return self.reader.shield.check(key);
         }
         self.reader.verdicts(std::slice::from_ref(key)).await[0]
     }
@@ -225,13 +225,13 @@ impl<R: Guarded> Resource<R> {
     /// instance vouches for its answers about the key: the filter built,
     /// in step with the change feed and owing no rebuild, and the key one
     /// whose every spelling the caches tell apart. Only then may the HTTP
-    /// gate answer it from a remembered 404
+    /// shield answer it from a remembered 404
     /// ([`crate::cache::AbsentMemory`]).
     pub async fn judge_one(&self, key: &R::Key) -> Judged {
         match self.verdict_one(key).await {
             Verdict::Reject => Judged::Absent,
             Verdict::Pass => Judged::Maybe {
-                vouched: self.reader.gate.vouches()
+                vouched: self.reader.shield.vouches()
                     && R::judged(key)
                     && !self.reader.loose_rows().await,
             },
@@ -239,7 +239,7 @@ impl<R: Guarded> Resource<R> {
         }
     }
 
-    /// A memory of an upstream's 404s for one HTTP gate route over this
+    /// A memory of an upstream's 404s for one HTTP shield route over this
     /// table (`route` names it), kept in step with the table: a change of
     /// a key applied here, or told through `keys` and `invalidate`, drops
     /// the key from it, here and in Redis.

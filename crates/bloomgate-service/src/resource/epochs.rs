@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::{Guarded, Resource};
 use crate::filter::key_kind;
-use crate::gate::{AdoptError, FilterMeta, How, ReadError, Want};
+use crate::shield::{AdoptError, FilterMeta, How, ReadError, Want};
 
 /// Why a filter was not stored (or announced) as an epoch.
 #[derive(Debug, thiserror::Error)]
@@ -172,7 +172,7 @@ pub struct EpochCounters {
     /// Announced epochs adopted (`adopted` counts those at start too).
     pub followed: AtomicU64,
     /// One adoption of an announced epoch at a time (two at once would
-    /// find the gate busy and scan).
+    /// find the shield busy and scan).
     pub(super) following: tokio::sync::Mutex<()>,
 }
 
@@ -283,17 +283,17 @@ impl<R: Guarded> Resource<R> {
         announce: bool,
     ) -> Result<u64, EpochError> {
         let (log, counter) = self.epoch_store().ok_or(EpochError::NotShared)?;
-        let gate = self.gate();
-        let filter = gate.published().ok_or(EpochError::NoFilter)?;
+        let shield = self.shield();
+        let filter = shield.published().ok_or(EpochError::NoFilter)?;
         let kind = key_kind(self.key_type());
         let encoded = crate::filter::encode_one(filter, kind).await?;
         let bytes = &encoded.bytes;
         let meta = FilterMeta {
             outbox: at,
             covered,
-            capacity: gate.capacity(),
-            fpp: gate.fpp(),
-            layout: gate.layout(),
+            capacity: shield.capacity(),
+            fpp: shield.fpp(),
+            layout: shield.layout(),
             key_type: self.key_type(),
             identity: self
                 .identity
@@ -385,7 +385,7 @@ impl<R: Guarded> Resource<R> {
         *held_in = Some(era);
     }
 
-    /// Adopts epoch `epoch` (see [`crate::gate::adopt`]), then drops the
+    /// Adopts epoch `epoch` (see [`crate::shield::adopt`]), then drops the
     /// cached rows: a warm's rebuild may follow rows gone that no entry
     /// named (a `TRUNCATE`). Returns the epoch's outbox position, the
     /// rebuild requests it covers and the keys replayed.
@@ -394,7 +394,7 @@ impl<R: Guarded> Resource<R> {
     /// Why not (the caller scans the source instead).
     pub async fn adopt_epoch(&self, epoch: u64) -> Result<(i64, i64, usize), AdoptError> {
         let (log, counter) = self.epoch_store().ok_or(AdoptError::Gone)?;
-        let gate = self.gate();
+        let shield = self.shield();
         let era = log.redis_era().await.ok();
         let fields = log
             .epoch_meta(counter, epoch)
@@ -402,14 +402,14 @@ impl<R: Guarded> Resource<R> {
             .map_err(|e| ReadError::Redis(Box::new(e)))?;
         let meta = FilterMeta::from_fields(&fields)?;
         let want = Want {
-            layout: gate.layout(),
-            fpp: gate.fpp(),
+            layout: shield.layout(),
+            fpp: shield.fpp(),
             key_type: self.key_type(),
             fold: self.fold(),
             identity: self.identity.as_deref(),
         };
         let bytes = async { Ok(log.read_epoch_in(counter, epoch).await?) };
-        let replayed = gate
+        let replayed = shield
             .adopt(&meta, &want, &self.outbox, &self.name, How::Adopt, bytes)
             .await?;
         // Its scan began after these rebuild requests: a follower that
@@ -545,7 +545,7 @@ impl<R: Guarded> Resource<R> {
             let at = r.outbox.watermark();
             // Unread: the epoch covers no rebuild request.
             let covered = r.outbox.max_seq().await.unwrap_or(0);
-            let built = r.gate().request_rebuild().wait().await.is_ok();
+            let built = r.shield().request_rebuild().wait().await.is_ok();
             if built && led {
                 if let Err(why) = r.publish_epoch(at, covered, true).await {
                     tracing::warn!(resource = %r.name, %why, "the rebuild after deletes was not shared");

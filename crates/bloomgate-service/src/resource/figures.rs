@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 
 use super::{CallCounters, EpochCounters, Guarded, Resource};
-use crate::gate::GateStats;
 use crate::resource::reader::FunnelFigures;
+use crate::shield::ShieldStats;
 
 /// Everything under `resources.<name>`.
 #[derive(Debug, Clone, Serialize)]
@@ -115,14 +115,14 @@ impl<R: Guarded> Resource<R> {
     /// Figures for `/api/cache/stats` under `resources.<name>`.
     #[must_use]
     pub fn stats(&self) -> ResourceFigures {
-        self.stats_with(self.reader.gate.stats())
+        self.stats_with(self.reader.shield.stats())
     }
 
     /// [`Resource::stats`] with its filter's figures read already (the
     /// default resource's are seed 000's flat `bloom` line too: one
     /// reading for both).
     #[must_use]
-    pub fn stats_with(&self, filter: GateStats) -> ResourceFigures {
+    pub fn stats_with(&self, filter: ShieldStats) -> ResourceFigures {
         ResourceFigures {
             funnel: self.reader.figures(self.key_type(), filter),
             calls: self.counters.figures(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Guarded, Resource};
 use crate::feed::outbox::{Change, Follower};
-use crate::gate::AdoptError;
+use crate::shield::AdoptError;
 use crate::source::BoxFuture;
 
 impl<R: Guarded> Resource<R> {
@@ -24,8 +24,8 @@ impl<R: Guarded> Resource<R> {
         if self.epoch_store().is_none() {
             // A watched table keeps its own builds: rebuild here too (the
             // other instance rebuilt for a reason: deletes, growth).
-            if self.gate().enabled() {
-                drop(self.gate().request_rebuild());
+            if self.shield().enabled() {
+                drop(self.shield().request_rebuild());
             }
             return;
         }
@@ -65,12 +65,12 @@ impl<R: Guarded> Resource<R> {
                 // The rebuild running here may have begun its scan before
                 // the other instance's: one more, begun after the
                 // announcement.
-                drop(self.gate().request_rebuild());
+                drop(self.shield().request_rebuild());
             }
             Err(why) => {
                 self.epochs.adopt_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(resource = %self.name, epoch = latest, %why, "cannot adopt another instance's rebuild; rebuilding from the source");
-                drop(self.gate().request_rebuild());
+                drop(self.shield().request_rebuild());
             }
         }
     }
@@ -80,7 +80,7 @@ impl<R: Guarded> Follower for Resource<R> {
     fn apply(&self, change: Change, key: &str, own: bool) -> Result<(), crate::key::KeyError> {
         let key = self.reader.store.parse_key(key)?;
         if change == Change::Created {
-            self.gate().learn(key.clone());
+            self.shield().learn(key.clone());
         }
         if !own {
             self.reader.invalidate_local(&key);
@@ -115,7 +115,7 @@ impl<R: Guarded> Follower for Resource<R> {
     fn captured_deletes(self: Arc<Self>, n: u64) {
         let mut due = false;
         for _ in 0..n {
-            due |= self.gate().note_delete(self.rebuild_after_deletes);
+            due |= self.shield().note_delete(self.rebuild_after_deletes);
         }
         if due {
             self.rebuild_shared();
@@ -134,10 +134,10 @@ impl<R: Guarded> Follower for Resource<R> {
     }
 
     fn rebuild_owed(&self, done: Box<dyn FnOnce() + Send>) {
-        self.gate().rebuild_owed(done);
+        self.shield().rebuild_owed(done);
         self.fill_shared_again();
         self.reader.invalidate_all_local();
-        // Rows were written that no entry names: the gate's remembered
+        // Rows were written that no entry names: the shield's remembered
         // 404s may hold some of them.
         if !self.reader.absent_memories().is_empty() {
             let reader = self.reader.clone();
@@ -147,7 +147,7 @@ impl<R: Guarded> Follower for Resource<R> {
     }
 
     fn set_in_step(&self, in_step: bool) -> bool {
-        let changed = self.gate().set_in_step(in_step);
+        let changed = self.shield().set_in_step(in_step);
         if changed && !in_step {
             // Cached "not found"s may be as stale as the filter.
             self.reader.invalidate_all_local();
@@ -158,7 +158,7 @@ impl<R: Guarded> Follower for Resource<R> {
 
 impl crate::feed::doorbell::Led for Resource<crate::sql::Database> {
     fn created(&self, id: i64) {
-        self.gate().learn(id);
+        self.shield().learn(id);
         self.reader.invalidate_local(&id);
     }
 
@@ -174,8 +174,8 @@ impl crate::feed::doorbell::Led for Resource<crate::sql::Database> {
                 Some(epoch) => self.follow_epoch(epoch).await,
                 None => {
                     tracing::info!(resource = %self.name, "an instance of the previous release asked for a filter rebuild");
-                    if self.gate().enabled() {
-                        drop(self.gate().request_rebuild());
+                    if self.shield().enabled() {
+                        drop(self.shield().request_rebuild());
                     }
                 }
             }

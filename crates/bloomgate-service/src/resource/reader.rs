@@ -34,11 +34,11 @@ use bloomgate_filter::BloomKey;
 
 use crate::cache::{AbsentMemory, Cached, Entry, Lease, Reach, RedisLookup, RedisTier};
 use crate::error::AppError;
-use crate::gate::{Gate, Verdict};
 use crate::key::Key;
 use crate::metrics::{Counter, Outcome};
 use crate::model::Sku;
 use crate::pause::PausePoint;
+use crate::shield::{Shield, Verdict};
 use crate::source::{BoxFuture, DynSource as RowSource, Row};
 use crate::sql::{Database, StoreError};
 use crate::sync::lock;
@@ -280,8 +280,8 @@ impl<K, T> Default for Shard<K, T> {
 /// over its [`crate::source::Source`] (`ShieldedReader<SourceRows>`).
 #[derive(Debug)]
 pub struct ShieldedReader<R: Rows = Database> {
-    /// The Bloom gate.
-    pub(crate) gate: Arc<Gate>,
+    /// The Bloom shield.
+    pub(crate) shield: Arc<Shield>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
     /// an insert that bypasses the shard protocol may cache a stale answer.
     pub(crate) l1: crate::cache::L1<R::Key, R::Row>,
@@ -302,7 +302,7 @@ pub struct ShieldedReader<R: Rows = Database> {
     mode: Mode,
     /// The sampled check of the filter's "no" against the source.
     pub(crate) audit: Arc<audit::Audit>,
-    /// The HTTP gate's remembered 404s over this table, one per route
+    /// The HTTP shield's remembered 404s over this table, one per route
     /// that keeps them: every invalidation below drops the key from them
     /// too.
     absent: Arc<std::sync::RwLock<Vec<AbsentMemory<R::Key>>>>,
@@ -311,7 +311,7 @@ pub struct ShieldedReader<R: Rows = Database> {
 impl<R: Rows> Clone for ShieldedReader<R> {
     fn clone(&self) -> Self {
         Self {
-            gate: Arc::clone(&self.gate),
+            shield: Arc::clone(&self.shield),
             l1: self.l1.clone(),
             redis: self.redis.clone(),
             store: self.store.clone(),
@@ -339,14 +339,14 @@ impl<R: Rows> ShieldedReader<R> {
     /// Assembles the read path.
     #[must_use]
     pub fn new(
-        gate: Arc<Gate>,
+        shield: Arc<Shield>,
         l1: crate::cache::L1<R::Key, R::Row>,
         redis: Option<RedisTier>,
         store: R,
         bulkhead: Bulkhead,
     ) -> Self {
         Self {
-            gate,
+            shield,
             l1,
             redis,
             store,
@@ -375,7 +375,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// [`AppError::Unavailable`] when SQL fails (never cached).
     pub async fn lookup(&self, id: R::Key) -> Result<Lookup<R::Row>, AppError> {
         if !R::judged(&id) {
-            self.gate.tally(Verdict::Unvouched);
+            self.shield.tally(Verdict::Unvouched);
             return self.lookup_uncached(&id).await;
         }
         let (mut verdict, asked) = match self.verdict_now(&id) {
@@ -386,7 +386,7 @@ impl<R: Rows> ShieldedReader<R> {
         if loose && verdict == Verdict::Reject {
             verdict = Verdict::Unvouched;
         }
-        self.gate.tally(verdict);
+        self.shield.tally(verdict);
         if verdict == Verdict::Reject {
             self.audit_refusal(&id);
             return Ok(Lookup::Missing(Source::Filter));

@@ -11,8 +11,8 @@ use std::time::Instant;
 use super::epochs::JoinEnd;
 use super::{Guarded, Resource};
 use crate::error::AppError;
-use crate::gate::{RebuildError, RebuildReport, RebuildTicket};
 use crate::resource::reader::{WarmOutcome, WARM_CHUNK};
+use crate::shield::{RebuildError, RebuildReport, RebuildTicket};
 
 /// What a warm did, as `POST /api/cache/warm` answers it.
 #[derive(Debug, serde::Serialize)]
@@ -24,7 +24,7 @@ pub struct WarmReport {
     /// Why Redis was skipped, if it was.
     pub redis_error: Option<String>,
     /// The rebuild, when one was asked for.
-    pub rebuild_bloom: Option<crate::gate::RebuildReport>,
+    pub rebuild_bloom: Option<crate::shield::RebuildReport>,
     /// Keys the rebuild added.
     pub added: u64,
     /// The epoch the rebuild was shared as (the others adopt it), if it was.
@@ -128,7 +128,7 @@ impl<R: Guarded> Resource<R> {
     /// one instance holds the shared-rebuild lock and scans, and a warm
     /// that reaches another instance meanwhile waits for its epoch.
     async fn start_rebuild(&self) -> WarmRebuild {
-        let gate = self.gate();
+        let shield = self.shield();
         // The outbox position first, then the request: the scan starts
         // after both, so the keys recorded after the position are the only
         // ones it may miss, and the adopting instances replay exactly those.
@@ -153,7 +153,7 @@ impl<R: Guarded> Resource<R> {
             .ok()
             .map(|covered| (watermark, covered));
         WarmRebuild::Build {
-            ticket: gate.request_rebuild(),
+            ticket: shield.request_rebuild(),
             at,
             led,
         }
@@ -208,7 +208,7 @@ impl<R: Guarded> Resource<R> {
                 // in the first case ask the others to.
                 tracing::warn!(resource = %self.name, ?end, "the rebuild this warm waited for is not held here; rebuilding here");
                 let report = self
-                    .gate()
+                    .shield()
                     .request_rebuild()
                     .wait()
                     .await

@@ -69,7 +69,7 @@ pub(super) async fn watch<R: Guarded>(
                         continue;
                     };
                     let key = &key;
-                    r.reader.gate.learn(key);
+                    r.reader.shield.learn(key);
                     if !recent.iter().any(|s| s.contains(key)) && seen.insert(key.clone()) {
                         fresh.push(key.clone());
                     }

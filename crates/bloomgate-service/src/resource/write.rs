@@ -3,7 +3,7 @@
 //! the filter (a create's id enters it inside the transaction), the shared
 //! filter (`strict`), the caches (Redis `DEL`, L1 through the shards), the
 //! doorbell (the other instances' outbox followers read the entry now),
-//! and for a create `Gate::ensure` (an adopted filter swapped in
+//! and for a create `Shield::ensure` (an adopted filter swapped in
 //! meanwhile). It knows nothing of HTTP beyond `AppError`.
 
 use super::Resource;
@@ -34,9 +34,9 @@ impl Resource<Database> {
             let candidate = input.clone().into_sku(id, now_secs());
             // The id enters the filter inside the transaction, before the
             // commit makes the row visible anywhere.
-            let gate = &self.reader.gate;
+            let shield = &self.reader.shield;
             if store
-                .insert_then(&candidate, || gate.insert(candidate.id))
+                .insert_then(&candidate, || shield.insert(candidate.id))
                 .await?
             {
                 sku = Some(candidate);
@@ -71,7 +71,7 @@ impl Resource<Database> {
         // another instance's in between): an adopting instance replays the
         // outbox as its read found it, so a create committed after that read
         // must enter the adopted filter here.
-        self.reader.gate.ensure(sku.id);
+        self.reader.shield.ensure(sku.id);
         Ok(sku)
     }
 
@@ -102,14 +102,14 @@ impl Resource<Database> {
         self.ring_others().await;
         // The plain filter cannot forget the id; it keeps answering "maybe",
         // which costs one cached lookup. Enough deletes trigger a rebuild.
-        // The gate's worker runs it; nobody waits for the answer.
+        // The shield's worker runs it; nobody waits for the answer.
         // Captured: the trigger's entry counts it, on every instance.
         if !self
             .deletes_captured
             .load(std::sync::atomic::Ordering::Relaxed)
-            && self.reader.gate.note_delete(self.rebuild_after_deletes)
+            && self.reader.shield.note_delete(self.rebuild_after_deletes)
         {
-            drop(self.reader.gate.request_rebuild());
+            drop(self.reader.shield.request_rebuild());
         }
         Ok(())
     }

@@ -291,7 +291,7 @@ where
         // read). Where it cannot vouch, 0: "may have been there".
         let before: Vec<bool> = chunk
             .iter()
-            .map(|k| r.gate().probe(k) == crate::gate::Verdict::Reject)
+            .map(|k| r.shield().probe(k) == crate::shield::Verdict::Reject)
             .collect();
         r.add_keys(chunk).await.map_err(app_error)?;
         added.extend(before);
@@ -370,10 +370,10 @@ fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), Stri
     Err("ERR ITEMS is required".into())
 }
 
-fn figures(t: &Target) -> crate::gate::GateStats {
+fn figures(t: &Target) -> crate::shield::ShieldStats {
     match &t.filter {
-        Filter::Skus(r) => r.gate().stats(),
-        Filter::Table(r) => r.gate().stats(),
+        Filter::Skus(r) => r.shield().stats(),
+        Filter::Table(r) => r.shield().stats(),
     }
 }
 

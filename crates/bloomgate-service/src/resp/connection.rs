@@ -440,8 +440,8 @@ fn info_text(reg: &Registry) -> String {
     );
     for target in &reg.targets {
         let (ready, items) = match &target.filter {
-            super::Filter::Skus(r) => (r.gate().is_ready(), r.gate().stats().added),
-            super::Filter::Table(r) => (r.gate().is_ready(), r.gate().stats().added),
+            super::Filter::Skus(r) => (r.shield().is_ready(), r.shield().stats().added),
+            super::Filter::Table(r) => (r.shield().is_ready(), r.shield().stats().added),
         };
         let _ = write!(
             t,

@@ -159,7 +159,7 @@ impl Build {
         if let StartFrom::Positioned { .. } = start {
             // Restored or adopted, not scanned: rows written behind the
             // outbox's back are looked for in the background.
-            r.gate().verify_rows();
+            r.shield().verify_rows();
             return None;
         }
         if !build {
@@ -170,7 +170,7 @@ impl Build {
         let (r, at, covered) = (Arc::clone(r), self.outbox_from, self.covered_now);
         let (min, max) = self.retry;
         Some(background.spawn(async move {
-            Arc::clone(r.gate()).build_until_ready(min, max).await;
+            Arc::clone(r.shield()).build_until_ready(min, max).await;
             r.keep_start_filter(at, covered, replace).await;
         }))
     }

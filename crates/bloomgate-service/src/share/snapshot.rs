@@ -5,12 +5,12 @@
 //! position it is complete up to. At start the instance loads it (the
 //! library verifies its checksum), replays the keys created after that
 //! position from the outbox, and serves at once (all through
-//! [`Gate::adopt`]); it scans SQL only when the snapshot is missing, does
+//! [`Shield::adopt`]); it scans SQL only when the snapshot is missing, does
 //! not verify, was made for another layout, rate, key type, database or
 //! table, or by an earlier release, or names a position the outbox was
 //! trimmed past (or one beyond its end: another database). Rows written behind the outbox's
-//! back (as `bloomgate seed` does) are found afterwards, by the gate's
-//! background row check ([`Gate::verify_rows`]): no full count stands
+//! back (as `bloomgate seed` does) are found afterwards, by the shield's
+//! background row check ([`Shield::verify_rows`]): no full count stands
 //! between a restart and readiness.
 //!
 //! Why the snapshot plus the replay holds every key: the position saved
@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::BloomLayout;
 use crate::feed::outbox::Outbox;
-use crate::gate::{AdoptError, FilterMeta, Gate, How, MetaRead, ReadError, Want};
 use crate::key::{Fold, KeyType};
+use crate::shield::{AdoptError, FilterMeta, How, MetaRead, ReadError, Shield, Want};
 
 /// The metadata file's format version.
 const VERSION: u32 = 1;
@@ -163,21 +163,21 @@ impl Persist {
         &self.path
     }
 
-    /// Saves `gate`'s published filter (nothing when none is published).
+    /// Saves `shield`'s published filter (nothing when none is published).
     ///
     /// # Errors
     /// I/O errors (logged by the callers; the previous files stay whole).
-    pub async fn save(&self, gate: &Gate) -> std::io::Result<bool> {
+    pub async fn save(&self, shield: &Shield) -> std::io::Result<bool> {
         // The position first, then the copy: the copy holds at least what
         // was applied up to the position.
         // A filter that may lack creates (a rebuild is owed) is not saved:
         // its positions would vouch for what it does not hold.
-        if gate.rebuild_is_owed() {
+        if shield.rebuild_is_owed() {
             return Ok(false);
         }
         let outbox = self.outbox.watermark();
         let covered = self.outbox.rebuilds_covered(&self.resource);
-        let Some(filter) = gate.published() else {
+        let Some(filter) = shield.published() else {
             return Ok(false);
         };
         let Some(identity) = self.identity.as_deref().map(str::to_owned) else {
@@ -187,7 +187,7 @@ impl Persist {
         let meta = FilterMeta {
             outbox,
             covered,
-            capacity: gate.capacity(),
+            capacity: shield.capacity(),
             fpp: self.fpp,
             layout: self.layout,
             key_type: self.key_type,
@@ -215,13 +215,13 @@ impl Persist {
     }
 
     /// Loads the snapshot, replays the keys of `resource` created after
-    /// its outbox position and publishes it in `gate`. Returns the outbox
+    /// its outbox position and publishes it in `shield`. Returns the outbox
     /// position the snapshot is complete up to and the rebuild requests
     /// it covers.
     ///
     /// # Errors
     /// [`AdoptError`]: the resource then scans its source.
-    pub async fn restore(&self, gate: &Gate, resource: &str) -> Result<(i64, i64), AdoptError> {
+    pub async fn restore(&self, shield: &Shield, resource: &str) -> Result<(i64, i64), AdoptError> {
         let path = self.path.clone();
         let (meta, file_xxh3) = tokio::task::spawn_blocking(move || read_meta(&path))
             .await
@@ -239,7 +239,7 @@ impl Persist {
                 .await
                 .map_err(ReadError::from)?
         };
-        let replayed = gate
+        let replayed = shield
             .adopt(&meta, &want, &self.outbox, resource, How::Restore, bytes)
             .await?;
         tracing::info!(
@@ -253,20 +253,25 @@ impl Persist {
     }
 
     /// Saves after every rebuild (checked each second) and every `every`,
-    /// until the gate is dropped.
-    pub fn spawn_saver(&self, gate: &Arc<Gate>, every: Duration, bg: &crate::tasks::Background) {
-        let (persist, gate) = (self.clone(), Arc::downgrade(gate));
+    /// until the shield is dropped.
+    pub fn spawn_saver(
+        &self,
+        shield: &Arc<Shield>,
+        every: Duration,
+        bg: &crate::tasks::Background,
+    ) {
+        let (persist, shield) = (self.clone(), Arc::downgrade(shield));
         bg.spawn(async move {
             let mut saved_rebuilds = None;
             let mut last_save = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                let Some(gate) = gate.upgrade() else { return };
-                let rebuilds = gate.rebuild_count();
+                let Some(shield) = shield.upgrade() else { return };
+                let rebuilds = shield.rebuild_count();
                 if saved_rebuilds == Some(rebuilds) && last_save.elapsed() < every {
                     continue;
                 }
-                match persist.save(&gate).await {
+                match persist.save(&shield).await {
                     Ok(true) => {
                         saved_rebuilds = Some(rebuilds);
                         last_save = tokio::time::Instant::now();

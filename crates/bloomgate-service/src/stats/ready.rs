@@ -9,18 +9,18 @@ use serde_json::{json, Map, Value};
 use crate::state::AppState;
 
 /// Whether the instance is ready, and the body that says why: every
-/// resource's state (see [`crate::gate::Gate::readiness`]), the SKU table
+/// resource's state (see [`crate::shield::Shield::readiness`]), the SKU table
 /// first as `skus`.
 #[must_use]
 pub fn readiness(state: &AppState) -> (bool, Value) {
     let mut resources = Map::new();
     let mut waiting = Vec::new();
     let sku_builds = state.cache_config().bloom_build_on_start;
-    let gates = std::iter::once((crate::sql::SKU_RESOURCE, state.skus.gate(), sku_builds))
+    let shields = std::iter::once((crate::sql::SKU_RESOURCE, state.skus.shield(), sku_builds))
         .filter(|_| state.demo)
-        .chain(state.resources.iter().map(|r| (&*r.name, r.gate(), true)));
-    for (name, gate, builds) in gates {
-        let (ready, v) = gate.readiness(builds);
+        .chain(state.resources.iter().map(|r| (&*r.name, r.shield(), true)));
+    for (name, shield, builds) in shields {
+        let (ready, v) = shield.readiness(builds);
         if !ready {
             waiting.push(format!("{name}: {}", v["state"].as_str().unwrap_or("?")));
         }

@@ -137,7 +137,7 @@ fn render_resource(m: &ServiceMetrics, name: &str, r: &ResourceFigures) {
     }
     m.gauge("bloomgate_filter_size_bytes", res(), (b.bits / 8) as f64);
     m.gauge("bloomgate_filter_ready", res(), flag(b.ready));
-    for kind in crate::gate::Alarm::KINDS {
+    for kind in crate::shield::Alarm::KINDS {
         let mut labels = res();
         labels.push(label("alarm", kind));
         m.gauge(

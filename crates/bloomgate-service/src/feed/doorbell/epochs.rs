@@ -2,11 +2,11 @@
 //! takes to lead, the epochs it stores (the library's snapshot format in
 //! segments of at most `cache.bloom_segment_bytes`, named by a `:meta`
 //! hash written last), and Redis's identity they are numbered under.
-//! Adopting one is [`crate::gate::adopt`]'s, through
+//! Adopting one is [`crate::shield::adopt`]'s, through
 //! [`crate::resource::Resource`].
 
 use super::*;
-use crate::gate::{FilterMeta, ReadError};
+use crate::shield::{FilterMeta, ReadError};
 
 /// Releases the shared-rebuild lock only if this instance still holds it.
 const RELEASE: &str = r"

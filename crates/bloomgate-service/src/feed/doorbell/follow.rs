@@ -7,19 +7,19 @@
 use super::*;
 
 impl Doorbell {
-    /// Follows the stream from entry `from` for `table` and its `gate`,
-    /// until nothing but the follower holds the gate (the service was
+    /// Follows the stream from entry `from` for `table` and its `shield`,
+    /// until nothing but the follower holds the shield (the service was
     /// dropped; `table` is held weakly, so it goes too).
-    pub fn spawn_follower(&self, from: String, gate: &Arc<Gate>, table: Weak<dyn Led>) {
+    pub fn spawn_follower(&self, from: String, shield: &Arc<Shield>, table: Weak<dyn Led>) {
         let log = self.clone();
-        let gate = Arc::clone(gate);
+        let shield = Arc::clone(shield);
         self.background.spawn(async move {
             let mut last = from;
             let mut conn = None;
             let mut backoff = Duration::from_millis(100);
             let mut resumed = false;
-            let _guard = Gate::follow(&gate);
-            while !Gate::only_followers_left(&gate) {
+            let _guard = Shield::follow(&shield);
+            while !Shield::only_followers_left(&shield) {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => {

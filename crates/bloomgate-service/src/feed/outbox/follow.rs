@@ -13,7 +13,7 @@ impl Outbox {
     /// followers hold `anchor` (the service was dropped) or the
     /// background's signal. Starts once per handle. (Rebuild requests a
     /// table's starting filter holds: [`Outbox::cover`].)
-    pub fn spawn_follower(&self, from: i64, anchor: &Arc<Gate>) {
+    pub fn spawn_follower(&self, from: i64, anchor: &Arc<Shield>) {
         if self.running.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -28,12 +28,12 @@ impl Outbox {
             let mut trimmed_at = Instant::now();
             let mut first = true;
             let mut check_trim = true;
-            let _guard = Gate::follow(&anchor);
+            let _guard = Shield::follow(&anchor);
             if let Err(e) = outbox.seed_late(from).await {
                 tracing::warn!(error = %e, "change outbox: the numbers missing before the start position were not read");
             }
             outbox.announce_gaps().await;
-            while !Gate::only_followers_left(&anchor) {
+            while !Shield::only_followers_left(&anchor) {
                 if !std::mem::take(&mut first) {
                     tokio::select! {
                         () = tokio::time::sleep(outbox.poll_wait()) => {}
@@ -84,8 +84,8 @@ impl Outbox {
         let (outbox, held) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
             let anchor = held;
-            let _guard = Gate::follow(&anchor);
-            while !Gate::only_followers_left(&anchor) {
+            let _guard = Shield::follow(&anchor);
+            while !Shield::only_followers_left(&anchor) {
                 tokio::time::sleep(LATE_EVERY).await;
                 if let Err(e) = outbox.late().await {
                     tracing::warn!(error = %e, "change outbox: looking for late commits failed; retrying");
@@ -94,9 +94,9 @@ impl Outbox {
         });
         let (outbox, anchor) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
-            let _guard = Gate::follow(&anchor);
+            let _guard = Shield::follow(&anchor);
             let mut was_in_step = true;
-            while !Gate::only_followers_left(&anchor) {
+            while !Shield::only_followers_left(&anchor) {
                 tokio::time::sleep(outbox.poll).await;
                 // Only the outbox is complete (the doorbell stream holds
                 // no change), so only reading it vouches for the filters.

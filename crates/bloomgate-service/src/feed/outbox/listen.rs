@@ -15,14 +15,14 @@ const QUIET: Duration = Duration::from_millis(900);
 impl Outbox {
     /// Starts the listener when the store is PostgreSQL's; ends with the
     /// follower (the service's shutdown, or its last handle dropped).
-    pub(super) fn spawn_listener(&self, anchor: &Arc<Gate>) {
+    pub(super) fn spawn_listener(&self, anchor: &Arc<Shield>) {
         if !self.store.outbox_listens() {
             return;
         }
-        let (outbox, gate) = (self.clone(), Arc::clone(anchor));
+        let (outbox, shield) = (self.clone(), Arc::clone(anchor));
         self.background.spawn(async move {
-            let _guard = Gate::follow(&gate);
-            let over = || Gate::only_followers_left(&gate);
+            let _guard = Shield::follow(&shield);
+            let over = || Shield::only_followers_left(&shield);
             let mut backoff = Duration::from_millis(100);
             let mut failing = false;
             while !over() {

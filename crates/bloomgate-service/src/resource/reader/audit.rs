@@ -10,7 +10,7 @@
 //! key the filter still refuses while in step, with its row still there,
 //! is a false negative: the filter refused a key that exists. A false
 //! negative is counted (`false_negatives`), logged as an error, and the
-//! filter's "no" is not trusted again until a rebuild succeeds (the gate
+//! filter's "no" is not trusted again until a rebuild succeeds (the shield
 //! owes one, so every "no" is unvouched and readiness says
 //! `rebuild_owed`), and L1's cached "not found"s are dropped with it.
 //!
@@ -112,7 +112,7 @@ impl<R: Rows> ShieldedReader<R> {
                     // A create in flight reaches the filter within the
                     // feed's bound; a "no" that outlives it is wrong.
                     tokio::time::sleep(reader.audit.settle).await;
-                    if reader.gate.probe(&key) == crate::gate::Verdict::Reject
+                    if reader.shield.probe(&key) == crate::shield::Verdict::Reject
                         && matches!(reader.store.audit(&key).await, Ok(true))
                     {
                         reader.false_negative(&key);
@@ -135,10 +135,10 @@ impl<R: Rows> ShieldedReader<R> {
             %key,
             "FALSE NEGATIVE: the filter refused a key the database has; its no is not trusted until a rebuild"
         );
-        self.gate.raise_false_negative();
+        self.shield.raise_false_negative();
         // One rebuild answers them all.
-        if !self.gate.rebuild_is_owed() {
-            self.gate.rebuild_owed(|| {});
+        if !self.shield.rebuild_is_owed() {
+            self.shield.rebuild_owed(|| {});
         }
         self.invalidate_all_local();
     }

@@ -50,7 +50,7 @@ impl<R: Rows> ShieldedReader<R> {
         // L1's "not found"s: in strict and redis modes only where the
         // shared filter agrees (see `trusts_l1`), asked once for them all;
         // in redis mode it said "maybe" already.
-        let trusted = match (self.shared(), self.gate.enabled(), negative.is_empty()) {
+        let trusted = match (self.shared(), self.shield.enabled(), negative.is_empty()) {
             (Some(_), true, false) if self.mode.shared_only() => vec![false; negative.len()],
             (Some(shared), true, false) => {
                 let asked: Vec<R::Key> = negative.iter().map(|&i| keys[i].clone()).collect();
@@ -89,7 +89,7 @@ impl<R: Rows> ShieldedReader<R> {
                 // A key asked twice gets its row twice.
                 let row = rows.get(&keys[i]).cloned();
                 if row.is_none() && verdicts[i] == Verdict::Pass {
-                    self.gate.note_passed_missing();
+                    self.shield.note_passed_missing();
                 }
                 answers[i] = Some(row.map(Cached::new));
             }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 
 use super::{Rows, ShieldedReader};
-use crate::gate::GateStats;
 use crate::key::KeyType;
+use crate::shield::ShieldStats;
 
 /// A funnel's figures: `{"key_type", "filter", "l1", "audit", "redis"?,
 /// "shared"?}` under `resources.<name>`.
@@ -18,7 +18,7 @@ pub struct FunnelFigures {
     /// The resource's key type.
     pub key_type: KeyType,
     /// Its filter.
-    pub filter: GateStats,
+    pub filter: ShieldStats,
     /// Its L1.
     pub l1: L1Figures,
     /// The audit of its filter's "no".
@@ -87,7 +87,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// The funnel's figures, with `filter` as the caller read it (the
     /// filter's fill is counted once per snapshot).
     #[must_use]
-    pub fn figures(&self, key_type: KeyType, filter: GateStats) -> FunnelFigures {
+    pub fn figures(&self, key_type: KeyType, filter: ShieldStats) -> FunnelFigures {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let l1 = &self.l1_counters;
         let a = &self.audit;

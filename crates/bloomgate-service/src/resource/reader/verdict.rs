@@ -1,4 +1,4 @@
-//! The gate's part of a read, and the answers that need no waiting: the
+//! The shield's part of a read, and the answers that need no waiting: the
 //! filter's verdict (asking Redis only in `redis` mode, or for a strict
 //! instance's "no"), a live L1 entry, and the counts they leave.
 
@@ -9,10 +9,10 @@ impl<R: Rows> ShieldedReader<R> {
     /// `redis` mode (Redis answers every check) and for a strict
     /// instance's "no" (Redis must agree), which [`Self::lookup`] awaits.
     pub(super) fn verdict_now(&self, id: &R::Key) -> Option<Verdict> {
-        if self.mode.shared_only() && self.gate.enabled() {
+        if self.mode.shared_only() && self.shield.enabled() {
             return None;
         }
-        let verdict = self.gate.probe(id);
+        let verdict = self.shield.probe(id);
         if verdict == Verdict::Reject && matches!(self.mode, super::Mode::Strict(_)) {
             return None;
         }
@@ -52,7 +52,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// after the Redis answer, so a request made while it was on its way
     /// counts.
     fn shared_no_stands(&self, shared: &crate::share::redis_filter::SharedFilter) -> bool {
-        self.gate.in_step() && !self.gate.rebuild_is_owed() && !shared.fill_owed()
+        self.shield.in_step() && !self.shield.rebuild_is_owed() && !shared.fill_owed()
     }
 
     /// Whether a row with a loose key may exist ([`Rows::loose_mark`]):
@@ -77,10 +77,10 @@ impl<R: Rows> ShieldedReader<R> {
     /// (another instance's loose create may be in the shared filter and
     /// still on its way here).
     fn loose_rows_now(&self, mark: &R::Key) -> Option<bool> {
-        if self.mode.shared_only() && self.gate.enabled() {
+        if self.mode.shared_only() && self.shield.enabled() {
             return None;
         }
-        match self.gate.holds(mark) {
+        match self.shield.holds(mark) {
             Some(false) if matches!(self.mode, super::Mode::Strict(_)) => None,
             held => Some(held.unwrap_or(true)),
         }
@@ -111,8 +111,8 @@ impl<R: Rows> ShieldedReader<R> {
     where
         R::Key: Clone,
     {
-        let Some(shared) = self.shared().filter(|_| self.gate.enabled()) else {
-            return self.gate.check_many(keys);
+        let Some(shared) = self.shared().filter(|_| self.shield.enabled()) else {
+            return self.shield.check_many(keys);
         };
         let to_verdict = |maybe: bool| {
             if maybe {
@@ -132,7 +132,7 @@ impl<R: Rows> ShieldedReader<R> {
                 })
                 .collect();
         }
-        let mut verdicts = self.gate.check_many(keys);
+        let mut verdicts = self.shield.check_many(keys);
         let refused: Vec<usize> = (0..keys.len())
             .filter(|&i| verdicts[i] == Verdict::Reject)
             .collect();
@@ -154,7 +154,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// (its row committed after this instance cached its absence) is in
     /// the shared filter at once, and here only when the outbox delivers.
     fn doubts_negatives(&self) -> bool {
-        self.shared().is_some() && self.gate.enabled()
+        self.shared().is_some() && self.shield.enabled()
     }
 
     /// Whether L1's entry for `id` may answer: always, except a "not
@@ -189,7 +189,7 @@ impl<R: Rows> ShieldedReader<R> {
         }
         let verdict = self.verdict_now(id)?;
         if verdict == Verdict::Reject {
-            self.gate.tally(verdict);
+            self.shield.tally(verdict);
             self.audit_refusal(id);
             return Some(Lookup::Missing(Source::Filter));
         }
@@ -198,7 +198,7 @@ impl<R: Rows> ShieldedReader<R> {
             return None;
         }
         let answer = self.l1_answer(id)?;
-        self.gate.tally(verdict);
+        self.shield.tally(verdict);
         self.after_gate(verdict, &answer);
         Some(answer)
     }
@@ -221,7 +221,7 @@ impl<R: Rows> ShieldedReader<R> {
     /// false positive, or a SKU deleted since the last build.
     pub(super) fn after_gate(&self, verdict: Verdict, answer: &Lookup<R::Row>) {
         if verdict == Verdict::Pass && matches!(answer, Lookup::Missing(_)) {
-            self.gate.note_passed_missing();
+            self.shield.note_passed_missing();
         }
     }
 }

@@ -258,8 +258,8 @@ async fn a_filter_older_than_a_rebuild_request_acted_on_is_refused() {
     let store = crate::sql::Database::connect(&format!("sqlite://{}/a.db", dir.path().display()))
         .await
         .unwrap();
-    let gate = Gate::new(
-        super::super::GateConfig {
+    let shield = Shield::new(
+        super::super::ShieldConfig {
             enabled: true,
             layout: BloomLayout::Blocked,
             expected: 1000,
@@ -280,7 +280,7 @@ async fn a_filter_older_than_a_rebuild_request_acted_on_is_refused() {
     };
     let bytes_read = std::sync::atomic::AtomicBool::new(false);
     made.covered = 49;
-    let refused = gate
+    let refused = shield
         .adopt(&made, &want, &Asked, "users", How::Adopt, async {
             bytes_read.store(true, std::sync::atomic::Ordering::Relaxed);
             Err(AdoptError::Gone)
@@ -300,7 +300,7 @@ async fn a_filter_older_than_a_rebuild_request_acted_on_is_refused() {
     assert!(!bytes_read.load(std::sync::atomic::Ordering::Relaxed));
     // Covering it: the bytes are read (here: gone).
     made.covered = 50;
-    let read = gate
+    let read = shield
         .adopt(&made, &want, &Asked, "users", How::Adopt, async {
             bytes_read.store(true, std::sync::atomic::Ordering::Relaxed);
             Err(AdoptError::Gone)

@@ -1,8 +1,8 @@
-//! The Bloom gate: an in-process filter of every SKU id, swapped atomically
-//! on rebuild.
+//! The shield: one guarded table's slot for its in-process Bloom filter of
+//! every key, swapped atomically on rebuild, and when it vouches for a "no".
 //!
-//! * Not built yet (or disabled): every id passes (fail-open). The filter is
-//!   an availability optimisation, never a correctness gate.
+//! * Not built yet (or disabled): every key passes (fail-open). The filter
+//!   is an availability optimisation, never a correctness check.
 //! * Built: "no" is exact, so the request is answered 404 without touching
 //!   Redis or SQL.
 //! * Rebuild: a new filter is registered as `building` *before* SQL is
@@ -14,7 +14,7 @@
 //!   that ends up published. Readers keep using the old (complete) filter
 //!   until the swap, and never wait.
 //!
-//! Rebuilds are owned by the gate, not by whoever asked: [`Gate::request_rebuild`]
+//! Rebuilds are owned by the shield, not by whoever asked: [`Shield::request_rebuild`]
 //! registers a request and returns a [`RebuildTicket`]; one worker task runs
 //! rebuilds one after another until every request is served. A request that
 //! arrives while a rebuild runs is served by the next one, whose SQL scan
@@ -34,7 +34,7 @@ use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::filter::BloomLayout;
-pub use crate::filter::{filter_bytes, GateFilter};
+pub use crate::filter::{filter_bytes, ShieldFilter};
 use crate::sync::lock;
 
 mod adopt;
@@ -53,9 +53,9 @@ pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
 pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};
 use rebuild::{Completed, Requests};
 pub use rebuild::{RebuildError, RebuildRecord, RebuildReport, RebuildTicket, HISTORY};
-pub use stats::GateStats;
+pub use stats::ShieldStats;
 
-/// What the gate says about an id.
+/// What the shield says about an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Certainly absent: answer 404 now.
@@ -69,10 +69,10 @@ pub enum Verdict {
     Unvouched,
 }
 
-/// The gate's settings.
+/// The shield's settings.
 #[derive(Debug, Clone, Copy)]
-pub struct GateConfig {
-    /// Gate reads at all.
+pub struct ShieldConfig {
+    /// Shield reads at all.
     pub enabled: bool,
     /// The filter's layout.
     pub layout: BloomLayout,
@@ -88,7 +88,7 @@ pub struct GateConfig {
 }
 
 /// A test hook: a function a test may set, called at one place in the
-/// gate (nothing in production sets one).
+/// shield (nothing in production sets one).
 #[derive(Default)]
 pub struct Hook(Mutex<Option<Box<dyn Fn() + Send + Sync>>>);
 
@@ -115,9 +115,9 @@ impl std::fmt::Debug for Hook {
     }
 }
 
-/// A follower's registration (see [`Gate::follow`]).
+/// A follower's registration (see [`Shield::follow`]).
 #[derive(Debug)]
-pub struct FollowerGuard(std::sync::Weak<Gate>);
+pub struct FollowerGuard(std::sync::Weak<Shield>);
 
 impl Drop for FollowerGuard {
     fn drop(&mut self) {
@@ -127,13 +127,13 @@ impl Drop for FollowerGuard {
     }
 }
 
-/// The gate. Cheap to share behind an `Arc`.
+/// The shield. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct Gate {
-    config: GateConfig,
+pub struct Shield {
+    config: ShieldConfig,
     keys: Arc<dyn KeyScan>,
-    current: ArcSwapOption<GateFilter>,
-    building: ArcSwapOption<GateFilter>,
+    current: ArcSwapOption<ShieldFilter>,
+    building: ArcSwapOption<ShieldFilter>,
     requests: Mutex<Requests>,
     completed: watch::Sender<Completed>,
     rebuilding: AtomicBool,
@@ -171,7 +171,7 @@ pub struct Gate {
     /// between a filter being published and the slot it was built in
     /// being cleared. Creates and followed changes take it, never reads.
     slots: Mutex<()>,
-    /// Test hook, called inside [`Gate::finish_adopt`] between publishing
+    /// Test hook, called inside [`Shield::finish_adopt`] between publishing
     /// the adopted filter and clearing `building`.
     #[doc(hidden)]
     pub adopt_hook: Hook,
@@ -183,8 +183,8 @@ pub struct Gate {
     /// again (it may have missed creates): while any is owed, rejections
     /// are [`Verdict::Unvouched`].
     owed_rebuilds: AtomicU64,
-    /// Background tasks that hold the gate for as long as the service
-    /// lives (the change followers): see [`Gate::only_followers_left`].
+    /// Background tasks that hold the shield for as long as the service
+    /// lives (the change followers): see [`Shield::only_followers_left`].
     followers: AtomicU64,
     passed_missing: Counter,
     /// The next rebuild sizes for at least this many items.
@@ -205,10 +205,10 @@ pub struct Gate {
     background: crate::tasks::Background,
 }
 
-impl Gate {
-    /// A gate that is not built yet, rebuilding from `keys`.
+impl Shield {
+    /// A shield that is not built yet, rebuilding from `keys`.
     #[must_use]
-    pub fn new(config: GateConfig, keys: Arc<dyn KeyScan>) -> Self {
+    pub fn new(config: ShieldConfig, keys: Arc<dyn KeyScan>) -> Self {
         let (completed, _) = watch::channel(Completed {
             through: 0,
             outcome: Err(RebuildError::Stopped("no rebuild yet".into())),
@@ -257,7 +257,7 @@ impl Gate {
         }
     }
 
-    /// Ends the gate's loops (the monitor, owed rebuilds) at `bg`'s signal.
+    /// Ends the shield's loops (the monitor, owed rebuilds) at `bg`'s signal.
     #[must_use]
     pub fn with_background(mut self, bg: crate::tasks::Background) -> Self {
         self.background = bg;
@@ -279,18 +279,18 @@ impl Gate {
     }
 
     /// The published filter, if any.
-    pub fn published(&self) -> Option<Arc<GateFilter>> {
+    pub fn published(&self) -> Option<Arc<ShieldFilter>> {
         self.current.load_full()
     }
 
     /// The filter being built or adopted, which inserts reach too (for
     /// tests of the swap's order).
     #[doc(hidden)]
-    pub fn building(&self) -> Option<Arc<GateFilter>> {
+    pub fn building(&self) -> Option<Arc<ShieldFilter>> {
         self.building.load_full()
     }
 
-    /// Completed rebuilds (cheap, unlike [`Gate::stats`]).
+    /// Completed rebuilds (cheap, unlike [`Shield::stats`]).
     pub fn rebuild_count(&self) -> u64 {
         self.rebuilds.load(Ordering::Relaxed)
     }
@@ -304,7 +304,7 @@ impl Gate {
     /// instance's shared rebuild): it becomes the filter being built, so every insert from
     /// now on reaches it too. `None` when a rebuild runs here (its filter,
     /// published when it finishes, is as new).
-    pub fn begin_adopt(&self, filter: GateFilter) -> Option<Arc<GateFilter>> {
+    pub fn begin_adopt(&self, filter: ShieldFilter) -> Option<Arc<ShieldFilter>> {
         if self.is_rebuilding() {
             return None;
         }
@@ -313,28 +313,28 @@ impl Gate {
         // Only into an empty slot: never over a rebuild's filter.
         let prev = self
             .building
-            .compare_and_swap(&None::<Arc<GateFilter>>, Some(Arc::clone(&filter)));
+            .compare_and_swap(&None::<Arc<ShieldFilter>>, Some(Arc::clone(&filter)));
         prev.is_none().then_some(filter)
     }
 
-    /// Drops an adoption [`Gate::begin_adopt`] started (nothing published).
-    pub fn abandon_adopt(&self, filter: &Arc<GateFilter>) {
+    /// Drops an adoption [`Shield::begin_adopt`] started (nothing published).
+    pub fn abandon_adopt(&self, filter: &Arc<ShieldFilter>) {
         let ours = Some(Arc::clone(filter));
         let _slots = lock(&self.slots);
         drop(self.building.compare_and_swap(&ours, None));
     }
 
-    /// Publishes the filter [`Gate::begin_adopt`] started, sized for
+    /// Publishes the filter [`Shield::begin_adopt`] started, sized for
     /// `capacity`, once the caller has replayed what it lacked; false (and
     /// nothing published) when a rebuild took over meanwhile. As a rebuild
     /// does: `current` first, then `building` cleared, under the slots
     /// lock, so every insert reaches the filter that ends up published.
-    pub fn finish_adopt(&self, filter: &Arc<GateFilter>, capacity: u64) -> bool {
+    pub fn finish_adopt(&self, filter: &Arc<ShieldFilter>, capacity: u64) -> bool {
         self.finish(filter, capacity, How::Adopt)
     }
 
-    /// [`Gate::finish_adopt`], counted as `how`.
-    fn finish(&self, filter: &Arc<GateFilter>, capacity: u64, how: How) -> bool {
+    /// [`Shield::finish_adopt`], counted as `how`.
+    fn finish(&self, filter: &Arc<ShieldFilter>, capacity: u64, how: How) -> bool {
         let _slots = lock(&self.slots);
         if !self
             .building
@@ -389,7 +389,7 @@ impl Gate {
     }
 
     /// Judges many keys against one published filter with its batch
-    /// call, and counts each as [`Gate::check`] does.
+    /// call, and counts each as [`Shield::check`] does.
     pub fn check_many<K: BloomKey>(&self, keys: &[K]) -> Vec<Verdict> {
         let filter = self.current.load();
         let verdicts: Vec<Verdict> = match filter.as_deref() {
@@ -415,13 +415,13 @@ impl Gate {
         verdicts
     }
 
-    /// Whether the gate is on (`cache.bloom_enabled`).
+    /// Whether the shield is on (`cache.bloom_enabled`).
     #[must_use]
     pub fn enabled(&self) -> bool {
         self.config.enabled
     }
 
-    /// Judges an id without counting it (see [`Gate::tally`]): for a caller
+    /// Judges an id without counting it (see [`Shield::tally`]): for a caller
     /// that may overrule a rejection first (strict mode).
     #[inline]
     pub fn probe<K: BloomKey>(&self, id: K) -> Verdict {
@@ -443,7 +443,7 @@ impl Gate {
         }
     }
 
-    /// Whether this gate vouches for its filter: on, built, in step with
+    /// Whether this shield vouches for its filter: on, built, in step with
     /// the change feed and owing no rebuild.
     #[must_use]
     pub fn vouches(&self) -> bool {
@@ -453,7 +453,7 @@ impl Gate {
             && self.current.load().is_some()
     }
 
-    /// Whether the published filter holds `key` (`None`: the gate is off,
+    /// Whether the published filter holds `key` (`None`: the shield is off,
     /// has published no filter, or cannot vouch for it: out of step, or
     /// owing a rebuild).
     #[must_use]
@@ -474,18 +474,18 @@ impl Gate {
         self.in_step.swap(in_step, Ordering::Relaxed) != in_step
     }
 
-    /// Registers a follower task that holds `gate` (through its reader)
-    /// until [`Gate::only_followers_left`]; the guard unregisters it.
-    pub fn follow(gate: &Arc<Self>) -> FollowerGuard {
-        gate.followers.fetch_add(1, Ordering::Relaxed);
-        FollowerGuard(Arc::downgrade(gate))
+    /// Registers a follower task that holds `shield` (through its reader)
+    /// until [`Shield::only_followers_left`]; the guard unregisters it.
+    pub fn follow(shield: &Arc<Self>) -> FollowerGuard {
+        shield.followers.fetch_add(1, Ordering::Relaxed);
+        FollowerGuard(Arc::downgrade(shield))
     }
 
-    /// True once nothing but follower tasks holds `gate`: the service
+    /// True once nothing but follower tasks holds `shield`: the service
     /// was dropped and they should stop.
     #[must_use]
-    pub fn only_followers_left(gate: &Arc<Self>) -> bool {
-        Arc::strong_count(gate) as u64 <= gate.followers.load(Ordering::Relaxed)
+    pub fn only_followers_left(shield: &Arc<Self>) -> bool {
+        Arc::strong_count(shield) as u64 <= shield.followers.load(Ordering::Relaxed)
     }
 
     /// False while this instance is out of step with the change feed.
@@ -500,7 +500,7 @@ impl Gate {
         self.unvouched.get()
     }
 
-    /// Counts a final verdict: rejected, or passed (a disabled gate
+    /// Counts a final verdict: rejected, or passed (a disabled shield
     /// counts nothing).
     #[inline]
     pub fn tally(&self, verdict: Verdict) {
@@ -554,7 +554,7 @@ impl Gate {
     }
 
     /// Makes sure an id this instance just created is in the filters (a
-    /// no-op unless one was swapped in since [`Gate::insert`]); counts
+    /// no-op unless one was swapped in since [`Shield::insert`]); counts
     /// nothing twice.
     pub fn ensure<K: BloomKey>(&self, id: K) {
         // A scan rebuild's filter gets the row from its scan (the commit

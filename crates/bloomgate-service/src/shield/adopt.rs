@@ -29,7 +29,7 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use super::Gate;
+use super::Shield;
 use crate::config::BloomLayout;
 use crate::key::{Fold, Key, KeyType};
 use crate::sql::StoreError;
@@ -230,7 +230,7 @@ pub trait ChangeLog: Sync {
     }
 }
 
-impl Gate {
+impl Shield {
     /// Adopts the positioned filter `meta` describes, whose bytes `bytes`
     /// reads (only once the metadata passed), replaying from `log` the
     /// keys of `resource` created after its position (see the module

@@ -1,4 +1,4 @@
-//! The gate's rebuild worker: requests numbered, coalesced and answered
+//! The shield's rebuild worker: requests numbered, coalesced and answered
 //! through a `watch` channel by one worker task that scans the source and
 //! publishes; start-up retries with capped backoff; the rebuilds owed
 //! after a lost change-feed position.
@@ -53,7 +53,7 @@ pub(super) struct Requests {
     pub(super) worker: bool,
 }
 
-/// Rebuilds kept in [`Gate::history`].
+/// Rebuilds kept in [`Shield::history`].
 pub const HISTORY: usize = 32;
 
 /// One rebuild, for the stats endpoint and the dashboard.
@@ -88,12 +88,12 @@ impl RebuildTicket {
         let number = self.number;
         match self.completed.wait_for(|c| c.through >= number).await {
             Ok(c) => c.outcome.clone(),
-            Err(_) => Err(RebuildError::Stopped("the gate was dropped".into())),
+            Err(_) => Err(RebuildError::Stopped("the shield was dropped".into())),
         }
     }
 }
 
-impl Gate {
+impl Shield {
     /// Asks for a rebuild this instance needs because it may have missed
     /// creates (its change-feed position was lost, rows were written that
     /// no entry names): until one succeeds, a filter "no" is
@@ -106,15 +106,15 @@ impl Gate {
             return;
         }
         self.owed_rebuilds.fetch_add(1, Ordering::Relaxed);
-        let gate = Arc::downgrade(self);
+        let shield = Arc::downgrade(self);
         self.background.spawn(async move {
             let mut backoff = Duration::from_millis(100);
             loop {
-                let Some(g) = gate.upgrade() else { return };
+                let Some(g) = shield.upgrade() else { return };
                 let ticket = g.request_rebuild();
                 drop(g);
                 let ok = ticket.wait().await.is_ok();
-                let Some(g) = gate.upgrade() else { return };
+                let Some(g) = shield.upgrade() else { return };
                 if ok {
                     g.owed_rebuilds.fetch_sub(1, Ordering::Relaxed);
                     done();
@@ -127,7 +127,7 @@ impl Gate {
         });
     }
 
-    /// True while a rebuild asked for by [`Gate::rebuild_owed`] has not
+    /// True while a rebuild asked for by [`Shield::rebuild_owed`] has not
     /// succeeded yet (the filter may lack creates).
     #[must_use]
     pub fn rebuild_is_owed(&self) -> bool {
@@ -278,7 +278,7 @@ impl Gate {
 
     /// Every range of the source at once, each in a task of its own (the
     /// decoding of one range's rows does not wait for another's).
-    async fn scan_all(self: &Arc<Self>, filter: &Arc<GateFilter>) -> Result<u64, StoreError> {
+    async fn scan_all(self: &Arc<Self>, filter: &Arc<ShieldFilter>) -> Result<u64, StoreError> {
         let ranges = self.keys.ranges().await?;
         // The rate limit counts from the first page, not from a wait for
         // a replica to catch up.
@@ -322,7 +322,7 @@ impl Gate {
     async fn scan_and_publish(self: &Arc<Self>) -> Result<RebuildReport, RebuildError> {
         let store_err = |e| RebuildError::Store(Arc::new(e));
         let started = Instant::now();
-        let GateConfig {
+        let ShieldConfig {
             layout,
             expected,
             fpp,
@@ -363,7 +363,7 @@ impl Gate {
             );
         }
         let filter = Arc::new(
-            GateFilter::with_fpr(layout, capacity, fpp)
+            ShieldFilter::with_fpr(layout, capacity, fpp)
                 .map_err(|e| RebuildError::Filter(Arc::new(e)))?,
         );
         {
@@ -381,7 +381,7 @@ impl Gate {
             // Past its size from the start (an estimate far below the
             // table): published, since it never refuses a key it holds,
             // but resized now rather than at the monitor's next look, and
-            // not counted ready until then (`Gate::readiness`).
+            // not counted ready until then (`Shield::readiness`).
             tracing::warn!(
                 added,
                 capacity,
@@ -431,7 +431,7 @@ mod sizing_tests {
         assert!(keys_within(MAX_SIZED_BYTES, 0.01) > 100_000_000);
         assert!(keys_within(MAX_SIZED_BYTES, 0.001) > 100_000_000);
         assert!(keys_within(MAX_SIZED_BYTES, 0.01) < 300_000_000);
-        let f = crate::filter::GateFilter::with_fpr(
+        let f = crate::filter::ShieldFilter::with_fpr(
             crate::config::BloomLayout::Blocked,
             keys_within(MAX_SIZED_BYTES, 0.01),
             0.01,

@@ -1,12 +1,12 @@
-//! The gate's figures for `/api/cache/stats` and `/metrics`: `GateStats`,
+//! The shield's figures for `/api/cache/stats` and `/metrics`: `ShieldStats`,
 //! seed 000's keys first.
 
 use super::*;
 
-/// A snapshot of the gate for the stats endpoint. Seed 000's keys come
+/// A snapshot of the shield for the stats endpoint. Seed 000's keys come
 /// first, so its `grep -o '"bloom":{[^}]*}'` shows them at the start.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct GateStats {
+pub struct ShieldStats {
     /// Gating is configured on.
     pub enabled: bool,
     /// A filter is built and in use.
@@ -86,18 +86,18 @@ pub struct GateStats {
     pub row_check: &'static str,
 }
 
-impl Gate {
+impl Shield {
     /// Figures for `/api/cache/stats`.
-    pub fn stats(&self) -> GateStats {
+    pub fn stats(&self) -> ShieldStats {
         let guard = self.current.load();
-        let f = guard.as_deref().map(GateFilter::as_filter);
+        let f = guard.as_deref().map(ShieldFilter::as_filter);
         let (requests, pending) = {
             let r = lock(&self.requests);
             (r.requested, r.requested > r.started)
         };
         let alarm = *lock(&self.alarm);
         let progress = self.progress.stats();
-        GateStats {
+        ShieldStats {
             enabled: self.config.enabled,
             ready: self.config.enabled && f.is_some(),
             added: f.map_or(0, Filter::items),

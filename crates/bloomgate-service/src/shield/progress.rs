@@ -212,7 +212,7 @@ impl Meet {
     }
 }
 
-impl Gate {
+impl Shield {
     /// Reads every key of `range` into `filter`, page by page; a page that
     /// fails is read again (from the last key it delivered) up to
     /// [`PAGE_RETRIES`] times. With `meet`, each page stops where the
@@ -221,7 +221,7 @@ impl Gate {
         self: Arc<Self>,
         range: KeyRange,
         meet: Option<Arc<Meet>>,
-        filter: Arc<GateFilter>,
+        filter: Arc<ShieldFilter>,
     ) -> Result<u64, StoreError> {
         let mut after: Option<Key> = None;
         let mut total = 0u64;
@@ -288,7 +288,7 @@ impl Gate {
 /// The background row check's state, as the stats name it.
 pub(super) const ROW_CHECK: [&str; 5] = ["none", "running", "ok", "unaccounted", "failed"];
 
-impl Gate {
+impl Shield {
     /// After a filter was restored or adopted instead of scanned: counts
     /// the source's rows in the background (under the background statement
     /// limit; three tries) and, when the filter accounts for fewer, or
@@ -297,10 +297,10 @@ impl Gate {
     /// behind the change feed's back are refused until this finds them:
     /// every create the service answered is in the feed, so it never is.
     pub fn verify_rows(self: &Arc<Self>) {
-        let gate = Arc::downgrade(self);
+        let shield = Arc::downgrade(self);
         self.row_check.store(1, Ordering::Relaxed);
         self.background.spawn(async move {
-            let Some(keys) = gate.upgrade().map(|g| Arc::clone(&g.keys)) else {
+            let Some(keys) = shield.upgrade().map(|g| Arc::clone(&g.keys)) else {
                 return;
             };
             // A count that keeps failing (or outlasting the background
@@ -319,7 +319,7 @@ impl Gate {
                     }
                 }
             }
-            let Some(g) = gate.upgrade() else { return };
+            let Some(g) = shield.upgrade() else { return };
             let Some(rows) = rows else {
                 g.row_check.store(4, Ordering::Relaxed);
                 tracing::warn!("the background row count failed three times: rebuilding instead of trusting the restored filter unchecked");
@@ -350,8 +350,8 @@ impl Gate {
     }
 }
 
-impl Gate {
-    /// Whether this gate lets its instance take traffic, and its state:
+impl Shield {
+    /// Whether this shield lets its instance take traffic, and its state:
     /// `ready`; `building` (no filter yet: every id would fail open to
     /// SQL), with the scan's progress; `out_of_step` (the change feed is
     /// unread: a "no" is not trusted); `rebuild_owed`; `disabled` and

@@ -1,4 +1,4 @@
-//! The gate's alarms: past capacity (checked on every insert), a fill
+//! The shield's alarms: past capacity (checked on every insert), a fill
 //! ratio over one half and an observed false-positive rate over twice the
 //! expected one (checked by the monitor task), raised once per crossing.
 
@@ -78,7 +78,7 @@ impl std::fmt::Display for Alarm {
 /// counts: fewer is noise.
 pub const MIN_WINDOW_SAMPLES: u64 = 200;
 
-impl Gate {
+impl Shield {
     /// The alarm in force, if any.
     pub fn alarm(&self) -> Option<Alarm> {
         *lock(&self.alarm)
@@ -186,16 +186,16 @@ impl Gate {
         }
     }
 
-    /// Runs [`Gate::monitor_step`] every `every` until the gate is dropped.
+    /// Runs [`Shield::monitor_step`] every `every` until the shield is dropped.
     pub fn spawn_monitor(self: &Arc<Self>, every: Duration) {
-        let gate = Arc::downgrade(self);
+        let shield = Arc::downgrade(self);
         self.background.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                let Some(gate) = gate.upgrade() else {
+                let Some(shield) = shield.upgrade() else {
                     return;
                 };
-                gate.monitor_step();
+                shield.monitor_step();
             }
         });
     }
@@ -217,8 +217,8 @@ mod tests {
         let store = Database::connect(&format!("sqlite://{}/g.db", dir.path().display()))
             .await
             .unwrap();
-        let gate = Arc::new(Gate::new(
-            GateConfig {
+        let shield = Arc::new(Shield::new(
+            ShieldConfig {
                 enabled: true,
                 layout: BloomLayout::Blocked,
                 expected: 1000,
@@ -228,23 +228,23 @@ mod tests {
             },
             Arc::new(store),
         ));
-        gate.request_rebuild().wait().await.unwrap();
-        gate.capacity.store(u64::MAX, Ordering::Relaxed);
+        shield.request_rebuild().wait().await.unwrap();
+        shield.capacity.store(u64::MAX, Ordering::Relaxed);
         for id in 0..500 {
-            gate.insert(id);
+            shield.insert(id);
         }
-        gate.monitor_step();
-        assert_eq!(gate.stats().alarm_kind, None, "{:?}", gate.stats());
+        shield.monitor_step();
+        assert_eq!(shield.stats().alarm_kind, None, "{:?}", shield.stats());
         for id in 500..10_000 {
-            gate.insert(id);
+            shield.insert(id);
         }
         assert!(matches!(
-            gate.structural_alarm(true),
+            shield.structural_alarm(true),
             Some(Alarm::FillRatio { fill_ratio }) if fill_ratio > 0.5
         ));
-        gate.monitor_step();
-        gate.monitor_step();
-        let s = gate.stats();
+        shield.monitor_step();
+        shield.monitor_step();
+        let s = shield.stats();
         assert_eq!(s.alarm_kind, Some("fill_ratio"));
         assert_eq!(s.alarms_raised, 1);
     }
