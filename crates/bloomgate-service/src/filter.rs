@@ -23,7 +23,7 @@ pub use crate::config::{
     filter_bytes, BloomLayout, MAX_BLOOM_FPP, MAX_FILTER_BYTES, MIN_BLOOM_FPP,
 };
 
-/// A shield filter in the library's snapshot format, recording how its keys
+/// A filter in the library's snapshot format, recording how its keys
 /// were hashed (`Integer` for the SKUs and integer resources, `Bytes` for
 /// text keys).
 pub fn encode(filter: &ShieldFilter, kind: KeyKind) -> Vec<u8> {
@@ -95,7 +95,7 @@ pub const fn key_kind(key_type: crate::key::KeyType) -> KeyKind {
     }
 }
 
-/// A shield filter of `layout` from snapshot bytes, checksum verified.
+/// A filter of `layout` from snapshot bytes, checksum verified.
 ///
 /// # Errors
 /// [`CodecError`]: what failed to verify.

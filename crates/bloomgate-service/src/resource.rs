@@ -228,7 +228,7 @@ impl Resource<Database> {
             announces_on_doorbell: true,
             holds: Some("skus.id"),
         };
-        let shield = Shield::new(gate_config(c, &options), shared.store.key_scan())
+        let shield = Shield::new(shield_config(c, &options), shared.store.key_scan())
             .with_rebuild_histogram(rebuild_seconds);
         let r = Self::assemble(
             crate::sql::SKU_RESOURCE,
@@ -311,7 +311,7 @@ impl Resource<SourceRows> {
             holds: None,
         };
         let rows = SourceRows(source);
-        let shield = Shield::new(gate_config(c, options), rows.key_scan()).with_name(name);
+        let shield = Shield::new(shield_config(c, options), rows.key_scan()).with_name(name);
         Self::assemble(name, rows, shield, table, options, &place, shared).await
     }
 }
@@ -330,7 +330,7 @@ struct Place {
     holds: Option<&'static str>,
 }
 
-fn gate_config(c: &CacheConfig, options: &ResourceOptions) -> ShieldConfig {
+fn shield_config(c: &CacheConfig, options: &ResourceOptions) -> ShieldConfig {
     ShieldConfig {
         enabled: c.bloom_enabled,
         layout: options.layout,

@@ -72,7 +72,7 @@ pub enum Verdict {
 /// The shield's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct ShieldConfig {
-    /// Shield reads at all.
+    /// Guard reads with the filter at all.
     pub enabled: bool,
     /// The filter's layout.
     pub layout: BloomLayout,

@@ -280,7 +280,7 @@ impl<K, T> Default for Shard<K, T> {
 /// over its [`crate::source::Source`] (`ShieldedReader<SourceRows>`).
 #[derive(Debug)]
 pub struct ShieldedReader<R: Rows = Database> {
-    /// The Bloom shield.
+    /// The table's shield: its Bloom filter slot.
     pub(crate) shield: Arc<Shield>,
     /// The L1 cache. Write to it only through [`ShieldedReader`]'s methods:
     /// an insert that bypasses the shard protocol may cache a stale answer.
@@ -302,7 +302,7 @@ pub struct ShieldedReader<R: Rows = Database> {
     mode: Mode,
     /// The sampled check of the filter's "no" against the source.
     pub(crate) audit: Arc<audit::Audit>,
-    /// The HTTP shield's remembered 404s over this table, one per route
+    /// The HTTP gate's remembered 404s over this table, one per route
     /// that keeps them: every invalidation below drops the key from them
     /// too.
     absent: Arc<std::sync::RwLock<Vec<AbsentMemory<R::Key>>>>,
@@ -394,19 +394,19 @@ impl<R: Rows> ShieldedReader<R> {
         if loose {
             let answer = self.lookup_uncached(&id).await;
             if let Ok(answer) = &answer {
-                self.after_gate(verdict, answer);
+                self.after_shield(verdict, answer);
             }
             return answer;
         }
-        let answer = self.lookup_past_the_gate(id, asked).await;
+        let answer = self.lookup_past_the_shield(id, asked).await;
         if let Ok(answer) = &answer {
-            self.after_gate(verdict, answer);
+            self.after_shield(verdict, answer);
         }
         answer
     }
 
     /// `asked`: the shared filter said "maybe" already (see `trusts_l1`).
-    async fn lookup_past_the_gate(&self, id: R::Key, asked: bool) -> LookupResult<R::Row> {
+    async fn lookup_past_the_shield(&self, id: R::Key, asked: bool) -> LookupResult<R::Row> {
         let trusted = self.trusts_l1(&id, asked).await;
         if let Some(answer) = trusted.then(|| self.l1_answer(&id)).flatten() {
             return Ok(answer);

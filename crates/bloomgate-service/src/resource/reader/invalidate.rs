@@ -1,7 +1,7 @@
 //! What a write does to the read path: its key dropped from Redis and
 //! L1, and its load in flight detached, under the shard protocol of
 //! [`super`] (a load that read before the write does not cache), and
-//! from the HTTP shield's remembered 404s ([`crate::cache::AbsentMemory`]).
+//! from the HTTP gate's remembered 404s ([`crate::cache::AbsentMemory`]).
 
 use super::*;
 

@@ -199,7 +199,7 @@ impl<R: Rows> ShieldedReader<R> {
         }
         let answer = self.l1_answer(id)?;
         self.shield.tally(verdict);
-        self.after_gate(verdict, &answer);
+        self.after_shield(verdict, &answer);
         Some(answer)
     }
 
@@ -219,7 +219,7 @@ impl<R: Rows> ShieldedReader<R> {
 
     /// Counts a "maybe" from the filter for an id that does not exist: a
     /// false positive, or a SKU deleted since the last build.
-    pub(super) fn after_gate(&self, verdict: Verdict, answer: &Lookup<R::Row>) {
+    pub(super) fn after_shield(&self, verdict: Verdict, answer: &Lookup<R::Row>) {
         if verdict == Verdict::Pass && matches!(answer, Lookup::Missing(_)) {
             self.shield.note_passed_missing();
         }
