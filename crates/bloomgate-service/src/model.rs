@@ -54,29 +54,50 @@ pub struct SkuInput {
     pub seckill_end: i64,
 }
 
+/// Why a SKU write body was refused: the first bad field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidSku {
+    /// An `id` that is not positive.
+    #[error("id must be a positive integer, got {0}")]
+    Id(i64),
+    /// A `name` of no characters, or of more than 255.
+    #[error("name must have 1 to 255 characters")]
+    Name,
+    /// A negative price or stock.
+    #[error("prices and stock must not be negative")]
+    Negative,
+    /// A flash-sale price over the list price.
+    #[error("seckill_price must not exceed original_price")]
+    PriceOverList,
+    /// A sale that ends at or before its start.
+    #[error("seckill_end must be after seckill_start")]
+    EndNotAfterStart,
+}
+
 impl SkuInput {
     /// Checks the fields; the error names the first bad one.
     ///
     /// # Errors
-    /// A message for an HTTP 400.
-    pub fn validate(&self) -> Result<(), String> {
+    /// [`InvalidSku`], whose message is the HTTP 400's.
+    pub fn validate(&self) -> Result<(), InvalidSku> {
         if let Some(id) = self.id {
             if id <= 0 {
-                return Err(format!("id must be a positive integer, got {id}"));
+                return Err(InvalidSku::Id(id));
             }
         }
         let len = self.name.chars().count();
         if len == 0 || len > 255 {
-            return Err("name must have 1 to 255 characters".into());
+            return Err(InvalidSku::Name);
         }
         if self.original_price < 0 || self.seckill_price < 0 || self.stock < 0 {
-            return Err("prices and stock must not be negative".into());
+            return Err(InvalidSku::Negative);
         }
         if self.seckill_price > self.original_price {
-            return Err("seckill_price must not exceed original_price".into());
+            return Err(InvalidSku::PriceOverList);
         }
         if self.seckill_end <= self.seckill_start {
-            return Err("seckill_end must be after seckill_start".into());
+            return Err(InvalidSku::EndNotAfterStart);
         }
         Ok(())
     }

@@ -255,7 +255,9 @@ pub async fn create_sku(
 ) -> Result<impl IntoResponse, AppError> {
     authorize(state.admin_token.as_deref(), &headers, "/api/skus")?;
     let input: SkuInput = json_body(&headers, &body)?;
-    input.validate().map_err(AppError::BadRequest)?;
+    input
+        .validate()
+        .map_err(|e| AppError::BadRequest(e.to_string()))?;
     let sku = state.skus.create(input).await?;
     Ok((StatusCode::CREATED, Json(sku)))
 }
@@ -283,7 +285,9 @@ pub async fn update_sku(
     authorize(state.admin_token.as_deref(), &headers, "/api/skus/{sku_id}")?;
     let id = parse_id(&raw)?;
     let input: SkuInput = json_body(&headers, &body)?;
-    input.validate().map_err(AppError::BadRequest)?;
+    input
+        .validate()
+        .map_err(|e| AppError::BadRequest(e.to_string()))?;
     if input.id.is_some_and(|body_id| body_id != id) {
         return Err(AppError::BadRequest(
             "id in the body differs from the path".into(),
