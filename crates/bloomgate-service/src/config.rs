@@ -18,6 +18,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 mod load;
+pub use load::{is_reserved_env, RESERVED_ENV};
 pub mod proxy;
 pub mod resources;
 pub mod resp;

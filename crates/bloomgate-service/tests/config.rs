@@ -616,3 +616,42 @@ fn the_configuration_reference_names_every_key() {
         "docs/configuration.md lacks: {missing:?}"
     );
 }
+
+/// The project's own variables are no configuration keys: a shell that
+/// exports the tests' servers, the golden files' switch, the benchmarks'
+/// sizes or the filter crate's L2 size still loads, to exactly the
+/// defaults; a mistyped key beside them still fails, naming it.
+#[test]
+fn the_projects_own_variables_are_skipped_and_a_typo_still_fails() {
+    let own = [
+        ("BLOOMGATE_TEST_REDIS_URL", "redis://x"),
+        (
+            "BLOOMGATE_TEST_MYSQL_URL",
+            "mysql://root@127.0.0.1:3306/test",
+        ),
+        (
+            "BLOOMGATE_TEST_POSTGRES_URL",
+            "postgres://postgres@127.0.0.1/test",
+        ),
+        ("BLOOMGATE_BLESS", "1"),
+        ("BLOOMGATE_BENCH_SIZES", "1000,10000"),
+        ("BLOOMGATE_L2_CACHE_BYTES", "1048576"),
+    ];
+    let loaded = Config::load_from(None, env(&own)).expect("the project's own variables load");
+    let defaults = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(format!("{loaded:?}"), format!("{defaults:?}"));
+    for name in own.map(|(n, _)| n) {
+        assert!(bloomgate_service::config::is_reserved_env(name), "{name}");
+    }
+    // Only the names the project uses: a key that merely starts alike is
+    // still read (and refused when it is no key).
+    for name in ["BLOOMGATE_TESTS", "BLOOMGATE_BLESSED", "BLOOMGATE_L2_CACHE"] {
+        assert!(!bloomgate_service::config::is_reserved_env(name), "{name}");
+        let e = Config::load_from(None, env(&[(name, "1")])).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { .. }), "{name}: {e}");
+    }
+    let mut typo = own.to_vec();
+    typo.push(("BLOOMGATE_CACHE__BLOOM_MOD", "strict"));
+    let e = Config::load_from(None, env(&typo)).unwrap_err().to_string();
+    assert!(e.contains("bloom_mod"), "{e}");
+}

@@ -23,6 +23,31 @@ const STRING_KEYS: [&str; 14] = [
     "redis_prefix",
 ];
 
+/// The project's own variables that are no configuration key: the tests'
+/// servers and golden files, the benchmarks' sizes, and the filter crate's
+/// `BLOOMGATE_L2_CACHE_BYTES` (a name the published crate reads). Loading
+/// skips them, so a shell that exports one still runs `serve`; every
+/// other unknown `BLOOMGATE_*` stays an error.
+pub const RESERVED_ENV: [&str; 4] = [
+    "BLOOMGATE_TEST_",
+    "BLOOMGATE_BENCH_",
+    "BLOOMGATE_BLESS",
+    "BLOOMGATE_L2_CACHE_BYTES",
+];
+
+/// Whether `name` is one of [`RESERVED_ENV`]: a prefix (ending in `_`)
+/// or a whole name.
+#[must_use]
+pub fn is_reserved_env(name: &str) -> bool {
+    RESERVED_ENV.iter().any(|r| {
+        if r.ends_with('_') {
+            name.starts_with(r)
+        } else {
+            name == *r
+        }
+    })
+}
+
 /// Reads `{key}_file` (a mounted secret) into `key`; refuses both set.
 fn url_from_file(table: &mut toml::Table, key: &str) -> Result<(), ConfigError> {
     let file_key = format!("{key}_file");
@@ -117,6 +142,9 @@ impl Config {
         };
         let mut conventional = Vec::new();
         for (name, raw) in env {
+            if is_reserved_env(&name) {
+                continue;
+            }
             if let Some(rest) = name.strip_prefix("BLOOMGATE_") {
                 let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
                 let value = if path.len() == 1 && path[0] == "redis_cluster" {
