@@ -20,7 +20,13 @@ def check(port, key, present, absent, token, protocol):
     # both compare equal to 1/True and 0/False.
     assert bf.exists(key, present) == 1, "present key"
     assert bf.exists(key, absent) == 0, "absent key"
-    assert bf.exists("no-such-filter", present) == 0, "unknown filter"
+    # A name that is no filter is an error, not RedisBloom's 0: a typo must
+    # not make a whole table look empty.
+    try:
+        bf.exists("no-such-filter", present)
+        raise AssertionError("BF.EXISTS of an unknown filter answered")
+    except redis.ResponseError as e:
+        assert str(e).startswith("no filter named 'no-such-filter'"), e
     assert list(bf.mexists(key, present, absent)) == [1, 0]
     info = bf.info(key)
     # RESP2: redis-py's BFInfo; RESP3: the map itself (redis-py's legacy

@@ -181,15 +181,18 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let m = &self.metrics.gate;
         let slot = route.as_ref().map(|(r, _)| r.slot);
+        // Any upgrade asked for stops the smuggling scan at its head; only
+        // WebSocket is tunnelled, any other goes on as a plain request.
         let upgrade = forward::wants_upgrade(req.headers());
-        let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let tunnel = upgrade && forward::tunnels(req.headers());
+        let client_side = tunnel.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         // The connection's place under the limit: a tunnel keeps it.
         let held = parts.extensions.remove::<serve::Slot>();
         // A chunked body keeps its framing (hyper's client would send a
         // GET's or HEAD's body of unknown length as none at all).
         let chunked = parts.headers.contains_key(header::TRANSFER_ENCODING);
-        forward::strip_hop_by_hop(&mut parts.headers, upgrade);
+        forward::strip_hop_by_hop(&mut parts.headers, tunnel);
         if chunked {
             parts.headers.insert(
                 header::TRANSFER_ENCODING,
@@ -245,7 +248,7 @@ impl Proxy {
                         on_service(self.service.as_ref(), pending.remember(route)).await;
                     }
                 }
-                let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+                let switched = tunnel && resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                 if let (true, Some(client_side)) = (switched, client_side) {
                     forward::splice(client_side, hyper::upgrade::on(&mut resp), held);
                 }

@@ -114,6 +114,30 @@ async fn mariadb_default_collation_every_spelling_is_one_key() {
     })
     .await;
 
+    // A loose key that no row has, told by the key API or `BF.ADD`, marks
+    // nothing: the filter still refuses. Before, one such call (a typo, a
+    // guess) switched every instance's refusals off until a rebuild.
+    let (status, body) = post(&s, "/api/users/keys", &["ø1", "u000001"]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["added"], 1, "the loose key without a row: {body}");
+    let client = redis::Client::open(format!("redis://{resp}/")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let new: i64 = redis::cmd("BF.ADD")
+        .arg("users")
+        .arg("é2")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(new, 0, "not added");
+    let before = rejected(&s.stats().await);
+    assert_eq!(s.get(&format!("/api/users/{absent}")).await.0, 404);
+    assert_eq!(
+        rejected(&s.stats().await),
+        before + 1,
+        "refused by the filter after a rowless loose key"
+    );
+    assert_eq!(bf_exists(resp, &absent).await, 0);
+
     // A row whose key is outside printable ASCII: the filter cannot fold
     // it, so once it exists the filter's "no" no longer stands, and an
     // ASCII spelling the collation finds is answered.

@@ -198,7 +198,7 @@ async fn caddy_forward_auth_with_the_documented_config() {
     let Some(caddy) = installed("caddy") else {
         return;
     };
-    let (_s, up, caddyfile, front, _dir) = setup(&doc("Caddyfile")).await;
+    let (s, up, caddyfile, front, _dir) = setup(&doc("Caddyfile")).await;
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("Caddyfile");
     std::fs::write(&file, caddyfile).unwrap();
@@ -215,4 +215,24 @@ async fn caddy_forward_auth_with_the_documented_config() {
     let _front = Front(child);
     common::wait_port(front, true).await;
     judged_through(front, &up).await;
+    // A query's `é` (as a browser sends it, escaped) is no reason to
+    // refuse or fail: the check reads the path alone. Caddy 2.6 answers a
+    // request whose target holds the raw bytes with an empty 200 of its
+    // own, before any handler: the check's reading of raw bytes is tested
+    // in http_gate.rs.
+    let client = reqwest::Client::new();
+    for (key, want, seen) in [("u1", 200, 2), ("nobody", 404, 0)] {
+        let url = format!("http://127.0.0.1:{front}/api/profiles/{key}?q=é");
+        let r = client.get(url).send().await.unwrap();
+        assert_eq!(r.status(), want, "{key}");
+        assert_eq!(up.seen.at(&format!("/api/profiles/{key}")), seen, "{key}");
+    }
+    // bloomgate gone: Caddy lets requests through (the documented config
+    // fails open, as nginx's does).
+    s.stop().await;
+    let r = reqwest::get(format!("http://127.0.0.1:{front}/api/profiles/nobody"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "forwarded while bloomgate is down");
+    assert_eq!(up.seen.at("/api/profiles/nobody"), 1);
 }

@@ -522,9 +522,11 @@ async fn an_upgrade_is_spliced_through() {
     let mut c = tokio::net::TcpStream::connect(s.gate.unwrap())
         .await
         .unwrap();
-    c.write_all(b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-        .await
-        .unwrap();
+    c.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    )
+    .await
+    .unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -568,6 +570,44 @@ async fn an_upgrade_is_spliced_through() {
         .unwrap();
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Only WebSocket is tunnelled: an `h2c` upgrade (or any protocol a
+/// client names) would carry requests the gate never judges. It goes on
+/// as a plain request without its `Upgrade`, and the connection closes
+/// after the answer, so nothing after its head goes unscanned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_websocket_upgrade_is_tunnelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |_| {}).await;
+    for upgrade in ["h2c", "websocket, h2c", "echo"] {
+        let request = format!(
+            "GET /api/profiles/u1 HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: {upgrade}\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\nGET /api/profiles/nobody HTTP/1.1\r\nHost: h\r\n\r\n"
+        );
+        let answer = raw(s.gate.unwrap(), request.as_bytes(), Duration::from_secs(5)).await;
+        assert_eq!(status_of(&answer), 200, "{upgrade}: {answer}");
+        let lower = answer.to_ascii_lowercase();
+        assert!(lower.contains("connection: close"), "{upgrade}: {answer}");
+        let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+        let echo: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(
+            echo["headers"].get("upgrade").is_none(),
+            "{upgrade}: {echo}"
+        );
+        assert!(
+            echo["headers"].get("http2-settings").is_none(),
+            "named in Connection: dropped ({upgrade}): {echo}"
+        );
+        assert_eq!(
+            lower.matches("http/1.1 ").count(),
+            1,
+            "the request after the head was not served: {answer}"
+        );
+    }
+    assert_eq!(up.seen.at("/api/profiles/u1"), 3);
+    assert_eq!(up.seen.at("/api/profiles/nobody"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -949,6 +989,39 @@ async fn the_auth_request_check_answers_for_the_original_request() {
         ("x-forwarded-uri", "/api/profiles/nobody"),
     ];
     assert_eq!(check(both, "/api/gate/check").await.0, 400);
+    // A value that is not text (Caddy passes a query's `é` on raw): the
+    // check never reads the query, so the path is judged; a path, method
+    // or host that is not text lets the request through unjudged.
+    let raw = |pairs: &[(&'static str, &'static [u8])]| {
+        let mut r = s.client.get(s.url("/api/gate/check"));
+        for (k, v) in pairs {
+            r = r.header(*k, reqwest::header::HeaderValue::from_bytes(v).unwrap());
+        }
+        async move { r.send().await.unwrap().status().as_u16() }
+    };
+    let method: (&'static str, &'static [u8]) = ("x-forwarded-method", b"GET");
+    for (uri, want) in [
+        (b"/api/profiles/u1?q=\xc3\xa9".as_slice(), 200),
+        (b"/api/profiles/nobody?q=\xc3\xa9", 410),
+        (b"/api/profiles/nobody#\xff", 410),
+        (b"/api/profiles/\xc3\xa9", 200),
+    ] {
+        assert_eq!(
+            raw(&[method, ("x-forwarded-uri", uri)]).await,
+            want,
+            "{}",
+            String::from_utf8_lossy(uri)
+        );
+    }
+    let nobody: (&'static str, &'static [u8]) = ("x-forwarded-uri", b"/api/profiles/nobody");
+    assert_eq!(
+        raw(&[("x-forwarded-method", b"G\xc3\x89T"), nobody]).await,
+        200
+    );
+    assert_eq!(
+        raw(&[method, nobody, ("x-forwarded-host", b"h\xc3\xa9.example")]).await,
+        200
+    );
     assert_eq!(up.seen.total(), 0, "the check never calls the upstream");
 }
 
@@ -1011,17 +1084,18 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
     common::redis_clear(&redis, &format!("bgtest:{prefix}:")).await;
     let up = Upstream::start().await;
     let writer = common::sql_pool(&url).await;
-    common::users_table(&writer, &["u1", "gone", "late"]).await;
+    common::users_table(&writer, &["u1", "gone", "late", "headless"]).await;
     let config = || {
         let mut c = gate_config(common::config(&url, Some(&redis), prefix), &up);
         c.gate.routes[0].cache_not_found_secs = 300;
+        c.gate.routes[0].not_found_memory_headers = vec!["X_B3_*".into()];
         c
     };
     let a = started(config()).await;
     let b = started(config()).await;
     // Rows deleted after the build: the filters still hold them (a
     // "maybe"), and the API answers 404 for them.
-    sqlx::query("DELETE FROM users WHERE id IN ('gone', 'late')")
+    sqlx::query("DELETE FROM users WHERE id IN ('gone', 'late', 'headless')")
         .execute(&writer)
         .await
         .unwrap();
@@ -1138,6 +1212,49 @@ async fn remembered_404s_are_shared_and_dropped_by_another_programs_create() {
         assert_eq!(r.unwrap().status(), 404);
     }
     assert_eq!(up.seen.at(gone), 6);
+    // A header off the allowlist means the 404 may be the caller's (a
+    // tenant's key), or the upstream may route by it (an underscore
+    // spelling, which CGI and WSGI servers read as the dashed header):
+    // forwarded, never answered from memory. A header the route allows
+    // (`not_found_memory_headers`, here the `x-b3-*` family) and the
+    // browser's `sec-fetch-*` keep the memory.
+    for (h, v) in [
+        ("x-api-key", "tenant-b"),
+        ("x_forwarded_host", "elsewhere.example"),
+        ("x_original_url", "/elsewhere"),
+    ] {
+        let r = a.client.get(gate_url(&a, gone)).header("host", HOST);
+        assert_eq!(r.header(h, v).send().await.unwrap().status(), 404, "{h}");
+    }
+    assert_eq!(
+        up.seen.at(gone),
+        9,
+        "answered from memory despite a header off the list"
+    );
+    let r = a.client.get(gate_url(&a, gone)).header("host", HOST);
+    let r = r
+        .header("x-b3-traceid", "1")
+        .header("sec-fetch-mode", "cors");
+    assert_eq!(r.send().await.unwrap().status(), 404);
+    assert_eq!(up.seen.at(gone), 9, "an allowed header was forwarded");
+    // A HEAD's 404 is not stored (Gin answers HEAD on a GET route with
+    // 404): the GET after it is the API's to answer.
+    let headless = "/api/profiles/headless";
+    up.seen.set_missing(headless, true);
+    for _ in 0..2 {
+        let r = a.client.head(gate_url(&a, headless)).header("host", HOST);
+        assert_eq!(r.send().await.unwrap().status(), 404);
+    }
+    up.seen.set_missing(headless, false);
+    for s in [&a, &b] {
+        let r = s.client.get(gate_url(s, headless)).header("host", HOST);
+        assert_eq!(
+            r.send().await.unwrap().status(),
+            200,
+            "a HEAD's 404 answered a GET"
+        );
+    }
+    assert_eq!(up.seen.at(headless), 4);
 
     // A create by another program (the mariadb client) drops the memory
     // on every instance.

@@ -155,12 +155,20 @@ async fn the_bf_commands_answer_from_the_filter() {
         .await,
         ":0\r\n"
     );
-    // Keys that cannot be in the column, and names that are no filter:
-    // 0, as RedisBloom answers a missing filter.
+    // Keys an integer column cannot hold: 0. A name that is no filter:
+    // an error, not RedisBloom's 0 for a missing filter (a typo must not
+    // make a table look empty).
     assert_eq!(
-        ask("BF.EXISTS skus abc\r\nBF.EXISTS skus -4\r\nBF.EXISTS nope 42\r\n").await,
-        ":0\r\n:0\r\n:0\r\n"
+        ask("BF.EXISTS skus abc\r\nBF.EXISTS skus -4\r\n").await,
+        ":0\r\n:0\r\n"
     );
+    for read in ["BF.EXISTS nope 42", "BF.MEXISTS nope 42 43", "BF.CARD nope"] {
+        let got = ask(Box::leak(format!("{read}\r\n").into_boxed_str())).await;
+        assert!(
+            got.starts_with("-ERR no filter named 'nope'"),
+            "{read}: {got}"
+        );
+    }
     assert_eq!(
         ask(Box::leak(
             format!("BF.MEXISTS skus 1 {a} x 2\r\n").into_boxed_str()
@@ -168,10 +176,7 @@ async fn the_bf_commands_answer_from_the_filter() {
         .await,
         "*4\r\n:1\r\n:0\r\n:0\r\n:1\r\n"
     );
-    assert_eq!(
-        ask("BF.CARD skus\r\nBF.CARD nope\r\n").await,
-        ":1000\r\n:0\r\n"
-    );
+    assert_eq!(ask("BF.CARD skus\r\n").await, ":1000\r\n");
     let info = ask("BF.INFO skus\r\n").await;
     let g = s.state.skus.shield().stats();
     assert_eq!(
@@ -883,6 +888,67 @@ async fn reads_are_rate_limited_per_client() {
         &lines[9..],
         &[":1", "+PONG"],
         "writes and PING are not limited"
+    );
+    s.stop().await;
+}
+
+/// A text column may hold what bloomgate's keys refuse (over 255 bytes, a
+/// control character, bytes that are not UTF-8), and its rebuild hashed
+/// such rows as they are: `BF.EXISTS` and `BF.MEXISTS` answer "maybe" for
+/// such an item, never a "no" the filter cannot vouch for, while an
+/// absent plain key is still 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_no_key_can_spell_is_maybe_in_a_text_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let w = common::sql_pool(&url).await;
+    let long = "x".repeat(300);
+    sqlx::query("CREATE TABLE users (id TEXT NOT NULL PRIMARY KEY, name TEXT NOT NULL)")
+        .execute(&w)
+        .await
+        .unwrap();
+    for id in ["u000001", long.as_str(), "tab\there"] {
+        sqlx::query("INSERT INTO users VALUES (?, 'x')")
+            .bind(id)
+            .execute(&w)
+            .await
+            .unwrap();
+    }
+    let mut c = with_resp(common::config(&url, None, "resp-unjudged"));
+    c.demo = Some(false);
+    c.resources = vec![common::users_resource("users")];
+    let s = TestServer::start(c, 0).await;
+    eventually(10, "ready", || async { s.get("/readyz").await.0 == 200 }).await;
+    let addr = s.resp.unwrap();
+    let bulk = |b: &[u8]| {
+        let mut v = format!("${}\r\n", b.len()).into_bytes();
+        v.extend_from_slice(b);
+        v.extend_from_slice(b"\r\n");
+        v
+    };
+    let exists = |item: &[u8]| {
+        let mut v = b"*3\r\n$9\r\nBF.EXISTS\r\n$5\r\nusers\r\n".to_vec();
+        v.extend(bulk(item));
+        v
+    };
+    let mut input = Vec::new();
+    for item in [
+        b"u000001".as_slice(),
+        b"u999999",
+        long.as_bytes(),
+        b"tab\there",
+        b"\xff\xfe",
+    ] {
+        input.extend(exists(item));
+    }
+    input.extend(b"*5\r\n$10\r\nBF.MEXISTS\r\n$5\r\nusers\r\n");
+    for item in [b"u999999".as_slice(), long.as_bytes(), b"u000001"] {
+        input.extend(bulk(item));
+    }
+    let (got, _) = talk(addr, &input, Duration::from_millis(300)).await;
+    assert_eq!(
+        text(&got),
+        ":1\r\n:0\r\n:1\r\n:1\r\n:1\r\n*3\r\n:0\r\n:1\r\n:1\r\n"
     );
     s.stop().await;
 }

@@ -94,9 +94,36 @@ pub struct ProxyRoute {
     /// `{key}`.
     #[serde(default)]
     pub cache_not_found_secs: u64,
+    /// Headers that may come with a request whose 404 is remembered or
+    /// answered from memory, beside the default list (`Accept`,
+    /// `User-Agent`, `X-Request-Id`, …): any other header means the 404
+    /// may be the caller's. Names compare case-insensitively, `_` read as
+    /// `-`; a trailing `*` names a family (`x-b3-*`).
+    #[serde(default)]
+    pub not_found_memory_headers: Vec<String>,
 }
 
 impl ProxyRoute {
+    fn validate_memory_headers(&self, key: &str) -> Result<(), ConfigError> {
+        for h in &self.not_found_memory_headers {
+            let name = h.strip_suffix('*').unwrap_or(h);
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{:?} is not a header name (letters, digits, - and _, a trailing * for a family)",
+                        crate::text::clip(h)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_not_found_cache(&self, key: &str, captured: &[&str]) -> Result<(), ConfigError> {
         if self.cache_not_found_secs == 0 {
             return Ok(());
@@ -215,6 +242,7 @@ impl ProxyConfig {
                 ));
             }
             r.validate_not_found_cache(&at("cache_not_found_secs"), captured)?;
+            r.validate_memory_headers(&at("not_found_memory_headers"))?;
         }
         Ok(())
     }
@@ -355,6 +383,20 @@ mod tests {
             not_found_body: None,
             not_found_content_type: default_content_type(),
             cache_not_found_secs: 0,
+            not_found_memory_headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn memory_headers_are_header_names() {
+        let mut r = route("/api/profiles/{key}");
+        for ok in ["x-b3-*", "X_Client", "x-api-version"] {
+            r.not_found_memory_headers = vec![ok.into()];
+            assert!(r.validate_memory_headers("k").is_ok(), "{ok}");
+        }
+        for bad in ["", "*", "x b3", "x:y", "é"] {
+            r.not_found_memory_headers = vec![bad.into()];
+            assert_eq!(key_of(r.validate_memory_headers("k")), "k", "{bad:?}");
         }
     }
 

@@ -41,8 +41,10 @@ pub async fn gate_check(State(state): State<Arc<AppState>>, req: Request) -> Res
             resp.extensions_mut().insert(AsIs);
             resp
         }
-        Answer::BadRequest(why) => {
-            crate::http::error::error_response(StatusCode::BAD_REQUEST, "bad_request", &why)
-        }
+        Answer::BadRequest(why) => crate::http::error::error_response(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &why.to_string(),
+        ),
     }
 }

@@ -310,8 +310,8 @@ async fn call<R: JsonKeys>(
         }
         Call::Exists => json!({ "exists": r.exists(&keys).await? }),
         Call::Keys => {
-            r.add_keys(&keys).await?;
-            json!({ "added": keys.len() })
+            let added = r.add_keys(&keys).await?;
+            json!({ "added": added.iter().filter(|a| **a).count() })
         }
         Call::Invalidate if deleted => {
             if r.deleted(&keys).await? {

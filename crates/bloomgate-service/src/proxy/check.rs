@@ -11,7 +11,10 @@
 //!   Envoy `ext_authz` with `path_prefix`), with the check's method: a
 //!   refusal is the route's answer.
 //!
-//! An allow is 200 with no body.
+//! An allow is 200 with no body. A header value that is not text (a raw
+//! `é` in a query, which Caddy passes on as it came) never gets a 400: of
+//! the original URI only the path is read, and a path, method or host
+//! that is not text lets the request through unjudged.
 
 use hyper::header::HeaderMap;
 
@@ -31,9 +34,37 @@ pub enum Answer<'a> {
     Forbidden,
     /// Refused: the route's own answer.
     Refuse(&'a Refusal),
-    /// 400: the original request could not be read (a message).
-    BadRequest(String),
+    /// 400: the original request could not be read.
+    BadRequest(Unreadable),
 }
+
+/// Why the check could not read the original request (its 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unreadable {
+    /// Both header pairs came: one was the client's own.
+    #[error("both X-Original-URI and X-Forwarded-Uri: clear the pair your proxy does not set (docs/http-gate.md)")]
+    BothPairs,
+    /// An original URI without its method.
+    #[error("{uri} came without {method}: set both")]
+    NoMethod {
+        /// The URI's header.
+        uri: &'static str,
+        /// The method's header, missing.
+        method: &'static str,
+    },
+    /// An original URI that is neither a path nor an absolute URI (as
+    /// sent, clipped).
+    #[error("the original URI is not a path: {0:?}")]
+    NotAPath(String),
+    /// Neither header pair nor a path after the check's own.
+    #[error("no original request: send X-Original-Method and X-Original-URI, X-Forwarded-Method and X-Forwarded-Uri, or the path after /api/gate/check")]
+    NoOriginal,
+}
+
+/// A header value that is not text: the request goes through unjudged.
+#[derive(Debug, Clone, Copy)]
+struct NotText;
 
 /// Judges the original request the check describes. `method` and `path`
 /// are the check request's own (`path` still percent-encoded).
@@ -44,45 +75,72 @@ pub async fn check<'a>(
     method: &str,
     path: &str,
 ) -> Answer<'a> {
-    let header = |name: &str| -> Result<Option<&str>, String> {
+    // A header value that is not text (a raw `é` in a query Caddy passes
+    // on as it came) is no reason to refuse: the request goes through
+    // unjudged (`NotText`). Of an original URI only the path must be
+    // text: the check never reads the query.
+    let header = |name: &'static str| -> Result<Option<&str>, NotText> {
         headers
             .get(name)
-            .map(|v| v.to_str().map_err(|_| format!("{name} is not text")))
+            .map(|v| v.to_str().map_err(|_| NotText))
             .transpose()
     };
-    let read = || -> Result<(String, String, bool), String> {
+    let uri_path = |name: &'static str| -> Result<Option<&str>, NotText> {
+        let Some(v) = headers.get(name) else {
+            return Ok(None);
+        };
+        let bytes = v.as_bytes();
+        let end = bytes
+            .iter()
+            .position(|b| matches!(b, b'?' | b'#'))
+            .unwrap_or(bytes.len());
+        match std::str::from_utf8(&bytes[..end]) {
+            Ok(path) if path.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(path)),
+            _ => Err(NotText),
+        }
+    };
+    let read = || -> Result<Result<(String, String, bool), NotText>, Unreadable> {
         // A client may add either pair to its own request, and the
         // proxies copy client headers: a request with both is refused,
         // and each documented config clears the pair it does not set.
         if headers.contains_key("x-original-uri") && headers.contains_key("x-forwarded-uri") {
-            return Err(
-                "both X-Original-URI and X-Forwarded-Uri: clear the pair your proxy does not set (docs/http-gate.md)"
-                    .to_owned(),
-            );
+            return Err(Unreadable::BothPairs);
         }
         for (uri, meth, nginx) in [
             ("x-original-uri", "x-original-method", true),
             ("x-forwarded-uri", "x-forwarded-method", false),
         ] {
-            if let Some(u) = header(uri)? {
-                let m =
-                    header(meth)?.ok_or_else(|| format!("{uri} came without {meth}: set both"))?;
-                return Ok((m.to_owned(), target_path(u)?.to_owned(), nginx));
-            }
+            let u = match uri_path(uri) {
+                Ok(None) => continue,
+                Ok(Some(u)) => Ok(u),
+                Err(not_text) => Err(not_text),
+            };
+            let m = match header(meth) {
+                Ok(m) => Ok(m.ok_or(Unreadable::NoMethod { uri, method: meth })?),
+                Err(not_text) => Err(not_text),
+            };
+            return match (u, m) {
+                (Ok(u), Ok(m)) => Ok(Ok((m.to_owned(), target_path(u)?.to_owned(), nginx))),
+                _ => Ok(Err(NotText)),
+            };
         }
         match path.strip_prefix(CHECK_PATH) {
-            Some(rest) if rest.starts_with('/') => Ok((method.to_owned(), rest.to_owned(), false)),
-            _ => Err(
-                "no original request: send X-Original-Method and X-Original-URI, X-Forwarded-Method and X-Forwarded-Uri, or the path after /api/gate/check"
-                    .to_owned(),
-            ),
+            Some(rest) if rest.starts_with('/') => {
+                Ok(Ok((method.to_owned(), rest.to_owned(), false)))
+            }
+            _ => Err(Unreadable::NoOriginal),
         }
     };
+    let m = &metrics.gate;
+    let unjudged = || {
+        m.record(m.unrouted(), Outcome::Forwarded);
+        Answer::Allow
+    };
     let (method, path, nginx) = match read() {
-        Ok(x) => x,
+        Ok(Ok(x)) => x,
+        Ok(Err(NotText)) => return unjudged(),
         Err(why) => return Answer::BadRequest(why),
     };
-    let m = &metrics.gate;
     let refuse = |route: &'a super::judge::Route| {
         if nginx {
             Answer::Forbidden
@@ -95,7 +153,7 @@ pub async fn check<'a>(
     // (docs/gate/nginx.conf does: else it names the upstream block).
     let host = match (header("x-forwarded-host"), header("host")) {
         (Ok(Some(h)), _) | (Ok(None), Ok(Some(h))) => h,
-        (Err(why), _) | (_, Err(why)) => return Answer::BadRequest(why),
+        (Err(NotText), _) | (_, Err(NotText)) => return unjudged(),
         (Ok(None), Ok(None)) => "",
     };
     let asked = Asked {
@@ -128,7 +186,7 @@ pub async fn check<'a>(
 
 /// The path of an original target: origin-form without its query, or the
 /// path of an absolute one.
-fn target_path(uri: &str) -> Result<&str, String> {
+fn target_path(uri: &str) -> Result<&str, Unreadable> {
     let uri = uri.split(['?', '#']).next().unwrap_or("");
     if uri.starts_with('/') {
         return Ok(uri);
@@ -136,24 +194,26 @@ fn target_path(uri: &str) -> Result<&str, String> {
     let rest = uri
         .strip_prefix("http://")
         .or_else(|| uri.strip_prefix("https://"))
-        .ok_or_else(|| {
-            format!(
-                "the original URI is not a path: {:?}",
-                crate::text::clip(uri)
-            )
-        })?;
+        .ok_or_else(|| Unreadable::NotAPath(crate::text::clip(uri)))?;
     Ok(rest.find('/').map_or("/", |i| &rest[i..]))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::target_path;
+    use super::{target_path, Unreadable};
 
     #[test]
     fn the_original_target_is_read_as_a_path() {
         assert_eq!(target_path("/api/p/1?x=/y").unwrap(), "/api/p/1");
         assert_eq!(target_path("http://h:1/api/p/1?q").unwrap(), "/api/p/1");
         assert_eq!(target_path("https://h").unwrap(), "/");
-        assert!(target_path("api/p/1").is_err());
+        assert_eq!(
+            target_path("api/p/1"),
+            Err(Unreadable::NotAPath("api/p/1".into()))
+        );
+        assert_eq!(
+            Unreadable::NotAPath("api/p/1".into()).to_string(),
+            "the original URI is not a path: \"api/p/1\""
+        );
     }
 }

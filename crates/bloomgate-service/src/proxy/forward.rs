@@ -156,6 +156,21 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE) && connection_names(headers, "upgrade")
 }
 
+/// Whether the protocol a request asks to switch to is WebSocket, and only
+/// it: the one upgrade the gate tunnels. Any other (`h2c`, a protocol of
+/// the client's naming) would carry requests the gate never judges; such
+/// a request goes on without its `Upgrade`, as a plain one.
+#[must_use]
+pub fn tunnels(headers: &HeaderMap) -> bool {
+    let mut tokens = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .peekable();
+    tokens.peek().is_some() && tokens.all(|t| t.eq_ignore_ascii_case(b"websocket"))
+}
+
 fn connection_names(headers: &HeaderMap, token: &str) -> bool {
     headers
         .get_all(header::CONNECTION)
@@ -461,5 +476,15 @@ mod tests {
             HeaderValue::from_static("keep-alive, Upgrade"),
         );
         assert!(wants_upgrade(&h));
+        assert!(tunnels(&h), "websocket is tunnelled");
+        for other in ["h2c", "websocket, h2c", "WebSocket/13x", ""] {
+            h.insert("upgrade", HeaderValue::from_static(other));
+            assert!(wants_upgrade(&h) && !tunnels(&h), "{other:?}");
+        }
+        h.insert("upgrade", HeaderValue::from_static("WebSocket"));
+        h.append("upgrade", HeaderValue::from_static("h2c"));
+        assert!(!tunnels(&h), "a second Upgrade header counts too");
+        h.remove("upgrade");
+        assert!(!tunnels(&h));
     }
 }

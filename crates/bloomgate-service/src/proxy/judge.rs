@@ -6,10 +6,13 @@
 //!
 //! A route with `cache_not_found_secs` also answers a key its filter let
 //! through when the upstream answered 404 for it lately
-//! ([`AbsentMemory`]): only for `GET` and `HEAD` without `Authorization`
-//! or `Cookie` (whose 404 may be the caller's, not the key's), and only
-//! while the filter vouches. A 404 is stored only for a request of the
-//! key's one canonical spelling (the route's path with the key as its
+//! ([`AbsentMemory`]): only for `GET` and `HEAD` whose every header is on
+//! an allowlist ([`MEMORY_HEADERS`], and the route's
+//! `not_found_memory_headers`): any other header (`Authorization`,
+//! `Cookie`, `X-Api-Key`, a tenant's) means the 404 may be the caller's,
+//! not the key's. Only while the filter vouches. A 404 is stored only for
+//! a `GET` (a framework may answer `HEAD` on a `GET` route with 404) of
+//! the key's one canonical spelling (the route's path with the key as its
 //! column holds it, no escapes, dot segments, repeated slashes or query),
 //! and answers only requests asked of the same `Host`: another spelling
 //! may reach another of the upstream's routes, whose 404 would refuse a
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::header::{HeaderMap, AUTHORIZATION, COOKIE};
+use hyper::header::HeaderMap;
 
 use super::route::{canonical, decode, key_of, normalise};
 use crate::cache::{AbsentMemory, Recall, Ticket};
@@ -52,6 +55,9 @@ pub struct Route {
     pub refusal: Refusal,
     /// Its remembered 404s (`cache_not_found_secs`).
     pub memory: Option<AbsentMemory<Key>>,
+    /// Headers allowed beside [`MEMORY_HEADERS`] (`not_found_memory_headers`,
+    /// lower case, `_` as `-`; a trailing `*` names a family).
+    memory_headers: Vec<Box<str>>,
 }
 
 /// The verdict on one request.
@@ -160,6 +166,11 @@ impl Routes {
                     resource: Arc::clone(resource),
                     refusal: refusal(r),
                     memory,
+                    memory_headers: r
+                        .not_found_memory_headers
+                        .iter()
+                        .map(|h| spelled(h).into())
+                        .collect(),
                 })
             })
             .collect();
@@ -194,12 +205,12 @@ impl Routes {
             return match route.resource.judge_one(&key).await {
                 Judged::Absent => Judgement::Refuse(route),
                 Judged::Maybe { vouched: true } => match &route.memory {
-                    Some(m) if remembers(method, asked.headers) => {
-                        // Only a canonical request's 404 is stored.
+                    Some(m) if route.remembers(asked, asker) => {
+                        // Only a canonical GET's 404 is stored.
                         let store = asker == Asker::Proxy
+                            && method == "GET"
                             && !asked.query
                             && plain_host(asked.host)
-                            && !reroutes(asked.headers, asked.host)
                             && canonical(&route.pattern, asked.path, &key.to_string());
                         let host = asked.host.to_ascii_lowercase();
                         match m.recall(&key, &host, store).await {
@@ -232,11 +243,82 @@ impl Routes {
     }
 }
 
-/// Whether a request's 404 is the key's: a read without credentials.
-fn remembers(method: &str, headers: &HeaderMap) -> bool {
-    matches!(method, "GET" | "HEAD")
-        && !headers.contains_key(AUTHORIZATION)
-        && !headers.contains_key(COOKIE)
+/// The headers a request may carry and still have its 404 remembered, or
+/// be answered from memory: what browsers, HTTP clients and the proxies
+/// in between send with every request alike. With any other, the 404 may
+/// be the caller's (`Authorization`, `Cookie`, `X-Api-Key`, a tenant's
+/// header), or the upstream may route by it.
+pub const MEMORY_HEADERS: [&str; 18] = [
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "user-agent",
+    "cache-control",
+    "pragma",
+    "if-none-match",
+    "if-modified-since",
+    "connection",
+    "host",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "origin",
+    "referer",
+    "dnt",
+];
+
+/// The auth-request check's own headers, which name the original request
+/// (see `proxy::check`), and the empty length nginx's documented config
+/// sets on its subrequest.
+const CHECK_HEADERS: [&str; 5] = [
+    "x-original-uri",
+    "x-original-method",
+    "x-forwarded-uri",
+    "x-forwarded-method",
+    "content-length",
+];
+
+/// Families of [`MEMORY_HEADERS`]: a browser's fetch metadata and client
+/// hints.
+pub const MEMORY_FAMILIES: [&str; 2] = ["sec-fetch-", "sec-ch-ua"];
+
+/// A header name as the allowlist compares it: lower case, `_` read as
+/// `-` (CGI and WSGI servers read `X_Forwarded_Host` as the dashed one).
+fn spelled(name: &str) -> String {
+    name.to_ascii_lowercase().replace('_', "-")
+}
+
+impl Route {
+    /// Whether a request's 404 is the key's: a `GET` or `HEAD` whose every
+    /// header is allowed, none rerouting it. `X-Forwarded-Host` and
+    /// `Forwarded` (spelled with dashes) are allowed where every host they
+    /// name is the request's (a load balancer in front adds them); the
+    /// check's own headers that describe the original request, when the
+    /// check asks.
+    fn remembers(&self, asked: &Asked<'_>, asker: Asker) -> bool {
+        let allowed = |name: &str| {
+            if matches!(name, "x-forwarded-host" | "forwarded")
+                || (asker == Asker::Check && CHECK_HEADERS.contains(&name))
+            {
+                return true;
+            }
+            let name = spelled(name);
+            MEMORY_HEADERS.contains(&name.as_str())
+                || MEMORY_FAMILIES.iter().any(|f| name.starts_with(f))
+                || self
+                    .memory_headers
+                    .iter()
+                    .any(|h| match h.strip_suffix('*') {
+                        Some(family) => name.starts_with(family),
+                        None => **h == *name,
+                    })
+        };
+        matches!(asked.method, "GET" | "HEAD")
+            && asked.headers.keys().all(|k| allowed(k.as_str()))
+            && !reroutes(asked.headers, asked.host)
+    }
 }
 
 /// Headers some upstreams (or the frameworks behind them) route by

@@ -12,7 +12,7 @@ use crate::key::Key;
 use crate::shield::Verdict;
 use crate::source::Row;
 
-/// A filter's verdict on one key, for the HTTP shield.
+/// A filter's verdict on one key, for the HTTP gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Judged {
     /// The filter vouches the key is absent.
@@ -26,7 +26,7 @@ pub enum Judged {
     },
 }
 
-/// The change feed's positions, for the HTTP shield's remembered 404s.
+/// The change feed's positions, for the HTTP gate's remembered 404s.
 #[derive(Debug)]
 struct FeedPositions(crate::feed::outbox::Outbox);
 
@@ -64,16 +64,51 @@ impl<R: Guarded> Resource<R> {
     /// filter: added here, dropped from Redis and this instance's L1 (a
     /// "not found" cached before the row existed must not answer),
     /// recorded in the outbox (which the others follow), then the others
-    /// are rung. Answers only after all of that.
+    /// are rung. Answers only after all of that, with which keys were
+    /// added: all but a loose key that names no row ([`Self::rows_only`]).
     ///
     /// # Errors
     /// [`AppError::BadRequest`] over the limit; [`AppError::Unavailable`]
     /// when Redis did not confirm the deletes or the outbox could not be
     /// written (the keys are in this instance's filter anyway; call
-    /// again).
-    pub async fn add_keys(&self, keys: &[R::Key]) -> Result<(), AppError> {
+    /// again), or the table could not be asked about a loose key.
+    pub async fn add_keys(&self, keys: &[R::Key]) -> Result<Vec<bool>, AppError> {
         self.check_len(keys.len())?;
         self.need_outbox()?;
+        let added = self.rows_only(keys).await?;
+        let kept: Vec<R::Key> = keys
+            .iter()
+            .zip(&added)
+            .filter(|(_, a)| **a)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !kept.is_empty() {
+            self.add_rows(&kept).await?;
+        }
+        Ok(added)
+    }
+
+    /// Which of `keys` may mark the filter: every one its filter judges,
+    /// and a loose one (see [`crate::key::Fold`]) only where the table has
+    /// its row. A loose key in a filter sets its loose mark, and a marked
+    /// filter vouches for no "no" on any instance until a rebuild: one
+    /// call naming a key that no row has (a typo, a guess, `BF.ADD users
+    /// é` on a case-folding column) must not switch every instance's
+    /// refusals off.
+    async fn rows_only(&self, keys: &[R::Key]) -> Result<Vec<bool>, AppError> {
+        let mut added = Vec::with_capacity(keys.len());
+        for k in keys {
+            let row = R::judged(k) || self.reader.store.get(k).await?.is_some();
+            if !row {
+                tracing::debug!(resource = %self.name, "a loose key with no row was not added");
+            }
+            added.push(row);
+        }
+        Ok(added)
+    }
+
+    /// [`Self::add_keys`] for keys that may mark the filter.
+    async fn add_rows(&self, keys: &[R::Key]) -> Result<(), AppError> {
         // Redis first: once the entry is in the outbox another instance
         // may learn the key and read it, and must not find a "not found"
         // cached before the row existed. Without that, nothing is
@@ -225,7 +260,7 @@ impl<R: Guarded> Resource<R> {
     /// instance vouches for its answers about the key: the filter built,
     /// in step with the change feed and owing no rebuild, and the key one
     /// whose every spelling the caches tell apart. Only then may the HTTP
-    /// shield answer it from a remembered 404
+    /// gate answer it from a remembered 404
     /// ([`crate::cache::AbsentMemory`]).
     pub async fn judge_one(&self, key: &R::Key) -> Judged {
         match self.verdict_one(key).await {
@@ -239,7 +274,7 @@ impl<R: Guarded> Resource<R> {
         }
     }
 
-    /// A memory of an upstream's 404s for one HTTP shield route over this
+    /// A memory of an upstream's 404s for one HTTP gate route over this
     /// table (`route` names it), kept in step with the table: a change of
     /// a key applied here, or told through `keys` and `invalidate`, drops
     /// the key from it, here and in Redis.

@@ -103,32 +103,30 @@ async fn bloom(
         out.error("NOAUTH Authentication required.");
         return;
     }
-    match command {
+    match (command, target) {
+        // A read of a name that is no resource is an error, not "absent"
+        // (RedisBloom's 0): a typo in `[resp.keys]` must not make a whole
+        // table look empty.
+        (0 | 1 | 5, None) => out.error(&format!(
+            "ERR no filter named '{}': bloomgate's filters are its configured resources ([[resources]], [resp.keys])",
+            String::from_utf8_lossy(&args[1][..args[1].len().min(128)])
+        )),
         // BF.EXISTS
-        0 => {
-            let maybe = match target {
-                Some(t) => exists_one(t, args[2]).await,
-                None => false,
-            };
-            out.bool(maybe);
-        }
+        (0, Some(t)) => out.bool(exists_one(t, args[2]).await),
         // BF.MEXISTS
-        1 => {
-            let answers = match target {
-                Some(t) => exists(t, &args[2..]).await,
-                None => vec![false; args.len() - 2],
-            };
+        (1, Some(t)) => {
+            let answers = exists(t, &args[2..]).await;
             out.array(answers.len());
             for a in answers {
                 out.bool(a);
             }
         }
         // BF.ADD, BF.MADD, BF.INSERT
-        2..=4 => {
+        (2..=4, _) => {
             let (items, nocreate) = if command == 4 {
                 match insert_items(args) {
                     Ok(parsed) => parsed,
-                    Err(e) => return out.error(&e),
+                    Err(e) => return out.error(&e.to_string()),
                 }
             } else {
                 (&args[2..], false)
@@ -155,12 +153,10 @@ async fn bloom(
             }
         }
         // BF.CARD
-        5 => out.int(target.map_or(0, |t| figures(t).added as i64)),
+        (5, Some(t)) => out.int(figures(t).added as i64),
         // BF.INFO
-        _ => match target {
-            None => out.error("ERR not found"),
-            Some(t) => info(out, t, args.get(2).copied()),
-        },
+        (_, None) => out.error("ERR not found"),
+        (_, Some(t)) => info(out, t, args.get(2).copied()),
     }
 }
 
@@ -168,6 +164,16 @@ async fn bloom(
 /// column (not UTF-8, not an integer for an integer key, empty, too long).
 fn key_of<K: FromRaw>(raw: &[u8], ty: crate::key::KeyType, fold: Fold) -> Option<K> {
     K::from_raw(std::str::from_utf8(raw).ok()?, ty, fold)
+}
+
+/// The answer for an item that is no key bloomgate judges (`key_of`
+/// found none): "maybe" for a text column, which may hold what
+/// [`Key::parse`] refuses (empty, over 255 bytes, a control character,
+/// bytes that are not UTF-8) and whose rebuild hashed such rows as they
+/// are, so no "no" can be vouched for; "no" for an integer column, which
+/// cannot hold anything but an integer.
+fn unjudged(ty: crate::key::KeyType) -> bool {
+    ty == crate::key::KeyType::Text
 }
 
 /// How a raw item becomes a resource's key.
@@ -216,7 +222,7 @@ where
     R: crate::resource::Guarded,
     R::Key: FromRaw + Clone,
 {
-    let mut answers = vec![false; items.len()];
+    let mut answers = vec![unjudged(ty); items.len()];
     let mut keys = Vec::with_capacity(items.len());
     let mut at = Vec::with_capacity(items.len());
     for (i, raw) in items.iter().enumerate() {
@@ -246,11 +252,11 @@ async fn exists_one(t: &Target, raw: &[u8]) -> bool {
     match &t.filter {
         Filter::Skus(r) => match key_of::<i64>(raw, r.key_type(), r.fold()) {
             Some(k) => r.exists_one(&k).await,
-            None => false,
+            None => unjudged(r.key_type()),
         },
         Filter::Table(r) => match key_of::<Key>(raw, r.key_type(), r.fold()) {
             Some(k) => r.exists_one(&k).await,
-            None => false,
+            None => unjudged(r.key_type()),
         },
     }
 }
@@ -293,8 +299,8 @@ where
             .iter()
             .map(|k| r.shield().probe(k) == crate::shield::Verdict::Reject)
             .collect();
-        r.add_keys(chunk).await.map_err(app_error)?;
-        added.extend(before);
+        let kept = r.add_keys(chunk).await.map_err(app_error)?;
+        added.extend(before.into_iter().zip(kept).map(|(new, kept)| new && kept));
     }
     Ok(added)
 }
@@ -314,7 +320,7 @@ fn app_error(e: AppError) -> String {
 /// [NONSCALING] ITEMS item…`: the items, and whether `NOCREATE` was
 /// given. The creation options are checked and then ignored, as
 /// RedisBloom ignores them for a filter that exists.
-fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), String> {
+fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), InsertError> {
     let mut i = 2;
     let (mut nocreate, mut sized) = (false, false);
     while i < args.len() {
@@ -323,12 +329,10 @@ fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), Stri
         match word.as_slice() {
             b"ITEMS" => {
                 if i + 1 == args.len() {
-                    return Err("ERR wrong number of arguments for 'bf.insert' command".into());
+                    return Err(InsertError::Arity);
                 }
                 if nocreate && sized {
-                    return Err(
-                        "ERR NOCREATE cannot be used together with CAPACITY or ERROR".into(),
-                    );
+                    return Err(InsertError::NoCreateSized);
                 }
                 return Ok((&args[i + 1..], nocreate));
             }
@@ -339,7 +343,7 @@ fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), Stri
                     .and_then(|v| v.parse::<u64>().ok())
                     .is_none_or(|c| c == 0)
                 {
-                    return Err("ERR Bad capacity".into());
+                    return Err(InsertError::Capacity);
                 }
                 sized = true;
                 i += 1;
@@ -349,7 +353,7 @@ fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), Stri
                     .and_then(|v| v.parse::<f64>().ok())
                     .is_some_and(|e| e > 0.0 && e < 1.0)
                 {
-                    return Err("ERR Bad error rate".into());
+                    return Err(InsertError::ErrorRate);
                 }
                 sized = true;
                 i += 1;
@@ -359,15 +363,34 @@ fn insert_items<'a>(args: &'a [&'a [u8]]) -> Result<(&'a [&'a [u8]], bool), Stri
                     .and_then(|v| v.parse::<u64>().ok())
                     .is_none_or(|x| x == 0)
                 {
-                    return Err("ERR Bad expansion".into());
+                    return Err(InsertError::Expansion);
                 }
                 i += 1;
             }
-            _ => return Err("ERR unknown argument received".into()),
+            _ => return Err(InsertError::Unknown),
         }
         i += 1;
     }
-    Err("ERR ITEMS is required".into())
+    Err(InsertError::NoItems)
+}
+
+/// Why a `BF.INSERT` was refused, worded as RedisBloom words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum InsertError {
+    #[error("ERR wrong number of arguments for 'bf.insert' command")]
+    Arity,
+    #[error("ERR NOCREATE cannot be used together with CAPACITY or ERROR")]
+    NoCreateSized,
+    #[error("ERR Bad capacity")]
+    Capacity,
+    #[error("ERR Bad error rate")]
+    ErrorRate,
+    #[error("ERR Bad expansion")]
+    Expansion,
+    #[error("ERR unknown argument received")]
+    Unknown,
+    #[error("ERR ITEMS is required")]
+    NoItems,
 }
 
 fn figures(t: &Target) -> crate::shield::ShieldStats {
@@ -441,10 +464,29 @@ mod tests {
             check("BF.INSERT k CAPACITY 10 ERROR 0.01 EXPANSION 2 NONSCALING ITEMS a"),
             Ok((1, false))
         );
-        assert!(check("BF.INSERT k CAPACITY 10 NOCREATE ITEMS a").is_err());
-        assert!(check("BF.INSERT k CAPACITY x ITEMS a").is_err());
-        assert!(check("BF.INSERT k ERROR 2 ITEMS a").is_err());
-        assert!(check("BF.INSERT k ITEMS").is_err());
-        assert!(check("BF.INSERT k a b").is_err());
+        assert_eq!(
+            check("BF.INSERT k CAPACITY 10 NOCREATE ITEMS a"),
+            Err(InsertError::NoCreateSized)
+        );
+        assert_eq!(
+            check("BF.INSERT k CAPACITY x ITEMS a"),
+            Err(InsertError::Capacity)
+        );
+        assert_eq!(
+            check("BF.INSERT k ERROR 2 ITEMS a"),
+            Err(InsertError::ErrorRate)
+        );
+        assert_eq!(
+            check("BF.INSERT k EXPANSION 0 ITEMS a"),
+            Err(InsertError::Expansion)
+        );
+        assert_eq!(check("BF.INSERT k ITEMS"), Err(InsertError::Arity));
+        assert_eq!(check("BF.INSERT k a b"), Err(InsertError::Unknown));
+        assert_eq!(check("BF.INSERT k NOCREATE"), Err(InsertError::NoItems));
+        assert_eq!(
+            InsertError::Capacity.to_string(),
+            "ERR Bad capacity",
+            "RedisBloom's words"
+        );
     }
 }
