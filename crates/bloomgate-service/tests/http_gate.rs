@@ -1418,3 +1418,46 @@ async fn a_remembered_404_older_than_the_instance_is_not_trusted() {
     assert_eq!(status, 200, "a 404 remembered before the create: {body}");
     assert_eq!(up.seen.at(gone), 2);
 }
+
+/// A route says what a key is, so the API's other routes at the key's
+/// place are never refused as absent keys: `exclude` (Rails' `/me`,
+/// `/search`, `/new`), `key_pattern` (a key that does not look like one),
+/// `strip_suffix` (Rails' `(.:format)`: `alice.json` is `alice`'s row).
+/// Absent keys in every spelling are still refused, and a create by
+/// `PUT` is never judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_shapes_never_refuse_what_the_api_would_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1", "alice"], &up, |c| {
+        let r = &mut c.gate.routes[0];
+        r.exclude = vec!["me".into(), "search".into(), "new".into()];
+        r.strip_suffix = vec![".json".into()];
+        r.key_pattern = Some("[a-z][a-z0-9]*".into());
+    })
+    .await;
+    for path in [
+        "/api/profiles/me",
+        "/api/profiles/search",
+        "/api/profiles/new",
+        "/api/profiles/me.json",
+        "/api/profiles/alice.json",
+        "/api/profiles/u1.json",
+        "/api/profiles/Nobody",
+        "/api/profiles/nobody-x",
+    ] {
+        assert_eq!(get(&s, path).await.0, 200, "{path}");
+        assert_eq!(up.seen.at(path), 1, "{path} reached the API");
+    }
+    for path in ["/api/profiles/nobody", "/api/profiles/nobody.json"] {
+        let (status, body) = get(&s, path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("not_found"), "the gate's refusal: {body}");
+        assert_eq!(up.seen.at(path), 0, "{path} reached the API");
+    }
+    let r = s.client.put(gate_url(&s, "/api/profiles/newcomer"));
+    let r = r.header("host", HOST).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 200, "a create is forwarded");
+    assert_eq!(up.seen.at("/api/profiles/newcomer"), 1);
+}

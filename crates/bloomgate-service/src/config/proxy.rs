@@ -75,9 +75,24 @@ pub struct ProxyRoute {
     pub path: String,
     /// The `[[resources]]` entry whose filter judges the key.
     pub resource: String,
-    /// The methods judged; others are forwarded.
+    /// The methods judged (`GET`, `HEAD`); others are forwarded.
     #[serde(default = "default_methods")]
     pub methods: Vec<String>,
+    /// A regular expression a key must match in full to be judged; a key
+    /// that does not is forwarded (`/api/profiles/me` beside
+    /// `/api/profiles/{key}`). An integer key is judged only when it is
+    /// digits alone, whatever this says.
+    #[serde(default)]
+    pub key_pattern: Option<String>,
+    /// Keys never judged: the API's other routes at the key's place
+    /// (`["me", "search", "new"]`).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Suffixes the API may read as a format (`[".json", ".xml"]`, Rails'
+    /// `(.:format)`): a key with one is refused only when the filter
+    /// refuses it both with and without it. The path is forwarded as sent.
+    #[serde(default)]
+    pub strip_suffix: Vec<String>,
     /// The status of a refusal.
     #[serde(default = "default_status")]
     pub not_found_status: u16,
@@ -104,6 +119,27 @@ pub struct ProxyRoute {
 }
 
 impl ProxyRoute {
+    fn validate_shape(&self, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+        if let Some(p) = &self.key_pattern {
+            if let Err(e) = regex::Regex::new(&format!("^(?:{p})$")) {
+                return Err(invalid(
+                    &at("key_pattern"),
+                    format!(
+                        "not a regular expression: {}",
+                        crate::text::clip(&e.to_string())
+                    ),
+                ));
+            }
+        }
+        if self.exclude.iter().any(String::is_empty) {
+            return Err(invalid(&at("exclude"), "a key is not empty"));
+        }
+        if self.strip_suffix.iter().any(String::is_empty) {
+            return Err(invalid(&at("strip_suffix"), "a suffix is not empty"));
+        }
+        Ok(())
+    }
+
     fn validate_memory_headers(&self, key: &str) -> Result<(), ConfigError> {
         for h in &self.not_found_memory_headers {
             let name = h.strip_suffix('*').unwrap_or(h);
@@ -224,14 +260,17 @@ impl ProxyConfig {
                 return Err(invalid(&at("methods"), "must name at least one method"));
             }
             for m in &r.methods {
-                let ok = !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase());
-                if !ok || m == "CONNECT" {
+                if !matches!(m.as_str(), "GET" | "HEAD") {
                     return Err(invalid(
                         &at("methods"),
-                        format!("{m:?} is not a method the gate judges (GET, HEAD, …)"),
+                        format!(
+                            "{:?} is not a method the gate judges: GET and HEAD only (an API may create with PUT or POST to a key no row has yet)",
+                            crate::text::clip(m)
+                        ),
                     ));
                 }
             }
+            r.validate_shape(&at)?;
             if !(400..=599).contains(&r.not_found_status) {
                 return Err(invalid(&at("not_found_status"), "must be 400 to 599"));
             }
@@ -243,6 +282,35 @@ impl ProxyConfig {
             }
             r.validate_not_found_cache(&at("cache_not_found_secs"), captured)?;
             r.validate_memory_headers(&at("not_found_memory_headers"))?;
+        }
+        self.validate_overlaps()
+    }
+
+    /// Two routes that judge one request are a configuration error: the
+    /// first would judge it against its own table, whichever the API
+    /// meant (`/api/{kind}/{key}` listed before `/api/profiles/{key}`).
+    fn validate_overlaps(&self) -> Result<(), ConfigError> {
+        let parsed: Vec<Option<Pattern>> = self
+            .routes
+            .iter()
+            .map(|r| Pattern::parse(&r.path).ok())
+            .collect();
+        for (i, a) in self.routes.iter().enumerate() {
+            for (j, b) in self.routes.iter().enumerate().skip(i + 1) {
+                let (Some(pa), Some(pb)) = (&parsed[i], &parsed[j]) else {
+                    continue;
+                };
+                let same_method = a.methods.iter().any(|m| b.methods.contains(m));
+                if same_method && pa.overlaps(pb) {
+                    return Err(invalid(
+                        &format!("gate.routes[{j}].path"),
+                        format!(
+                            "{:?} and gate.routes[{i}].path {:?} match the same requests: make them disjoint (a literal segment where one has a variable)",
+                            b.path, a.path
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -323,6 +391,21 @@ impl Pattern {
         self.key
     }
 
+    /// Whether some path matches both patterns: as many segments, and at
+    /// each a variable on either side or the same literal.
+    #[must_use]
+    pub fn overlaps(&self, other: &Self) -> bool {
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                    _ => true,
+                })
+    }
+
     /// Whether the key is the only variable segment.
     #[must_use]
     pub fn key_only(&self) -> bool {
@@ -384,7 +467,58 @@ mod tests {
             not_found_content_type: default_content_type(),
             cache_not_found_secs: 0,
             not_found_memory_headers: Vec::new(),
+            key_pattern: None,
+            exclude: Vec::new(),
+            strip_suffix: Vec::new(),
         }
+    }
+
+    #[test]
+    fn routes_say_what_a_key_is_and_never_overlap() {
+        let mut c = ProxyConfig {
+            upstream: "http://127.0.0.1:9000".into(),
+            routes: vec![route("/api/profiles/{key}")],
+            ..ProxyConfig::default()
+        };
+        let check = |c: &ProxyConfig| c.validate(&["users"], &[]);
+        for m in ["PUT", "POST", "DELETE", "PATCH", "get"] {
+            c.routes[0].methods = vec!["GET".into(), m.into()];
+            assert_eq!(key_of(check(&c)), "gate.routes[0].methods", "{m}");
+        }
+        c.routes[0].methods = default_methods();
+        c.routes[0].key_pattern = Some("[a-z]+(".into());
+        assert_eq!(key_of(check(&c)), "gate.routes[0].key_pattern");
+        c.routes[0].key_pattern = Some("[a-z][a-z0-9]*".into());
+        c.routes[0].exclude = vec!["me".into(), String::new()];
+        assert_eq!(key_of(check(&c)), "gate.routes[0].exclude");
+        c.routes[0].exclude = vec!["me".into()];
+        c.routes[0].strip_suffix = vec![String::new()];
+        assert_eq!(key_of(check(&c)), "gate.routes[0].strip_suffix");
+        c.routes[0].strip_suffix = vec![".json".into()];
+        assert!(check(&c).is_ok(), "{:?}", check(&c));
+        // A broader route beside it: an error naming both.
+        c.routes.push(route("/api/{kind}/{key}"));
+        let e = check(&c).unwrap_err().to_string();
+        assert!(
+            e.contains("gate.routes[1].path")
+                && e.contains("gate.routes[0].path")
+                && e.contains("/api/{kind}/{key}")
+                && e.contains("/api/profiles/{key}"),
+            "{e}"
+        );
+        // Disjoint: another literal, another length, or other methods.
+        for (path, methods) in [
+            ("/api/orders/{key}", default_methods()),
+            ("/api/{kind}/{key}/x", default_methods()),
+        ] {
+            c.routes[1] = route(path);
+            c.routes[1].methods = methods;
+            assert!(check(&c).is_ok(), "{path}: {:?}", check(&c));
+        }
+        c.routes[0].methods = vec!["GET".into()];
+        c.routes[1] = route("/api/{kind}/{key}");
+        c.routes[1].methods = vec!["HEAD".into()];
+        assert!(check(&c).is_ok(), "{:?}", check(&c));
     }
 
     #[test]
@@ -477,7 +611,7 @@ mod tests {
             );
         }
         c.routes = vec![route("/a/{key}")];
-        c.routes[0].methods = vec!["get".into()];
+        c.routes[0].methods = vec!["PUT".into()];
         assert_eq!(
             key_of(c.validate(&["users"], &[])),
             "gate.routes[0].methods"

@@ -58,6 +58,36 @@ pub struct Route {
     /// Headers allowed beside [`MEMORY_HEADERS`] (`not_found_memory_headers`,
     /// lower case, `_` as `-`; a trailing `*` names a family).
     memory_headers: Vec<Box<str>>,
+    /// What a key must match in full to be judged (`key_pattern`).
+    key_pattern: Option<regex::Regex>,
+    /// Keys never judged (`exclude`).
+    exclude: Vec<String>,
+    /// Format suffixes (`strip_suffix`).
+    strip_suffix: Vec<String>,
+}
+
+/// The keys a request's key segment may name.
+#[derive(Debug)]
+enum Spellings {
+    /// One key, as sent.
+    One(Key),
+    /// As sent and without a format suffix: refused only when both are.
+    Two(Key, Key),
+    /// Only the spelling without the suffix can be a key (as sent, it
+    /// does not match `key_pattern`).
+    Stripped(Key),
+}
+
+/// What a route makes of one spelling of a key.
+#[derive(Debug)]
+enum Spelling {
+    /// A key the filter judges.
+    Judged(Key),
+    /// No key, by the route's own word (`key_pattern`, or not digits for
+    /// an integer column).
+    Unkeyed,
+    /// Never judged: excluded, or a key the column cannot be asked about.
+    Unjudged,
 }
 
 /// The verdict on one request.
@@ -166,6 +196,12 @@ impl Routes {
                     resource: Arc::clone(resource),
                     refusal: refusal(r),
                     memory,
+                    key_pattern: r
+                        .key_pattern
+                        .as_ref()
+                        .and_then(|p| regex::Regex::new(&format!("^(?:{p})$")).ok()),
+                    exclude: r.exclude.clone(),
+                    strip_suffix: r.strip_suffix.clone(),
                     memory_headers: r
                         .not_found_memory_headers
                         .iter()
@@ -199,8 +235,28 @@ impl Routes {
             let Some(raw) = key_of(&route.pattern, &segments) else {
                 continue;
             };
-            let Some(key) = route.key(raw) else {
-                return Judgement::Pass(route, Passed::default());
+            let key = match route.keys(raw) {
+                None => return Judgement::Pass(route, Passed::default()),
+                Some(Spellings::One(key)) => key,
+                // Refused only when the filter refuses both.
+                Some(Spellings::Two(whole, stripped)) => {
+                    let r = &route.resource;
+                    let absent = r.judge_one(&whole).await == Judged::Absent
+                        && r.judge_one(&stripped).await == Judged::Absent;
+                    return if absent {
+                        Judgement::Refuse(route)
+                    } else {
+                        Judgement::Pass(route, Passed::default())
+                    };
+                }
+                // A memory is the whole key's: the stripped one is judged
+                // by the filter alone.
+                Some(Spellings::Stripped(key)) => {
+                    return match route.resource.judge_one(&key).await {
+                        Judged::Absent => Judgement::Refuse(route),
+                        Judged::Maybe { .. } => Judgement::Pass(route, Passed::default()),
+                    };
+                }
             };
             return match route.resource.judge_one(&key).await {
                 Judged::Absent => Judgement::Refuse(route),
@@ -375,10 +431,11 @@ fn plain_host(host: &str) -> bool {
 }
 
 impl Route {
-    /// The key a raw segment names, once decoded and folded as its column
+    /// The keys a raw segment names, once decoded and folded as its column
     /// compares; `None` for one not judged: a path parameter, a bad
-    /// escape, or a key the column cannot hold.
-    fn key(&self, raw: &str) -> Option<Key> {
+    /// escape, a key the column cannot hold, an excluded key, one that
+    /// does not match `key_pattern`.
+    fn keys(&self, raw: &str) -> Option<Spellings> {
         if raw.contains(';') {
             // A path parameter (`u1;jsessionid=…`): Java servers strip it
             // and serve `u1`, so the key is not judged.
@@ -391,8 +448,36 @@ impl Route {
         } else {
             raw
         };
+        let whole = self.spelling(text);
+        let stripped = self
+            .strip_suffix
+            .iter()
+            .find_map(|s| text.strip_suffix(s.as_str()).filter(|t| !t.is_empty()))
+            .map(|t| self.spelling(t));
+        match (whole, stripped) {
+            (Spelling::Judged(k), None) => Some(Spellings::One(k)),
+            (Spelling::Judged(a), Some(Spelling::Judged(b))) => Some(Spellings::Two(a, b)),
+            (Spelling::Unkeyed, Some(Spelling::Judged(b))) => Some(Spellings::Stripped(b)),
+            _ => None,
+        }
+    }
+
+    /// What this route makes of `text`, decoded.
+    fn spelling(&self, text: &str) -> Spelling {
+        if self.exclude.iter().any(|e| e == text) {
+            return Spelling::Unjudged;
+        }
         let r = &self.resource;
-        r.fold().parse(r.key_type(), text).ok()
+        let int = r.key_type() == crate::key::KeyType::Int;
+        if (int && !text.bytes().all(|b| b.is_ascii_digit()))
+            || self.key_pattern.as_ref().is_some_and(|p| !p.is_match(text))
+        {
+            return Spelling::Unkeyed;
+        }
+        match r.fold().parse(r.key_type(), text) {
+            Ok(k) => Spelling::Judged(k),
+            Err(_) => Spelling::Unjudged,
+        }
     }
 
     /// The resource's name.
