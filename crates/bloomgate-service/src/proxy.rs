@@ -45,6 +45,8 @@ pub struct Proxy {
     upstream: Upstream,
     metrics: Arc<ServiceMetrics>,
     max_uri: usize,
+    /// Peers whose forwarding headers are kept (`gate.trusted_proxies`).
+    trusted: Vec<ipnet::IpNet>,
     /// The service's runtime, entered while the filter and the Redis
     /// memory are asked (see [`on_service`]); `None`: the current one.
     service: Option<tokio::runtime::Handle>,
@@ -59,6 +61,11 @@ impl Proxy {
             upstream: Upstream::new(config),
             metrics,
             max_uri: config.max_uri_bytes,
+            trusted: config
+                .trusted_proxies
+                .iter()
+                .filter_map(|p| crate::config::proxy::trusted_net(p))
+                .collect(),
             service: None,
         }
     }
@@ -199,16 +206,35 @@ impl Proxy {
                 HeaderValue::from_static("chunked"),
             );
         }
+        // A client's own forwarding headers are replaced: an API that reads
+        // the leftmost value (Express, Django, Spring) would read its
+        // spoof. A trusted proxy's are kept, the gate's appended.
+        let trusted = self.trusted.iter().any(|n| n.contains(&peer.ip()));
+        let forwarded = parts.headers.contains_key(FORWARDED);
+        if !trusted {
+            for name in [
+                X_FORWARDED_FOR,
+                X_FORWARDED_PROTO,
+                X_FORWARDED_HOST,
+                FORWARDED,
+            ] {
+                parts.headers.remove(name);
+            }
+        }
         let ip = peer.ip().to_string();
         forward::append_list(&mut parts.headers, X_FORWARDED_FOR, &ip);
         forward::append_list(&mut parts.headers, X_FORWARDED_PROTO, "http");
-        if let Some(host) = parts
+        let host = parts
             .headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
-        {
-            let host = host.to_owned();
-            forward::append_list(&mut parts.headers, X_FORWARDED_HOST, &host);
+            .map(str::to_owned);
+        if let Some(host) = &host {
+            forward::append_list(&mut parts.headers, X_FORWARDED_HOST, host);
+        }
+        if forwarded {
+            let element = forward::forwarded_element(peer.ip(), host.as_deref());
+            forward::append_list(&mut parts.headers, FORWARDED, &element);
         }
         parts.version = hyper::Version::HTTP_11;
         let req = Request::from_parts(parts, forward::Idle::new(body, self.upstream.idle()));
@@ -278,6 +304,7 @@ fn refuse(route: &Route) -> Response<ProxyBody> {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// One upstream request in flight, for the gauge (dropped with the
 /// request when the client goes away, too).

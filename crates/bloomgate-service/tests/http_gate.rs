@@ -298,12 +298,17 @@ async fn responses_pass_through_unchanged() {
         }
     }
 
-    // The upstream saw the X-Forwarded-* lists appended and Host kept.
+    // The upstream saw the X-Forwarded-* headers and `Forwarded` made by
+    // the gate, the client's own replaced (an API that reads the leftmost
+    // value would read its spoof), and Host kept.
     let r = s
         .client
         .get(gate_url(&s, "/echo"))
         .header("host", "api.example")
         .header("x-forwarded-for", "10.1.1.1")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "admin.internal")
+        .header("forwarded", "for=10.1.1.1;host=admin.internal;proto=https")
         .header("connection", "x-secret")
         .header("x-secret", "hop")
         .header("te", "trailers")
@@ -314,9 +319,13 @@ async fn responses_pass_through_unchanged() {
     let echo: serde_json::Value = r.json().await.unwrap();
     let h = &echo["headers"];
     assert_eq!(h["host"][0], "api.example");
-    assert_eq!(h["x-forwarded-for"][0], "10.1.1.1, 127.0.0.1");
-    assert_eq!(h["x-forwarded-proto"][0], "http");
-    assert_eq!(h["x-forwarded-host"][0], "api.example");
+    assert_eq!(h["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
+    assert_eq!(h["x-forwarded-proto"], serde_json::json!(["http"]));
+    assert_eq!(h["x-forwarded-host"], serde_json::json!(["api.example"]));
+    assert_eq!(
+        h["forwarded"],
+        serde_json::json!(["for=127.0.0.1;proto=http;host=\"api.example\""])
+    );
     for hop in ["x-secret", "te", "proxy-authorization"] {
         assert!(h.get(hop).is_none(), "{hop} forwarded: {h}");
     }
@@ -1460,4 +1469,38 @@ async fn route_shapes_never_refuse_what_the_api_would_answer() {
     let r = r.header("host", HOST).body("{}").send().await.unwrap();
     assert_eq!(r.status(), 200, "a create is forwarded");
     assert_eq!(up.seen.at("/api/profiles/newcomer"), 1);
+}
+
+/// A peer in `gate.trusted_proxies` (a load balancer in front) keeps its
+/// forwarding headers, the gate's own appended; any other peer's are
+/// replaced (the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_forwarding_headers_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.trusted_proxies = vec!["10.0.0.0/8".into(), "127.0.0.1".into()];
+    })
+    .await;
+    let r = s
+        .client
+        .get(gate_url(&s, "/echo"))
+        .header("host", "api.example")
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "shop.example")
+        .header("forwarded", "for=203.0.113.9;proto=https")
+        .send()
+        .await
+        .unwrap();
+    let echo: serde_json::Value = r.json().await.unwrap();
+    let h = &echo["headers"];
+    assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "https, http");
+    assert_eq!(h["x-forwarded-host"][0], "shop.example, api.example");
+    assert_eq!(
+        h["forwarded"][0],
+        "for=203.0.113.9;proto=https, for=127.0.0.1;proto=http;host=\"api.example\""
+    );
 }

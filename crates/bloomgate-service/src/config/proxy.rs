@@ -42,6 +42,12 @@ pub struct ProxyConfig {
     pub max_header_bytes: usize,
     /// Most request headers (431 past it).
     pub max_headers: usize,
+    /// Peers (addresses or CIDRs: `10.0.0.0/8`, `::1`) whose
+    /// `X-Forwarded-*` and `Forwarded` headers are kept, the gate's own
+    /// appended; from any other peer they are replaced, since an API that
+    /// reads the leftmost value would read the client's own. Empty: no
+    /// peer is trusted.
+    pub trusted_proxies: Vec<String>,
     /// The routes the filter judges; every other request is forwarded.
     pub routes: Vec<ProxyRoute>,
 }
@@ -61,6 +67,7 @@ impl Default for ProxyConfig {
             max_uri_bytes: 8 * 1024,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
+            trusted_proxies: Vec::new(),
             routes: Vec::new(),
         }
     }
@@ -239,6 +246,17 @@ impl ProxyConfig {
                 ));
             }
         }
+        for p in &self.trusted_proxies {
+            if trusted_net(p).is_none() {
+                return Err(invalid(
+                    "gate.trusted_proxies",
+                    format!(
+                        "{:?} is not an address or a CIDR (10.0.0.0/8, ::1)",
+                        crate::text::clip(p)
+                    ),
+                ));
+            }
+        }
         if self.max_header_bytes < 8192 {
             return Err(invalid("gate.max_header_bytes", "must be at least 8192"));
         }
@@ -411,6 +429,18 @@ impl Pattern {
     pub fn key_only(&self) -> bool {
         !self.segments.iter().any(|s| matches!(s, Segment::Any))
     }
+}
+
+/// The network of a `gate.trusted_proxies` entry: a CIDR, or one address.
+#[must_use]
+pub fn trusted_net(entry: &str) -> Option<ipnet::IpNet> {
+    let entry = entry.trim();
+    entry.parse::<ipnet::IpNet>().ok().or_else(|| {
+        entry
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .map(ipnet::IpNet::from)
+    })
 }
 
 /// The longest timeout, milliseconds: a day.

@@ -228,6 +228,21 @@ fn has_hop_by_hop(headers: &HeaderMap) -> bool {
         .any(|k| HOP_BY_HOP.contains(k) || k.as_str().starts_with("proxy-"))
 }
 
+/// This hop's `Forwarded` element (RFC 7239): the peer, `http`, and the
+/// `Host` when it can be quoted.
+#[must_use]
+pub fn forwarded_element(peer: std::net::IpAddr, host: Option<&str>) -> String {
+    let mut e = match peer {
+        std::net::IpAddr::V4(v4) => format!("for={v4}"),
+        std::net::IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    };
+    e.push_str(";proto=http");
+    if let Some(h) = host.filter(|h| !h.contains(['"', '\\'])) {
+        e.push_str(&format!(";host=\"{h}\""));
+    }
+    e
+}
+
 /// Appends `value` to the list in `name` (one header line, comma-joined).
 pub fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if !headers.contains_key(&name) {
@@ -464,6 +479,22 @@ mod tests {
         );
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+    }
+
+    #[test]
+    fn the_forwarded_element_quotes_what_rfc_7239_quotes() {
+        let v4 = std::net::IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(
+            forwarded_element(v4, Some("api.example:8080")),
+            "for=10.0.0.1;proto=http;host=\"api.example:8080\""
+        );
+        let v6 = std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+        assert_eq!(forwarded_element(v6, None), "for=\"[::1]\";proto=http");
+        assert_eq!(
+            forwarded_element(v4, Some("a\"b")),
+            "for=10.0.0.1;proto=http",
+            "a host that cannot be quoted is left out"
+        );
     }
 
     #[test]
