@@ -717,19 +717,111 @@ fn a_wide_module_and_a_leaf_that_is_not_are_found() {
     assert!(faults[1].starts_with("the leaf `key`"), "{faults:?}");
 }
 
-/// The most lines a source file of any crate may have (issues 19 and 30).
-const MAX_LINES: usize = 600;
+/// The files (of every crate) that import all of their parent with a
+/// top-level `use super::*;`: a type's methods spread over files that
+/// share one header of imports. Test files (`tests.rs`) and the indented
+/// glob of a `mod tests` are fine.
+fn parent_globs(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+        .filter(|f| read(f).lines().any(|l| l.trim_end() == "use super::*;"))
+        .map(|f| f.display().to_string())
+        .collect()
+}
 
 #[test]
-fn no_source_file_is_longer_than_600_lines() {
-    let long: Vec<String> = crates()
+fn no_file_imports_all_of_its_parent() {
+    let files: Vec<PathBuf> = crates()
         .iter()
         .flat_map(|dir| rust_files(&dir.join("src")))
-        .map(|f| (read(&f).lines().count(), f))
-        .filter(|(n, _)| *n > MAX_LINES)
-        .map(|(n, f)| format!("{} ({n} lines)", f.display()))
         .collect();
-    assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+    assert!(files.len() > 100, "the files were read");
+    let globs = parent_globs(&files);
+    assert!(
+        globs.is_empty(),
+        "name what you use from the parent instead of `use super::*;`: {globs:?}"
+    );
+}
+
+#[test]
+fn a_parent_glob_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let files = [
+        write("a.rs", "//! x\nuse super::*;\n"),
+        write(
+            "b.rs",
+            "//! x\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+        write("tests.rs", "//! x\nuse super::*;\n"),
+    ];
+    let found = parent_globs(&files);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].ends_with("a.rs"), "{found:?}");
+}
+
+/// Past this many lines a file says, in its opening `//!` doc, why it is
+/// one concept (`One concept: …`). Files are split by concept, not by a
+/// line cap: a type's methods are not spread over files to stay under one
+/// (`no_file_imports_all_of_its_parent`).
+const LONG_FILE: usize = 800;
+
+/// The files over [`LONG_FILE`] lines whose opening doc does not say why
+/// they are one concept.
+fn long_without_a_reason(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .map(|f| (read(f), f))
+        .filter(|(text, _)| text.lines().count() > LONG_FILE)
+        .filter(|(text, _)| {
+            !text
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .any(|l| l.to_ascii_lowercase().contains("one concept:"))
+        })
+        .map(|(text, f)| format!("{} ({} lines)", f.display(), text.lines().count()))
+        .collect()
+}
+
+#[test]
+fn a_long_file_says_why_it_is_one_concept() {
+    let files: Vec<PathBuf> = crates()
+        .iter()
+        .flat_map(|dir| rust_files(&dir.join("src")))
+        .collect();
+    let long = long_without_a_reason(&files);
+    assert!(
+        long.is_empty(),
+        "over {LONG_FILE} lines without `//! One concept: …` in the opening doc: {long:?}"
+    );
+}
+
+#[test]
+fn a_long_file_without_a_reason_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "fn f() {}\n".repeat(LONG_FILE);
+    let write = |name: &str, head: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("{head}{body}")).unwrap();
+        p
+    };
+    let files = [
+        write("bare.rs", "//! A file.\n"),
+        write(
+            "said.rs",
+            "//! A file.\n//! One concept: the parser's states.\n",
+        ),
+        write("short.rs", ""),
+    ];
+    std::fs::write(&files[2], "//! x\n").unwrap();
+    let found = long_without_a_reason(&files);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("bare.rs"), "{found:?}");
 }
 
 /// The comment lines in `text` that name an issue by number (`issue 43`,

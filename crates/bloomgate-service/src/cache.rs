@@ -9,10 +9,9 @@
 //! any lease, so a reader that read SQL before the commit can no longer
 //! write what it read. ARCHITECTURE.md spells out why this is enough.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bloomgate_redis::Conn;

@@ -13,7 +13,6 @@
 //! re-export them.
 
 use std::net::SocketAddr;
-use std::path::Path;
 
 use serde::Deserialize;
 

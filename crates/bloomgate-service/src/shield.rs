@@ -26,11 +26,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use bloomgate_filter::{BloomKey, Filter};
-use futures_util::FutureExt;
+use bloomgate_filter::BloomKey;
 use tokio::sync::watch;
 
 use crate::filter::BloomLayout;
@@ -43,11 +41,9 @@ mod progress;
 mod rebuild;
 mod stats;
 
-use crate::key::Key;
 use crate::metrics::Counter;
 use crate::pause::PausePoint;
-use crate::source::{KeyBatch, KeyRange, KeyScan};
-use crate::sql::StoreError;
+use crate::source::KeyScan;
 pub use adopt::{AdoptError, ChangeLog, FilterMeta, How, MetaRead, ReadError, Want};
 pub use alarm::{Alarm, MIN_WINDOW_SAMPLES};
 pub use progress::{Progress, ProgressStats, PAGE, PAGE_RETRIES};

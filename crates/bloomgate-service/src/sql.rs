@@ -1,10 +1,9 @@
 //! The source of truth: SQL (SQLite, MySQL/MariaDB, PostgreSQL) via sqlx's `Any`.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -31,11 +30,12 @@ pub mod table;
 
 pub use crate::source::{Failure, KeyRange, Page, StoreError};
 pub use capture::{CaptureState, CaptureTarget, CAPTURED, CAPTURE_VERSION, NOTIFY_CHANNEL};
-pub(crate) use error::driver_error;
 pub(crate) use error::err;
+pub use error::is_permission_denied;
+pub(crate) use error::{driver_error, is_unique_violation};
 pub use hints::connect_hint;
 pub(crate) use limits::{StatementLimit, Within};
-pub use migrations::{is_permission_denied, OutboxOff};
+pub use migrations::OutboxOff;
 pub(crate) use scan::{page_statement, text_at};
 
 /// Which SQL dialect the URL selected.
@@ -377,7 +377,7 @@ impl Database {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if driver_error(&e).is_some_and(migrations::is_unique_violation) => Ok(false),
+            Err(e) if driver_error(&e).is_some_and(is_unique_violation) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -3,7 +3,16 @@
 //! up to a cap, half-open probes), and the set of invalidations Redis is
 //! still owed.
 
-use super::*;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bloomgate_redis::Conn;
+
+use crate::cache::{CacheError, RedisCounters};
+use crate::redis_link::query_each;
 
 /// The breaker's state, for stats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

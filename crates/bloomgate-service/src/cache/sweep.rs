@@ -4,7 +4,9 @@
 //! sweeps the table's values out of Redis, so no deleted row is served
 //! from there until its TTL.
 
-use super::*;
+use bloomgate_redis::Conn;
+
+use crate::cache::{CacheError, RedisTier};
 
 /// Keys deleted per `UNLINK` (and asked for per `SCAN` step).
 const SWEEP_BATCH: usize = 1000;

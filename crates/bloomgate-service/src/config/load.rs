@@ -2,7 +2,10 @@
 //! environment variables (and the conventional `DATABASE_URL`,
 //! `REDIS_URL`), deserialised once with the failing key named.
 
-use super::*;
+use std::path::Path;
+
+use crate::config::{invalid, ConfigError};
+use crate::Config;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).

@@ -19,16 +19,15 @@
 //! ([`Led`]): in a mixed fleet, each release adopts the other's epochs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bloomgate_redis::Conn;
-use redis::streams::{StreamRangeReply, StreamReadReply};
+use redis::streams::StreamRangeReply;
 
-use crate::redis_link::{query_each, RedisTarget};
+use crate::redis_link::RedisTarget;
 use crate::wire::kind;
 
-use crate::shield::Shield;
 use crate::source::BoxFuture;
 
 /// The table the previous release led through the doorbell (the default

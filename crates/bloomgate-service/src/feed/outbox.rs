@@ -82,7 +82,6 @@ use tokio::sync::Notify;
 use crate::config::SqlConfig;
 use crate::model::now_millis;
 use crate::pause::PausePoint;
-use crate::shield::Shield;
 use crate::sql::{Database, StoreError};
 use crate::sync::lock;
 

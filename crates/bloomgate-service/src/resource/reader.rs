@@ -24,7 +24,6 @@
 //! harmless, it only costs the next read a load.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;

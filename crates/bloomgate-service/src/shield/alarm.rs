@@ -2,7 +2,12 @@
 //! ratio over one half and an observed false-positive rate over twice the
 //! expected one (checked by the monitor task), raised once per crossing.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::shield::Shield;
+use crate::sync::lock;
 
 /// Why the filter needs attention (002 §六: a filter past its capacity, or
 /// more than half full, or letting through more than it should, no longer
@@ -205,6 +210,7 @@ impl Shield {
 mod tests {
     use super::*;
     use crate::config::BloomLayout;
+    use crate::shield::ShieldConfig;
     use crate::sql::Database;
 
     /// Sized filters reach half full only past their capacity, so the

@@ -2,7 +2,18 @@
 //! rate, a log line at every tenth; and the page loop that reads one key
 //! range into the new filter, retrying a failed page.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::filter::ShieldFilter;
+use crate::key::Key;
+use crate::shield::Shield;
+use crate::source::{KeyBatch, KeyRange};
+use crate::sql::StoreError;
+use crate::sync::lock;
 
 /// Keys a rebuild reads per statement (streamed into the filter in chunks).
 pub const PAGE: usize = 100_000;

@@ -3,7 +3,17 @@
 //! publishes; start-up retries with capped backoff; the rebuilds owed
 //! after a lost change-feed position.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use tokio::sync::watch;
+
+use crate::filter::ShieldFilter;
+use crate::shield::{Shield, ShieldConfig};
+use crate::sql::StoreError;
+use crate::sync::lock;
 
 /// The outcome of one rebuild.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

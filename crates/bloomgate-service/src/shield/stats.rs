@@ -1,7 +1,13 @@
 //! The shield's figures for `/api/cache/stats` and `/metrics`: `ShieldStats`,
 //! seed 000's keys first.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use bloomgate_filter::Filter;
+
+use crate::filter::{BloomLayout, ShieldFilter};
+use crate::shield::Shield;
+use crate::sync::lock;
 
 /// A snapshot of the shield for the stats endpoint. Seed 000's keys come
 /// first, so its `grep -o '"bloom":{[^}]*}'` shows them at the start.

@@ -3,8 +3,13 @@
 //! statements (not among `queries`, the reads' own) and under their
 //! timeout.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::error::err;
 use crate::key::Key;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::Database;
 
 impl Database {
     /// Whether SKU `id` has a row.

@@ -36,7 +36,12 @@
 //! `NOTIFY`s channel [`NOTIFY_CHANNEL`]. MySQL's triggers run with their
 //! definer's rights anyway.
 
-use super::*;
+use sqlx::Row;
+
+use super::error::err;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 /// The version of the triggers' text; part of their names.
 /// Version 2: PostgreSQL's function records a partition's rows under

@@ -2,7 +2,14 @@
 //! readers' read replica (`scan_database_url`) with the wait that makes a
 //! scan there see everything the primary had committed when it began.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::error::err;
+use super::scan;
+use crate::config::SqlConfig;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::Database;
 
 impl Database {
     /// Scans read `url`, a replica of this store's database, from now on

@@ -16,7 +16,12 @@
 //! - SQLite: the file's path and inode (an in-memory database: a random
 //!   one per process).
 
-use super::*;
+use sqlx::Row;
+
+use super::error::err;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 impl Database {
     /// Sets this database's identity from the server's own where the

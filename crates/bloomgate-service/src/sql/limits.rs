@@ -2,7 +2,12 @@
 //! the counting and one-time logging of statements slower than
 //! `sql.slow_query_ms`.
 
-use super::*;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::sql::StoreCounters;
 
 /// A bound on every statement's duration; a statement past it fails with
 /// an I/O `TimedOut` error (and is counted). A statement slower than
@@ -48,7 +53,7 @@ pub(crate) trait Within<T>: Future<Output = Result<T, sqlx::Error>> + Sized {
                     limit.note_slow(statement, took);
                 }
                 if let Err(e) = &r {
-                    if !super::migrations::is_unique_violation(e) {
+                    if !super::error::is_unique_violation(e) {
                         limit.counters.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }

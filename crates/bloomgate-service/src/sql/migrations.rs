@@ -3,7 +3,12 @@
 //! whose auto-increment column each backend spells its own way, its state
 //! row and index), safe when several instances migrate at once.
 
-use super::*;
+use sqlx::Row;
+
+use super::error::{driver_error, err, is_undefined_table, is_unique_violation};
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 /// Migrations, applied in order and recorded in `bloomgate_migrations`:
 /// the SKU table (portable DDL), then the change outbox (whose
@@ -14,31 +19,6 @@ use super::*;
 #[derive(Debug, thiserror::Error)]
 #[error("bloomgate's outbox is off (sql.outbox): a change recorded here would reach no other instance; set sql.outbox = true (the database user then needs CREATE, or a DBA runs `bloomgate capture install`)")]
 pub struct OutboxOff;
-
-/// Whether the database refused a statement for a missing right
-/// (PostgreSQL's `42501`, MySQL's "… command denied", SQLite's read-only
-/// file).
-pub fn is_permission_denied(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else {
-        return false;
-    };
-    let text = db.message().to_ascii_lowercase();
-    db.code().as_deref() == Some("42501") || text.contains("denied") || text.contains("readonly")
-}
-
-/// Whether a statement failed for a table that is not there
-/// (PostgreSQL's `42P01`, MySQL's `42S02`, SQLite's "no such table").
-fn is_undefined_table(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else {
-        return false;
-    };
-    matches!(db.code().as_deref(), Some("42P01" | "42S02"))
-        || db.message().contains("no such table")
-}
-
-pub(super) fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
-}
 
 /// The migration that creates the demo SKU table.
 const SKU_TABLE_MIGRATION: i64 = 1;

@@ -14,8 +14,13 @@
 //! ([`Database::outbox_grants`]) and no right to add triggers to them.
 //! MySQL's nested triggers run as their own definers: nothing to align.
 
-use super::capture::q;
-use super::*;
+use sqlx::Row;
+
+use super::capture::{q, CaptureTarget};
+use super::error::err;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 /// bloomgate's own tables, which the service reads and writes.
 pub const OWN_TABLES: [&str; 3] = [

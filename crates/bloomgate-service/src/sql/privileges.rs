@@ -12,7 +12,13 @@
 //! `USING`. Schema patterns match as the server matches them (`%`, `_`,
 //! `\` escapes).
 
-use super::*;
+use sqlx::Row;
+
+use super::error::err;
+use super::scan::text_at;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 impl Database {
     /// Whether this connection's user may create triggers on `table`

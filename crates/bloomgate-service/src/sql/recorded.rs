@@ -4,8 +4,17 @@
 //! resource's many (`record_many`, multi-row `INSERT`s); and the outbox's
 //! name as capture triggers write it (`outbox_for_triggers`).
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
 use capture::{q, NOTIFY_CHANNEL};
+use sqlx::Row;
+
+use super::capture;
+use super::error::err;
+use crate::source::StoreError;
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database, SKU_RESOURCE};
 
 impl Database {
     /// Runs `write` and records `(SKU_RESOURCE, id, kind)` in the outbox

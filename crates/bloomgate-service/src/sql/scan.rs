@@ -4,11 +4,20 @@
 //! the background row check, and key pages streamed into a sink, every
 //! statement under the background limit (`sql.background_statement_timeout_ms`).
 
-use futures_util::TryStreamExt;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use super::*;
+use futures_util::TryStreamExt;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::error::err;
+use crate::config::SqlConfig;
 use crate::filter::KeyBatch;
 use crate::key::{Fold, Key, KeyType};
+use crate::source::{KeyRange, Page, StoreError};
+use crate::sql::limits::Within;
+use crate::sql::{Backend, Database};
 
 /// Keys handed to a sink at once while a page streams in.
 const CHUNK: usize = 8_192;

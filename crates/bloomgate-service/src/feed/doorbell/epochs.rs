@@ -5,8 +5,15 @@
 //! Adopting one is [`crate::shield::adopt`]'s, through
 //! [`crate::resource::Resource`].
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bloomgate_redis::Conn;
+
+use crate::feed::doorbell::{Doorbell, RECORDED};
+use crate::redis_link::query_each;
 use crate::shield::{FilterMeta, ReadError};
+use crate::wire::kind;
 
 /// Releases the shared-rebuild lock only if this instance still holds it.
 const RELEASE: &str = r"

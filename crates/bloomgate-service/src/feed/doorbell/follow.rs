@@ -4,7 +4,15 @@
 //! ringing once more after an outage (what was rung meanwhile is in the
 //! outbox).
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::streams::StreamReadReply;
+
+use crate::feed::doorbell::{Doorbell, Led, RECORDED};
+use crate::shield::Shield;
+use crate::wire::kind;
 
 impl Doorbell {
     /// Follows the stream from entry `from` for `table` and its `shield`,

@@ -3,9 +3,15 @@
 //! guarded table implements (the SKU table as every other). The follower
 //! itself ([`super::follow`]) only keeps the position.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::feed::outbox::Outbox;
 use crate::source::BoxFuture;
+use crate::sql::outbox::Entry;
 use crate::sql::CAPTURED;
+use crate::sync::lock;
 use crate::wire::kind;
 
 /// A change an entry records.

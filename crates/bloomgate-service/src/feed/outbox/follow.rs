@@ -3,7 +3,18 @@
 //! [`super::apply`]) before the position moves; the in-step watchdog; the
 //! rebuilds after a lost position.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::feed::outbox::{
+    Outbox, LATE_EVERY, MAX_GAPS, MAX_LATE, PAGE, TRIM_CHECK_EVERY, TRIM_EVERY,
+};
+use crate::model::now_millis;
+use crate::shield::Shield;
+use crate::sql::StoreError;
+use crate::sync::lock;
 use crate::wire::kind;
 
 impl Outbox {

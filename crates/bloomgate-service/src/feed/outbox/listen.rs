@@ -6,7 +6,11 @@
 //! disconnected, so every (re)connection wakes the follower too, which
 //! reads whatever it missed: polling stays the backstop.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::feed::outbox::Outbox;
+use crate::shield::Shield;
 
 /// How long a quiet listener counts as an answer (the doorbell's health
 /// needs one every second or so).

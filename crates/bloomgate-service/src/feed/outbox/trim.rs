@@ -17,7 +17,10 @@
 //! before: a follower that reads it and then finds entries gone has
 //! rebuilt already, never the reverse.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use crate::feed::outbox::Outbox;
+use crate::sql::StoreError;
 
 /// Sequence numbers deleted per statement.
 pub const TRIM_BATCH: i64 = 10_000;

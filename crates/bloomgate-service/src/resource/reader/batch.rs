@@ -3,7 +3,17 @@
 //! the rest through the SQL bulkhead. What is loaded is not written back
 //! to the caches: a batch has no leases.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+
+use crate::cache::{Cached, Entry};
+use crate::error::AppError;
+use crate::resource::reader::Rows;
+use crate::resource::ShieldedReader;
+use crate::shield::Verdict;
+use crate::sql::StoreError;
 
 /// One key's answer in a batch: its row, or `None` for no row.
 pub type BatchRow<T> = Option<Arc<Cached<T>>>;

@@ -16,7 +16,10 @@
 //! read that starts after a write returned finds the key deleted, so it
 //! cannot answer what that write replaced.
 
-use super::*;
+use crate::cache::{Entry, Reach, RedisLookup};
+use crate::resource::reader::{Rows, Source};
+use crate::resource::{Lookup, ShieldedReader};
+use crate::sync::lock;
 
 impl<R: Rows> ShieldedReader<R> {
     /// The answer of a `GET` that found a value or the null sentinel, or

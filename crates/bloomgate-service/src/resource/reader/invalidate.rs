@@ -3,7 +3,10 @@
 //! [`super`] (a load that read before the write does not cache), and
 //! from the HTTP gate's remembered 404s ([`crate::cache::AbsentMemory`]).
 
-use super::*;
+use crate::cache::AbsentMemory;
+use crate::resource::reader::Rows;
+use crate::resource::ShieldedReader;
+use crate::sync::lock;
 
 impl<R: Rows> ShieldedReader<R> {
     /// Keeps `memory` in step with this table: each key invalidated here

@@ -2,7 +2,12 @@
 //! filter's verdict (asking Redis only in `redis` mode, or for a strict
 //! instance's "no"), a live L1 entry, and the counts they leave.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use crate::cache::Entry;
+use crate::resource::reader::{Rows, Source};
+use crate::resource::{Lookup, ShieldedReader};
+use crate::shield::Verdict;
 
 impl<R: Rows> ShieldedReader<R> {
     /// The filter's verdict when it needs no Redis round trip: `None` in

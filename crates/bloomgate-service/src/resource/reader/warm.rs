@@ -3,7 +3,12 @@
 //! from SQL, then fill Redis only where the lease holds and L1 only where
 //! no write intervened, the same rules as a read.
 
-use super::*;
+use std::collections::HashMap;
+
+use crate::cache::{Cached, Entry, Lease};
+use crate::resource::reader::Rows;
+use crate::resource::ShieldedReader;
+use crate::sync::lock;
 
 /// Rows per page of a warm: one Redis round trip of leases, one SQL read,
 /// one round trip of fills, well within a lease's life (`LEASE_MS`).

@@ -1,7 +1,13 @@
 //! A table's watch column: compared and ordered raw (an index serves it),
 //! read cast to an integer or text, and the reads the watch task makes.
 
-use super::*;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use crate::key::Key;
+use crate::sql::limits::Within;
+use crate::sql::table::SqlTable;
+use crate::sql::{err, text_at, StoreError};
 
 /// A table's watch column: compared raw, read cast.
 #[derive(Debug)]
