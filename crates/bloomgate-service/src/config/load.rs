@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use super::Config;
 use crate::config::{invalid, ConfigError};
-use crate::Config;
 
 /// Keys whose environment values are always strings, even when they look
 /// like numbers (a numeric admin token, say).

@@ -1,8 +1,8 @@
 //! Checking a loaded [`Config`]: values that parse but make no sense are
 //! refused with the key named; the `redis_tls_*` files; where Redis is.
 
+use super::Config;
 use crate::config::{check_filter, invalid, resources, BloomMode, ConfigError};
-use crate::Config;
 
 impl Config {
     /// Checks values that parse but make no sense.

@@ -208,6 +208,10 @@ pub struct Scanner {
     verdicts: Verdicts,
     /// A head hyper would refuse, and the answer it gets instead.
     cut: Option<Refused>,
+    /// Bytes handed to httparse so far: a partial head is parsed again
+    /// only once its end (an empty line) has come, so this grows with
+    /// what the client sent, not with the square of it.
+    parsed: u64,
 }
 
 impl Scanner {
@@ -223,6 +227,7 @@ impl Scanner {
                 max_headers,
                 verdicts: verdicts.clone(),
                 cut: None,
+                parsed: 0,
             },
             verdicts,
         )
@@ -267,6 +272,13 @@ impl Scanner {
                                 bytes.len()
                             }
                         }
+                    } else if !ends_a_head(buf, bytes) && buf.len() + bytes.len() < self.max_head {
+                        // Still no empty line, and under the limit: what
+                        // came is kept without parsing the head again (a
+                        // head sent a byte at a time would cost the square
+                        // of its length).
+                        buf.extend_from_slice(bytes);
+                        bytes.len()
                     } else {
                         let before = buf.len();
                         let mut joined = std::mem::take(buf);
@@ -316,6 +328,12 @@ impl Scanner {
         self.cut.take()
     }
 
+    /// Bytes handed to httparse since the scanner began.
+    #[must_use]
+    pub fn parsed(&self) -> u64 {
+        self.parsed
+    }
+
     /// The bytes of a head begun and not yet complete.
     fn partial_len(&self) -> usize {
         match &self.state {
@@ -328,6 +346,7 @@ impl Scanner {
     /// `None` while it is incomplete (the state moves on either way, to
     /// `Done` for a head hyper refuses).
     fn head(&mut self, bytes: &[u8]) -> Option<usize> {
+        self.parsed += bytes.len() as u64;
         // Most heads fit the stack's array, left uninitialised (httparse
         // writes what it reads): no allocation and no 4 KiB fill per head.
         let mut stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
@@ -421,6 +440,21 @@ impl Scanner {
             }
         }
     }
+}
+
+/// Whether `more`, read after the partial head `held`, brings an empty
+/// line (`\n\n`, or `\n\r\n`: httparse takes bare line feeds too), looked
+/// for only where it can newly be: the last two bytes held and `more`.
+fn ends_a_head(held: &[u8], more: &[u8]) -> bool {
+    let tail = &held[held.len().saturating_sub(2)..];
+    let (mut before, mut last) = (0u8, 0u8);
+    for &b in tail.iter().chain(more) {
+        if b == b'\n' && (last == b'\n' || (last == b'\r' && before == b'\n')) {
+            return true;
+        }
+        (before, last) = (last, b);
+    }
+    false
 }
 
 enum Step {
