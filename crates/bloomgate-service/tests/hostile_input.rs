@@ -618,6 +618,55 @@ async fn slow_clients_do_not_hold_the_service() {
     server.stop().await;
 }
 
+/// The API listener's connection cap: with `http.max_connections = 100`,
+/// 100 held connections leave the 101st unanswered (it waits in the
+/// kernel's backlog, taking no descriptor from SQL and Redis), and it is
+/// answered once one of them closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_holds_and_frees_a_place_when_one_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = server("hostile-cap", |c| {
+        c.http.header_timeout_ms = 30_000;
+        c.http.max_connections = 100;
+    })
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        // A whole request, answered: the connection is then held open,
+        // idle, as a keep-alive client's is.
+        s.write_all(b"GET /api/seckill/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        s.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        held.push(s);
+    }
+    let mut late = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    late.write_all(b"GET /api/seckill/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(300), late.read_to_end(&mut answer)).await;
+    assert!(
+        waited.is_err() && answer.is_empty(),
+        "the 101st was served past the cap: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(held.pop());
+    tokio::time::timeout(Duration::from_secs(5), late.read_to_end(&mut answer))
+        .await
+        .expect("answered once a place was free")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(held);
+    server.stop().await;
+}
+
 /// The header timeout counts afresh for each request of a keep-alive
 /// connection: requests spaced closer than the timeout are all answered
 /// (one comes after the first wait's deadline, which must not close the

@@ -1504,3 +1504,44 @@ async fn a_trusted_proxys_forwarding_headers_are_kept() {
         "for=203.0.113.9;proto=https, for=127.0.0.1;proto=http;host=\"api.example\""
     );
 }
+
+/// The gate's header timeout (`http.header_timeout_ms`) holds for heads
+/// its scan keeps back from hyper until they are whole: connections that
+/// send part of a head and stop are closed about the timeout after they
+/// began, and a real client is answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_heads_are_closed_at_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::sqlite_url(&dir);
+    let up = Upstream::start().await;
+    let (s, _w) = gate_over(&url, &["u1"], &up, |c| c.http.header_timeout_ms = 500).await;
+    let addr = s.gate.unwrap();
+    let started = std::time::Instant::now();
+    let mut held = Vec::new();
+    for i in 0..50 {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let part = format!("GET /api/profiles/u1 HTTP/1.1\r\nHost: {HOST}\r\nX-Slow-{i}: ");
+        c.write_all(part.as_bytes()).await.unwrap();
+        held.push(c);
+    }
+    assert_eq!(
+        get(&s, "/api/profiles/u1").await.0,
+        200,
+        "answered meanwhile"
+    );
+    for (i, c) in held.iter_mut().enumerate() {
+        let mut rest = Vec::new();
+        // Twice the timeout, and a margin for a loaded machine: a lost
+        // timer fails here instead of hanging.
+        let ended = tokio::time::timeout(Duration::from_secs(3), c.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "connection {i} still open after 3 s");
+    }
+    let all = started.elapsed();
+    assert!(
+        all >= Duration::from_millis(450),
+        "closed before the timeout: {all:?}"
+    );
+    eprintln!("50 partial heads closed within {all:?} of the first");
+    assert_eq!(up.seen.total(), 1, "no partial head reached the API");
+}
