@@ -1,5 +1,5 @@
 //! The HTTP gate (`[gate]`): bloomgate in front of an HTTP API it did
-//! not write. Not to be confused with [`crate::gate`], a filter's slots
+//! not write. Not to be confused with [`crate::shield`], a filter's slots
 //! and trust; this room only asks a resource for its verdict, through the
 //! call the service's own `exists` makes.
 //!
@@ -209,7 +209,9 @@ impl Proxy {
         // A client's own forwarding headers are replaced: an API that reads
         // the leftmost value (Express, Django, Spring) would read its
         // spoof. A trusted proxy's are kept, the gate's appended.
-        let trusted = self.trusted.iter().any(|n| n.contains(&peer.ip()));
+        // A dual-stack listener sees an IPv4 peer as `::ffff:a.b.c.d`.
+        let peer_ip = peer.ip().to_canonical();
+        let trusted = self.trusted.iter().any(|n| n.contains(&peer_ip));
         let forwarded = parts.headers.contains_key(FORWARDED);
         if !trusted {
             for name in [
@@ -221,7 +223,7 @@ impl Proxy {
                 parts.headers.remove(name);
             }
         }
-        let ip = peer.ip().to_string();
+        let ip = peer_ip.to_string();
         forward::append_list(&mut parts.headers, X_FORWARDED_FOR, &ip);
         forward::append_list(&mut parts.headers, X_FORWARDED_PROTO, "http");
         let host = parts
@@ -233,7 +235,7 @@ impl Proxy {
             forward::append_list(&mut parts.headers, X_FORWARDED_HOST, host);
         }
         if forwarded {
-            let element = forward::forwarded_element(peer.ip(), host.as_deref());
+            let element = forward::forwarded_element(peer_ip, host.as_deref());
             forward::append_list(&mut parts.headers, FORWARDED, &element);
         }
         parts.version = hyper::Version::HTTP_11;

@@ -1479,13 +1479,17 @@ async fn a_trusted_proxys_forwarding_headers_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::sqlite_url(&dir);
     let up = Upstream::start().await;
+    // A dual-stack listener: the IPv4 peer arrives as ::ffff:127.0.0.1,
+    // and is still the trusted 127.0.0.1.
     let (s, _w) = gate_over(&url, &["u1"], &up, |c| {
+        c.gate.listen = Some("[::]:0".parse().unwrap());
         c.gate.trusted_proxies = vec!["10.0.0.0/8".into(), "127.0.0.1".into()];
     })
     .await;
+    let port = s.gate.unwrap().port();
     let r = s
         .client
-        .get(gate_url(&s, "/echo"))
+        .get(format!("http://127.0.0.1:{port}/echo"))
         .header("host", "api.example")
         .header("x-forwarded-for", "203.0.113.9")
         .header("x-forwarded-proto", "https")

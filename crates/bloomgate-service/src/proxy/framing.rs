@@ -266,8 +266,17 @@ impl Scanner {
                         match self.head(bytes) {
                             Some(used) => used,
                             None => {
+                                // Empty lines before a request line are
+                                // skipped (httparse does too): what is held
+                                // starts at the request line, so its first
+                                // empty line ends the head (`ends_a_head`),
+                                // and line ends alone are never held.
+                                let start = bytes
+                                    .iter()
+                                    .position(|b| !matches!(b, b'\r' | b'\n'))
+                                    .unwrap_or(bytes.len());
                                 if let State::Head(buf) = &mut self.state {
-                                    buf.extend_from_slice(bytes);
+                                    buf.extend_from_slice(&bytes[start..]);
                                 }
                                 bytes.len()
                             }
@@ -326,6 +335,22 @@ impl Scanner {
     /// The answer to the head the connection was cut before, once.
     pub fn take_cut(&mut self) -> Option<Refused> {
         self.cut.take()
+    }
+
+    /// The client ended the connection with a partial head held: judges
+    /// it as it stands, so a head hyper would refuse (a malformed line
+    /// sent after the first read) gets the gate's answer, not hyper's.
+    /// `true` when it is refused (see [`Scanner::take_cut`]).
+    pub fn finish(&mut self) -> bool {
+        let State::Head(buf) = &mut self.state else {
+            return false;
+        };
+        if buf.is_empty() {
+            return false;
+        }
+        let held = std::mem::take(buf);
+        let _ = self.head(&held);
+        self.cut.is_some()
     }
 
     /// Bytes handed to httparse since the scanner began.

@@ -464,7 +464,9 @@ impl Route {
 
     /// What this route makes of `text`, decoded.
     fn spelling(&self, text: &str) -> Spelling {
-        if self.exclude.iter().any(|e| e == text) {
+        // ASCII case aside: many frameworks route `/ME` as `/me`, and
+        // forwarding more is the safe side.
+        if self.exclude.iter().any(|e| e.eq_ignore_ascii_case(text)) {
             return Spelling::Unjudged;
         }
         let r = &self.resource;

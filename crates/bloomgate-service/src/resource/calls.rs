@@ -98,7 +98,18 @@ impl<R: Guarded> Resource<R> {
     async fn rows_only(&self, keys: &[R::Key]) -> Result<Vec<bool>, AppError> {
         let mut added = Vec::with_capacity(keys.len());
         for k in keys {
-            let row = R::judged(k) || self.reader.store.get(k).await?.is_some();
+            let row = R::judged(k)
+                || self
+                    .reader
+                    .store
+                    .get(k)
+                    .await
+                    .map_err(|e| {
+                        AppError::Unavailable(format!(
+                            "checking a loose key against the table failed (nothing was added): {e}"
+                        ))
+                    })?
+                    .is_some();
             if !row {
                 tracing::debug!(resource = %self.name, "a loose key with no row was not added");
             }

@@ -310,7 +310,7 @@ fn app_error(e: AppError) -> String {
         AppError::BadRequest(m) => format!("ERR {m}"),
         AppError::Unavailable(why) => {
             tracing::warn!(%why, "RESP: adding keys failed");
-            "ERR unavailable: the keys are in this instance's filter but were not confirmed for every instance; send the command again".into()
+            "ERR unavailable: the keys were not confirmed for every instance (a store did not answer); send the command again".into()
         }
         other => format!("ERR {other}"),
     }

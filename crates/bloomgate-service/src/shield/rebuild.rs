@@ -98,7 +98,9 @@ impl RebuildTicket {
         let number = self.number;
         match self.completed.wait_for(|c| c.through >= number).await {
             Ok(c) => c.outcome.clone(),
-            Err(_) => Err(RebuildError::Stopped("the shield was dropped".into())),
+            Err(_) => Err(RebuildError::Stopped(
+                "the filter was dropped (the service is stopping)".into(),
+            )),
         }
     }
 }

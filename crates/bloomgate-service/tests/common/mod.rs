@@ -189,13 +189,15 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let resp = match config.resp.listen {
-            Some(_) => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            // The configured address (tests give port 0).
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.unwrap()),
             None => None,
         };
         let resp_addr = resp.as_ref().map(|l| l.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
         let gate = match config.gate.listen {
-            Some(_) => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            // The configured address (tests give port 0).
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.unwrap()),
             None => None,
         };
         let gate_addr = gate.as_ref().map(|l| l.local_addr().unwrap());

@@ -157,7 +157,13 @@ impl Scanned {
         }
         let new = rb.filled();
         if new.is_empty() {
-            // The client ended mid-head: hyper gets what there is.
+            // The client ended mid-head: the scan judges what there is (a
+            // malformed line gets the gate's answer); else hyper gets it.
+            if self.scanner.finish() {
+                self.pending.clear();
+                self.cut();
+                return None;
+            }
             self.ready = held;
             self.after = After::End;
             return None;

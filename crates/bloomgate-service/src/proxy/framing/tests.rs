@@ -213,6 +213,23 @@ fn a_head_sent_a_byte_at_a_time_is_parsed_about_once() {
             stream.len()
         );
     }
+    // Empty lines before a request line (which httparse skips) are never
+    // held, so line ends sent a byte at a time cost no parse of what came
+    // before them either.
+    for blank in [&b"\n"[..], b"\r\n"] {
+        let (mut s, v) = Scanner::new(64 * 1024, 2000);
+        for _ in 0..(60 * 1024 / blank.len()) {
+            for byte in blank.chunks(1) {
+                assert!(s.feed(byte).is_none(), "no refusal");
+            }
+        }
+        assert_eq!(s.partial_len(), 0, "line ends alone are not held");
+        for byte in b"GET /c HTTP/1.1\r\n\r\n".chunks(1) {
+            assert!(s.feed(byte).is_none());
+        }
+        assert_eq!(v.next(), Head::Clean);
+        assert!(s.parsed() < 200 * 1024, "{} bytes parsed", s.parsed());
+    }
     // Over the limit without an end: refused once it reaches the limit,
     // as before.
     let mut long = head[..lines].to_vec();
@@ -230,4 +247,26 @@ fn a_head_sent_a_byte_at_a_time_is_parsed_about_once() {
     assert_eq!(cut, Some(Cut::Earlier));
     assert_eq!(s.take_cut(), Some(TOO_LARGE));
     assert!(s.parsed() < 2 * long.len() as u64, "{}", s.parsed());
+}
+
+/// A malformed line that came after the first read is judged when the
+/// head ends, or, when the client ends the connection first, by
+/// `finish`: the gate's answer, never a head passed to hyper unjudged.
+#[test]
+fn a_partial_head_the_client_ends_is_judged_as_it_stands() {
+    let (mut s, _) = Scanner::new(64 * 1024, 100);
+    assert!(s.feed(b"GET / HTTP/1.1\r\n").is_none());
+    assert!(
+        s.feed(b"Bad Header\r\n").is_none(),
+        "held until the head ends"
+    );
+    assert!(s.finish(), "refused at the end");
+    assert_eq!(s.take_cut().map(|r| r.status), Some(400));
+    let (mut s, _) = Scanner::new(64 * 1024, 100);
+    assert!(s.feed(b"GET / HTTP/1.1\r\n").is_none());
+    assert!(s.feed(b"Host: x\r\n").is_none());
+    assert!(!s.finish(), "a clean partial head is not refused");
+    assert!(s.take_cut().is_none());
+    let (mut s, _) = Scanner::new(64 * 1024, 100);
+    assert!(!s.finish(), "nothing held");
 }
