@@ -27,8 +27,15 @@ its own: the floor of a proxy on the crates the gate is built on; it runs
 twice, on one multi-threaded runtime (the service's shape) and with one
 single-threaded runtime per core (`THREADS`, nginx's worker model).
 
+With OLD_BIN set (another build of bloomgate), its gate runs beside the
+first with the same config, in the same rounds: the pair's ratio is the
+change's cost. The server CPU per request (user and system time of the
+process over the run, divided by the requests wrk counted) is given for
+the processes started here (the gates and the bare proxies).
+
 Usage: scripts/gate_bench.py BIN BARE_AXUM BARE_PROXY
-Environment: ROUNDS (5), DURATION (3), STREAM=0 to skip the 1 GiB rows.
+Environment: ROUNDS (5), DURATION (3), STREAM=0 to skip the 1 GiB rows,
+OLD_BIN (a second bloomgate to pair with BIN).
 """
 
 import os
@@ -46,12 +53,14 @@ ROUNDS = int(os.environ.get("ROUNDS", "5"))
 DURATION = int(os.environ.get("DURATION", "3"))
 STREAM = os.environ.get("STREAM", "1") != "0"
 BIN, BARE, BARE_PROXY_BIN = sys.argv[1], sys.argv[2], sys.argv[3]
+OLD_BIN = os.environ.get("OLD_BIN")
 TMP = tempfile.mkdtemp()
 PROCS = []
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 UP, GATE, SVC, NGINX, HAPROXY, AUTH, BARE_PORT, BARE_PROXY, BARE_THREADS = (
     18101, 18102, 18103, 18104, 18105, 18106, 18107, 18108, 18109)
+OLD_GATE, OLD_SVC = 18110, 18111
 
 ABSENT = """
 math.randomseed(7)
@@ -100,25 +109,42 @@ def wrk(url, script=None):
     return rps, float(p99.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
 
 
+def cpu_ticks(pid):
+    """User and system time of `pid` (and its threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+
 def table(title, targets, anchor):
-    """`targets`: name -> (url, script). Alternating rounds."""
+    """`targets`: name -> (url, script[, pid]). Alternating rounds."""
     names = list(targets)
     rps = {n: [] for n in names}
     p99 = {n: [] for n in names}
+    cpu = {n: [] for n in names}
     for r in range(ROUNDS):
         order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
-            url, script = targets[n]
+            url, script, *pid = targets[n]
+            before = cpu_ticks(pid[0]) if pid else None
             a, b, _ = wrk(url, script)
+            if pid:
+                cpu[n].append((cpu_ticks(pid[0]) - before) * TICK_US / (a * DURATION))
             rps[n].append(a)
             p99[n].append(b)
     print(f"\n### {title}\n")
-    print(f"| target | req/s (median) | ratio to {anchor} (median of rounds) | p99 ms (median) |")
-    print("|---|---:|---:|---:|")
+    print(f"| target | req/s (median) | ratio to {anchor} (median of rounds) | p99 ms (median) "
+          f"| server CPU µs/req (median) |")
+    print("|---|---:|---:|---:|---:|")
     for n in names:
         ratios = [x / y for x, y in zip(rps[n], rps[anchor])]
+        us = f"{statistics.median(cpu[n]):.2f}" if cpu[n] else ""
         print(f"| {n} | {statistics.median(rps[n]):,.0f} | {statistics.median(ratios):.2f} | "
-              f"{statistics.median(p99[n]):.2f} |")
+              f"{statistics.median(p99[n]):.2f} | {us} |")
+    return rps
 
 
 def vmhwm(pid):
@@ -183,12 +209,28 @@ path = "/api/profiles/{{key}}"
 resource = "users"
 """)
     gate = start([BIN, "serve", "--config", conf], os.path.join(TMP, "gate.log"), RUST_LOG="warn")
+    old = None
+    if OLD_BIN:
+        old_dir = os.path.join(TMP, "old")
+        os.makedirs(old_dir)
+        old_conf = os.path.join(old_dir, "bloomgate.toml")
+        old_db = os.path.join(old_dir, "users.db")
+        with open(db, "rb") as f, open(old_db, "wb") as g:
+            g.write(f.read())
+        with open(conf) as f, open(old_conf, "w") as g:
+            g.write(f.read().replace(f"127.0.0.1:{SVC}", f"127.0.0.1:{OLD_SVC}")
+                    .replace(f"127.0.0.1:{GATE}", f"127.0.0.1:{OLD_GATE}")
+                    .replace(db, old_db))
+        old = subprocess.Popen([OLD_BIN, "serve", "--config", old_conf], cwd=old_dir,
+                               stdout=open(os.path.join(TMP, "old.log"), "w"),
+                               stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"})
+        PROCS.append(old)
     start([BARE, f"127.0.0.1:{BARE_PORT}"], os.path.join(TMP, "bare.log"))
-    start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_PROXY}", f"http://127.0.0.1:{UP}"],
-          os.path.join(TMP, "bare_proxy.log"))
+    bare_proxy = start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_PROXY}", f"http://127.0.0.1:{UP}"],
+                       os.path.join(TMP, "bare_proxy.log"))
     # The same, one single-threaded runtime per core (nginx's worker model).
-    start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_THREADS}", f"http://127.0.0.1:{UP}"],
-          os.path.join(TMP, "bare_threads.log"), THREADS=str(os.cpu_count() or 2))
+    bare_threads = start([BARE_PROXY_BIN, f"127.0.0.1:{BARE_THREADS}", f"http://127.0.0.1:{UP}"],
+                         os.path.join(TMP, "bare_threads.log"), THREADS=str(os.cpu_count() or 2))
     nginx("proxy", f"""upstream api {{ server 127.0.0.1:{UP}; keepalive 64; }}
   server {{ listen 127.0.0.1:{NGINX};
     location / {{ proxy_pass http://api; proxy_http_version 1.1; proxy_set_header Connection "";
@@ -218,27 +260,44 @@ backend be
 """)
     start(["haproxy", "-f", hcfg], os.path.join(TMP, "haproxy.log"))
     wait(f"http://127.0.0.1:{SVC}/readyz", '"ready":true', 120)
-    for port in (GATE, NGINX, HAPROXY, AUTH, UP, BARE_PROXY, BARE_THREADS):
+    if old:
+        wait(f"http://127.0.0.1:{OLD_SVC}/readyz", '"ready":true', 120)
+    for port in (GATE, NGINX, HAPROXY, AUTH, UP, BARE_PROXY, BARE_THREADS) + ((OLD_GATE,) if old else ()):
         wait(f"http://127.0.0.1:{port}/api/profiles/u1", "ok", 30)
     wait(f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", "not_found", 30)
     script = os.path.join(TMP, "absent.lua")
     with open(script, "w") as f:
         f.write(ABSENT)
     present = "/api/profiles/u1"
-    table("Forwarded requests (a present key), against nginx proxy_pass", {
+    forwarded = {
         "nginx proxy_pass": (f"http://127.0.0.1:{NGINX}{present}", None),
-        "bloomgate gate": (f"http://127.0.0.1:{GATE}{present}", None),
+        "bloomgate gate": (f"http://127.0.0.1:{GATE}{present}", None, gate.pid),
         "HAProxy": (f"http://127.0.0.1:{HAPROXY}{present}", None),
-        "bare hyper proxy, one multi-threaded runtime": (f"http://127.0.0.1:{BARE_PROXY}{present}", None),
-        "bare hyper proxy, a runtime per core": (f"http://127.0.0.1:{BARE_THREADS}{present}", None),
+        "bare hyper proxy, one multi-threaded runtime":
+            (f"http://127.0.0.1:{BARE_PROXY}{present}", None, bare_proxy.pid),
+        "bare hyper proxy, a runtime per core":
+            (f"http://127.0.0.1:{BARE_THREADS}{present}", None, bare_threads.pid),
         "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}{present}", None),
         "upstream straight": (f"http://127.0.0.1:{UP}{present}", None),
-    }, "nginx proxy_pass")
-    table("Rejected requests (random absent keys), against the bare axum fixed response", {
+    }
+    rejected = {
         "bare axum": (f"http://127.0.0.1:{BARE_PORT}/api/seckill/1", None),
-        "bloomgate gate": (f"http://127.0.0.1:{GATE}/", script),
+        "bloomgate gate": (f"http://127.0.0.1:{GATE}/", script, gate.pid),
         "nginx auth_request + /api/gate/check": (f"http://127.0.0.1:{AUTH}/", script),
-    }, "bare axum")
+    }
+    if old:
+        forwarded["bloomgate gate, OLD_BIN"] = (f"http://127.0.0.1:{OLD_GATE}{present}", None, old.pid)
+        rejected["bloomgate gate, OLD_BIN"] = (f"http://127.0.0.1:{OLD_GATE}/", script, old.pid)
+    for title, targets, anchor in (
+        ("Forwarded requests (a present key), against nginx proxy_pass", forwarded, "nginx proxy_pass"),
+        ("Rejected requests (random absent keys), against the bare axum fixed response",
+         rejected, "bare axum"),
+    ):
+        rps = table(title, targets, anchor)
+        if old:
+            pair = [n / o for n, o in zip(rps["bloomgate gate"], rps["bloomgate gate, OLD_BIN"])]
+            print(f"\nBIN / OLD_BIN req/s, median of rounds: {statistics.median(pair):.3f} "
+                  f"(rounds: {', '.join(f'{x:.3f}' for x in pair)})")
     if STREAM:
         print("\n### 1 GiB through the proxy (curl, one transfer each)\n")
         print("| through | download s | upload s |")
