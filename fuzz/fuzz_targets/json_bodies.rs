@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     match selector >> 1 & 1 {
         0 => check(json_body::<Option<WarmRequest>>(&headers, body).map(drop)),
         _ => check(json_body::<SkuInput>(&headers, body).and_then(|s| {
-            s.validate().map_err(AppError::BadRequest)
+            s.validate().map_err(|e| AppError::BadRequest(e.to_string()))
         })),
     }
 });
